@@ -1,0 +1,200 @@
+"""The single source of truth for ELECTRA hyper-parameters.
+
+Every entry point (`run_pretraining.py`, `run_finetuning.py`, converters,
+benchmarks) builds its `ElectraConfig` through `get_config`, so a model size
+means the same numbers everywhere. The values follow the ELECTRA paper
+(Clark et al., 2020, tables 6-7) and `configure_pretraining.py` /
+`configure_finetuning.py` of the official code.
+
+Example:
+
+>>> from electra_tf.config import get_config
+>>> config = get_config("small", '{"num_train_steps": 1000}')
+>>> config.hidden_size, config.generator_hidden_size, config.num_train_steps
+(256, 64, 1000)
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+OBJECTIVES = ("rtd", "mlm")
+ACTIVATIONS = ("gelu", "gelu_approximate")
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraConfig:
+    """Model, pre-training and fine-tuning hyper-parameters of one model size."""
+
+    model_size: str = "small"
+
+    # Discriminator (the encoder kept after pre-training).
+    vocab_size: int = 30522
+    embedding_size: int = 128
+    hidden_size: int = 256
+    num_layers: int = 12
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    # "gelu" is the exact erf GELU of the official code and HF; keras-hub's
+    # ElectraBackbone uses the tanh approximation ("gelu_approximate").
+    hidden_act: str = "gelu"
+    layer_norm_epsilon: float = 1e-12
+    initializer_range: float = 0.02
+
+    # Generator: same depth as the discriminator, a fraction of its width.
+    generator_hidden_size: int = 64
+    generator_num_heads: int = 1
+    generator_intermediate_size: int = 256
+    generator_num_layers: int = 12
+
+    # Pre-training objective.
+    objective: str = "rtd"  # "rtd" (ELECTRA) or "mlm" (BERT-style baseline)
+    mlm_encoder: str = "generator"  # which encoder size "mlm" trains
+    mask_prob: float = 0.15
+    mask_token_prob: float = 0.85  # share of masked positions shown as [MASK]
+    disc_weight: float = 50.0
+    gen_weight: float = 1.0
+    temperature: float = 1.0
+    max_seq_length: int = 128
+
+    # Optimisation (shared by pre-training and fine-tuning).
+    learning_rate: float = 5e-4
+    train_batch_size: int = 128
+    num_train_steps: int = 1_000_000
+    num_warmup_steps: int = 10_000
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-6
+    clip_norm: float = 1.0
+    lr_decay_power: float = 1.0  # 1.0 = linear decay to zero
+
+    # Fine-tuning defaults of this size (paper table 7).
+    finetune_learning_rate: float = 3e-4
+    finetune_layerwise_lr_decay: float = 0.8
+    finetune_batch_size: int = 32
+    finetune_weight_decay: float = 0.0
+    finetune_warmup_fraction: float = 0.1
+    finetune_epochs: int = 3
+
+    def __post_init__(self):
+        problems = []
+        if self.objective not in OBJECTIVES:
+            problems.append(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.mlm_encoder not in ("generator", "discriminator"):
+            problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
+        if self.hidden_act not in ACTIVATIONS:
+            problems.append(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+        for name in ("hidden_size", "generator_hidden_size"):
+            heads = getattr(self, name.replace("hidden_size", "num_heads"))
+            if getattr(self, name) % heads:
+                problems.append(f"{name}={getattr(self, name)} is not divisible by its {heads} heads")
+        if not 0.0 < self.mask_prob < 1.0:
+            problems.append(f"mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.max_seq_length > self.max_position_embeddings:
+            problems.append(
+                f"max_seq_length={self.max_seq_length} exceeds max_position_embeddings="
+                f"{self.max_position_embeddings}"
+            )
+        if problems:
+            raise ValueError("Invalid ELECTRA config: " + "; ".join(problems))
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **overrides) -> "ElectraConfig":
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"Unknown hyper-parameter(s) {unknown}; valid names: {sorted(self.to_dict())}")
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ElectraConfig":
+        return cls().replace(**dict(values))
+
+
+def _generator(hidden_size: int, fraction: float) -> dict:
+    """The official code's generator: width × fraction, 64-d heads, 4× FFN."""
+    width = int(round(hidden_size * fraction))
+    return dict(
+        generator_hidden_size=width,
+        generator_num_heads=max(1, width // 64),
+        generator_intermediate_size=4 * width,
+    )
+
+
+MODEL_SIZES = {
+    # For CPU tests and the offline demo: a few minutes on 2 cores.
+    "tiny": dict(
+        vocab_size=8192, embedding_size=64, hidden_size=128, num_layers=2, num_heads=2,
+        intermediate_size=512, max_position_embeddings=128, generator_num_layers=2,
+        generator_hidden_size=32, generator_num_heads=1, generator_intermediate_size=128,
+        learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=600,
+        num_warmup_steps=60, finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,
+    ),
+    "small": dict(
+        embedding_size=128, hidden_size=256, num_layers=12, num_heads=4, intermediate_size=1024,
+        generator_num_layers=12, **_generator(256, 0.25),
+        learning_rate=5e-4, train_batch_size=128, max_seq_length=128, num_train_steps=1_000_000,
+        finetune_learning_rate=3e-4, finetune_layerwise_lr_decay=0.8,
+    ),
+    "base": dict(
+        embedding_size=768, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
+        generator_num_layers=12, **_generator(768, 1 / 3),
+        learning_rate=2e-4, train_batch_size=256, max_seq_length=512, num_train_steps=766_000,
+        finetune_learning_rate=1e-4, finetune_layerwise_lr_decay=0.8,
+    ),
+    "large": dict(
+        embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096,
+        generator_num_layers=24, **_generator(1024, 0.25), mask_prob=0.25,
+        learning_rate=2e-4, train_batch_size=2048, max_seq_length=512, num_train_steps=400_000,
+        finetune_learning_rate=5e-5, finetune_layerwise_lr_decay=0.9,
+    ),
+}
+
+
+def parse_hparams(hparams: str | Mapping[str, Any] | None) -> dict:
+    """Reads overrides from a dict, a JSON string, or the path of a JSON file."""
+    if not hparams:
+        return {}
+    if isinstance(hparams, Mapping):
+        return dict(hparams)
+    text = hparams
+    if not hparams.lstrip().startswith("{"):
+        if not os.path.isfile(hparams):
+            raise ValueError(f"--hparams: {hparams!r} is neither a JSON object nor an existing JSON file")
+        with open(hparams, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--hparams: invalid JSON ({e}) in {hparams!r}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--hparams: expected a JSON object, got {type(values).__name__}")
+    return values
+
+
+def get_config(model_size: str = "small", hparams=None, **overrides) -> ElectraConfig:
+    """The config of `model_size`, with `hparams` (JSON/dict) then `overrides` applied.
+
+    `overrides` whose value is None are ignored, so absl flags left unset fall
+    through to the size's defaults.
+    """
+    if model_size not in MODEL_SIZES:
+        raise ValueError(f"--model_size: unknown size {model_size!r}; choose from {sorted(MODEL_SIZES)}")
+    values = dict(MODEL_SIZES[model_size], model_size=model_size)
+    values.update(parse_hparams(hparams))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return ElectraConfig().replace(**values)

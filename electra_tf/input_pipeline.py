@@ -1,0 +1,113 @@
+"""tf.data input pipeline over the TFRecord shards written by `data_prep`.
+
+The shards' `manifest.json` is checked against the model before anything is
+read, so a sequence-length or vocabulary mismatch stops the run with a
+message instead of the official code's "Can't parse serialized Example".
+
+The pipeline is deterministic for a given seed (file order, interleave,
+shuffle), so its iterator can be checkpointed and a resumed run sees exactly
+the batches an uninterrupted one would.
+
+Example:
+
+>>> from electra_tf.input_pipeline import pretraining_dataset   # doctest: +SKIP
+>>> ds = pretraining_dataset("data/", manifest, batch_size=32, seed=0)  # doctest: +SKIP
+>>> next(iter(ds))["input_ids"].shape   # doctest: +SKIP
+TensorShape([32, 128])
+"""
+
+import os
+
+import tensorflow as tf
+
+from data_prep.manifest import load_manifest, validate_manifest
+from electra_tf.config import ElectraConfig
+
+FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
+    """The manifest of `data_dir`, refused (ValueError) if it disagrees with `config`."""
+    manifest = load_manifest(data_dir)
+    validate_manifest(manifest, max_seq_length=config.max_seq_length, vocab_size=config.vocab_size,
+                      data_dir=data_dir)
+    missing = [s for s in manifest["shards"] if not os.path.exists(os.path.join(data_dir, s))]
+    if missing:
+        raise ValueError(f"{data_dir}: manifest lists {len(missing)} missing shard(s), e.g. {missing[0]}; "
+                         "rebuild the data with data_prep.build_pretraining_dataset")
+    return manifest
+
+
+def _parser(seq_length: int):
+    spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in FEATURES}
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURES}
+
+    return parse
+
+
+def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed: int = 0,
+                        input_context: tf.distribute.InputContext | None = None,
+                        shuffle_buffer: int = 1000, repeat: bool = True) -> tf.data.Dataset:
+    """Batches of `{input_ids, input_mask, segment_ids}` (int32 `[batch, seq]`).
+
+    `batch_size` is per input pipeline: with a strategy pass the per-replica
+    size and an `input_context` (see `distributed_dataset`).
+    """
+    files = [os.path.join(data_dir, shard) for shard in manifest["shards"]]
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    shard_files = num_pipelines > 1 and len(files) >= num_pipelines
+    if shard_files:
+        dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
+    if repeat:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), block_length=16,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+    )
+    if num_pipelines > 1 and not shard_files:
+        dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
+    if shuffle_buffer > 1:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(_parser(manifest["max_seq_length"]), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    return getattr(strategy.extended, "_num_workers", 1) or 1
+
+
+def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
+                   *, seed: int = 0, shuffle_buffer: int = 1000) -> tf.data.Dataset:
+    """This worker's share of each global batch; `split_for_replicas` divides it further.
+
+    A plain `tf.data` iterator over this dataset is checkpointable (a
+    `tf.distribute` distributed iterator is not), which is what exact resume needs.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(f"--train_batch_size={global_batch_size} is not divisible by the {replicas} replicas")
+    workers = num_workers(strategy)
+    worker_id = getattr(strategy.extended, "_task_id", 0) or 0
+    context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker_id,
+                                         num_replicas_in_sync=replicas)
+    return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
+                               input_context=context, shuffle_buffer=shuffle_buffer)
+
+
+def split_for_replicas(strategy: tf.distribute.Strategy, worker_batch):
+    """Per-replica values: replica r of this worker gets the r-th consecutive slice."""
+    local_replicas = strategy.num_replicas_in_sync // num_workers(strategy)
+    if local_replicas == 1 and strategy.num_replicas_in_sync == 1:
+        return worker_batch
+
+    def slice_for(context):
+        index = context.replica_id_in_sync_group % local_replicas
+        return tf.nest.map_structure(lambda t: tf.split(t, local_replicas)[index], worker_batch)
+
+    return strategy.experimental_distribute_values_from_function(slice_for)

@@ -1,0 +1,355 @@
+"""ELECTRA encoders and heads in backend-agnostic Keras 3.
+
+The discriminator is laid out exactly like `keras_hub.models.ElectraBackbone`
+(same layer classes, names and weight order), so its weights copy into that
+class one layer at a time (see `electra_tf.export`). The generator reuses the
+discriminator's whole `ElectraEmbeddings` block (word, position and segment
+embeddings plus their LayerNorm: the same variable objects) and adds its own
+projection and narrower transformer layers, as in the official code.
+
+Example:
+
+>>> import numpy as np
+>>> from electra_tf.config import get_config
+>>> from electra_tf.modeling import ElectraEncoder
+>>> config = get_config("tiny")
+>>> encoder = ElectraEncoder.from_config_object(config, role="discriminator")
+>>> inputs = {
+...     "token_ids": np.array([[2, 10, 11, 3, 0]], "int32"),
+...     "segment_ids": np.zeros((1, 5), "int32"),
+...     "padding_mask": np.array([[1, 1, 1, 1, 0]], "int32"),
+... }
+>>> tuple(encoder(inputs).shape)
+(1, 5, 128)
+"""
+
+import keras
+from keras import layers, ops
+from keras_hub.layers import PositionEmbedding, TransformerEncoder
+
+from electra_tf.config import ElectraConfig
+
+PACKAGE = "electra_tf"
+
+
+def truncated_normal(stddev: float):
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def gelu_exact(x):
+    return keras.activations.gelu(x, approximate=False)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def gelu_approximate(x):
+    return keras.activations.gelu(x, approximate=True)
+
+
+def get_activation(name: str):
+    """Maps `ElectraConfig.hidden_act` to a serialisable activation."""
+    activations = {"gelu": gelu_exact, "gelu_approximate": gelu_approximate}
+    if name not in activations:
+        raise ValueError(f"hidden_act must be one of {sorted(activations)}, got {name!r}")
+    return activations[name]
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraEmbeddings(layers.Layer):
+    """Word + position + segment embeddings, LayerNorm and dropout.
+
+    Layer names match `keras_hub.models.ElectraBackbone`. Call with
+    `(token_ids, segment_ids)`; returns `[batch, seq, embedding_size]`.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        embedding_size,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        dropout_rate=0.1,
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.embedding_size = embedding_size
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.dropout_rate = dropout_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+        init = truncated_normal(initializer_range)
+        self.token_embedding = layers.ReversibleEmbedding(
+            vocab_size, embedding_size, embeddings_initializer=init,
+            dtype=self.dtype_policy, name="token_embedding",
+        )
+        self.position_embedding = PositionEmbedding(
+            sequence_length=max_position_embeddings, initializer=truncated_normal(initializer_range),
+            dtype=self.dtype_policy, name="position_embedding",
+        )
+        self.segment_embedding = layers.Embedding(
+            type_vocab_size, embedding_size, embeddings_initializer=truncated_normal(initializer_range),
+            dtype=self.dtype_policy, name="segment_embedding",
+        )
+        self.embeddings_layer_norm = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
+
+    def build(self, token_ids_shape, segment_ids_shape=None):
+        self.token_embedding.build(token_ids_shape)
+        embedded_shape = tuple(token_ids_shape) + (self.embedding_size,)
+        self.position_embedding.build(embedded_shape)
+        self.segment_embedding.build(token_ids_shape)
+        self.embeddings_layer_norm.build(embedded_shape)
+        self.built = True
+
+    def call(self, token_ids, segment_ids, training=None):
+        tokens = self.token_embedding(token_ids)
+        x = tokens + self.position_embedding(tokens) + self.segment_embedding(segment_ids)
+        x = self.embeddings_layer_norm(x)
+        return self.embeddings_dropout(x, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size,
+            embedding_size=self.embedding_size,
+            max_position_embeddings=self.max_position_embeddings,
+            type_vocab_size=self.type_vocab_size,
+            dropout_rate=self.dropout_rate,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            initializer_range=self.initializer_range,
+        )
+        return config
+
+
+def embeddings_from_config(config: ElectraConfig, dtype=None) -> ElectraEmbeddings:
+    return ElectraEmbeddings(
+        vocab_size=config.vocab_size,
+        embedding_size=config.embedding_size,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        dropout_rate=config.dropout_rate,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        initializer_range=config.initializer_range,
+        dtype=dtype,
+        name="embeddings",
+    )
+
+
+def encoder_sizes(config: ElectraConfig, role: str) -> dict:
+    """Width/depth of the `role` ("discriminator" or "generator") encoder."""
+    if role == "discriminator":
+        return dict(hidden_size=config.hidden_size, num_layers=config.num_layers,
+                    num_heads=config.num_heads, intermediate_size=config.intermediate_size)
+    if role == "generator":
+        return dict(hidden_size=config.generator_hidden_size, num_layers=config.generator_num_layers,
+                    num_heads=config.generator_num_heads,
+                    intermediate_size=config.generator_intermediate_size)
+    raise ValueError(f"role must be 'discriminator' or 'generator', got {role!r}")
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraEncoder(keras.Model):
+    """Embeddings → optional projection → post-LN transformer layers.
+
+    Inputs: a dict with int `token_ids`, `segment_ids` and `padding_mask`
+    (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
+    Pass `embeddings=` to share an existing `ElectraEmbeddings` block.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        embedding_size,
+        hidden_size,
+        num_layers,
+        num_heads,
+        intermediate_size,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        hidden_act="gelu",
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        embeddings=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.embeddings = embeddings or ElectraEmbeddings(
+            vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
+            dropout_rate, layer_norm_epsilon, initializer_range,
+            dtype=self.dtype_policy, name="embeddings",
+        )
+        self.embeddings_projection = None
+        if hidden_size != embedding_size:
+            self.embeddings_projection = layers.Dense(
+                hidden_size, kernel_initializer=truncated_normal(initializer_range),
+                dtype=self.dtype_policy, name="embeddings_projection",
+            )
+        if attention_dropout_rate != dropout_rate:
+            # keras-hub's TransformerEncoder has one rate for both; keep it honest.
+            raise ValueError(
+                "attention_dropout_rate must equal dropout_rate "
+                f"(got {attention_dropout_rate} vs {dropout_rate})"
+            )
+        self.transformer_layers = [
+            TransformerEncoder(
+                intermediate_dim=intermediate_size,
+                num_heads=num_heads,
+                dropout=dropout_rate,
+                activation=get_activation(hidden_act),
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=truncated_normal(initializer_range),
+                dtype=self.dtype_policy,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self._config = dict(
+            vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=hidden_size,
+            num_layers=num_layers, num_heads=num_heads, intermediate_size=intermediate_size,
+            max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
+            initializer_range=initializer_range,
+        )
+
+    @classmethod
+    def from_config_object(cls, config: ElectraConfig, role="discriminator", embeddings=None,
+                           dtype=None, name=None):
+        return cls(
+            vocab_size=config.vocab_size,
+            embedding_size=config.embedding_size,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
+            hidden_act=config.hidden_act,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_range=config.initializer_range,
+            embeddings=embeddings,
+            dtype=dtype,
+            name=name or role,
+            **encoder_sizes(config, role),
+        )
+
+    @property
+    def hidden_size(self) -> int:
+        return self._config["hidden_size"]
+
+    @property
+    def num_layers(self) -> int:
+        return self._config["num_layers"]
+
+    def build(self, input_shape=None):
+        shape = (None, None)
+        if not self.embeddings.built:
+            self.embeddings.build(shape)
+        width = self._config["embedding_size"]
+        if self.embeddings_projection is not None:
+            self.embeddings_projection.build(shape + (width,))
+            width = self.hidden_size
+        for layer in self.transformer_layers:
+            layer.build(shape + (width,))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
+        if self.embeddings_projection is not None:
+            x = self.embeddings_projection(x)
+        padding_mask = ops.cast(inputs["padding_mask"], "bool")
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=padding_mask, training=training)
+        return x
+
+    def get_config(self):
+        # A shared embeddings block is re-created (not shared) on deserialisation.
+        return {"name": self.name, "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+                **self._config}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class DiscriminatorHead(layers.Layer):
+    """dense(H) → GELU → dense(1): one replaced-token logit per position."""
+
+    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.dense = layers.Dense(
+            hidden_size, activation=get_activation(hidden_act),
+            kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
+        )
+        self.logits = layers.Dense(
+            1, kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="logits"
+        )
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.logits.build(tuple(input_shape[:-1]) + (self.hidden_size,))
+        self.built = True
+
+    def call(self, hidden):
+        return ops.squeeze(self.logits(self.dense(hidden)), axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, hidden_act=self.hidden_act,
+                      initializer_range=self.initializer_range)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MaskedLMHead(layers.Layer):
+    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias.
+
+    Call it on hidden states already gathered at the masked positions
+    (`[batch, num_masked, hidden]`): at a 30k vocabulary the output projection
+    is most of the generator's cost, so it must not run at every position.
+    """
+
+    def __init__(self, token_embedding, embedding_size, hidden_act="gelu", layer_norm_epsilon=1e-12,
+                 initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.token_embedding = token_embedding
+        self.embedding_size = embedding_size
+        self.hidden_act = hidden_act
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+        self.dense = layers.Dense(
+            embedding_size, activation=get_activation(hidden_act),
+            kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
+        )
+        self.layer_norm = layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.layer_norm.build(tuple(input_shape[:-1]) + (self.embedding_size,))
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.token_embedding.input_dim,), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, hidden):
+        x = self.layer_norm(self.dense(hidden))
+        logits = self.token_embedding(x, reverse=True)
+        return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+
+    def get_config(self):
+        raise NotImplementedError(
+            "MaskedLMHead ties its output to an embedding layer; rebuild it with build_generator_head()"
+        )
+
+
+def gather_positions(sequence, positions):
+    """`sequence[b, positions[b, i]]` for `[B, S, H]` and int `[B, N]` → `[B, N, H]`."""
+    return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)

@@ -1,0 +1,138 @@
+"""Learning-rate schedule and AdamW as used by ELECTRA.
+
+`WarmupLinearDecay` is the official schedule: polynomial (by default linear)
+decay from the peak to zero over `num_train_steps`, multiplied by a linear
+warm-up factor `min(1, step / num_warmup_steps)`.
+
+`ElectraAdamW` is Keras' AdamW with three additions the official optimizer
+has and Keras lacks:
+
+* gradients may arrive already all-reduced across replicas and clipped by
+  their *global* norm (`gradients_are_reduced=True`, what
+  `ElectraPretrainer.train_step` does): Keras would otherwise clip each
+  replica's partial gradient and sum afterwards;
+* per-variable learning-rate multipliers (layer-wise decay for fine-tuning),
+  applied to the Adam step and to the decoupled weight decay alike;
+* no weight decay on LayerNorm parameters and biases.
+
+Example:
+
+>>> from electra_tf.optimization import WarmupLinearDecay
+>>> schedule = WarmupLinearDecay(1e-3, num_train_steps=100, num_warmup_steps=10)
+>>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 55, 100)]
+[0.0, 0.000475, 0.0009, 0.00045, 0.0]
+"""
+
+import keras
+from keras import ops
+
+from electra_tf.config import ElectraConfig
+
+NO_DECAY_NAMES = ("bias", "gamma", "beta", "output_bias")
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """peak × (1 − step/total)^power × min(1, step/warmup), as in the official code."""
+
+    def __init__(self, peak_learning_rate, num_train_steps, num_warmup_steps=0, power=1.0):
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.num_train_steps = int(num_train_steps)
+        self.num_warmup_steps = int(num_warmup_steps)
+        self.power = float(power)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        progress = ops.minimum(step, self.num_train_steps) / max(self.num_train_steps, 1)
+        lr = self.peak_learning_rate * ops.power(1.0 - progress, self.power)
+        if self.num_warmup_steps > 0:
+            lr = lr * ops.minimum(1.0, step / self.num_warmup_steps)
+        return lr
+
+    def get_config(self):
+        return dict(peak_learning_rate=self.peak_learning_rate, num_train_steps=self.num_train_steps,
+                    num_warmup_steps=self.num_warmup_steps, power=self.power)
+
+
+def uses_weight_decay(variable_name: str) -> bool:
+    return variable_name not in NO_DECAY_NAMES
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class ElectraAdamW(keras.optimizers.AdamW):
+    """AdamW with global-norm clipping after all-reduce and per-variable LR multipliers.
+
+    Args:
+        clip_norm: clip the (already all-reduced) gradient to this global norm.
+            Only used by `clip_gradients`; the caller decides when to clip.
+        lr_multipliers: optional `{variable.path: multiplier}`; missing paths get 1.
+        gradients_are_reduced: the caller passes gradients summed over replicas,
+            so the optimizer must not all-reduce them again.
+    """
+
+    def __init__(self, learning_rate=1e-3, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 clip_norm=1.0, lr_multipliers=None, gradients_are_reduced=True, **kwargs):
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1,
+                         beta_2=beta_2, epsilon=epsilon, **kwargs)
+        self.clip_norm = clip_norm
+        self.lr_multipliers = dict(lr_multipliers or {})
+        self.gradients_are_reduced = gradients_are_reduced
+
+    def build(self, variables):
+        super().build(variables)
+        # Inside update steps the TF backend hands over raw tf.Variables, which
+        # have no Keras path: resolve per-variable settings by index instead.
+        self._settings = [(self.lr_multipliers.get(v.path, 1.0), uses_weight_decay(v.name)) for v in variables]
+
+    def _keras_index(self, variable) -> int:
+        return self._get_variable_index(variable)
+
+    def _multiplier(self, variable) -> float:
+        return self._settings[self._keras_index(variable)][0]
+
+    def _use_weight_decay(self, variable):
+        return self._settings[self._keras_index(variable)][1] and super()._use_weight_decay(variable)
+
+    def update_step(self, gradient, variable, learning_rate):
+        learning_rate = ops.cast(learning_rate, variable.dtype) * self._multiplier(variable)
+        # Decoupled weight decay here rather than in `_apply_weight_decay`: this
+        # runs inside the strategy's per-variable update, so it is replica-safe,
+        # and it sees the variable's own (multiplied) learning rate.
+        if self.weight_decay and self._use_weight_decay(variable):
+            wd = ops.cast(self.weight_decay, variable.dtype)
+            variable.assign(variable - variable * wd * learning_rate)
+        super().update_step(gradient, variable, learning_rate)
+
+    def _apply_weight_decay(self, variables):
+        pass  # done per variable in update_step
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if self.gradients_are_reduced:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(clip_norm=self.clip_norm, lr_multipliers=self.lr_multipliers,
+                      gradients_are_reduced=self.gradients_are_reduced)
+        return config
+
+
+def create_optimizer(config: ElectraConfig, learning_rate=None, num_train_steps=None, num_warmup_steps=None,
+                     weight_decay=None, lr_multipliers=None) -> ElectraAdamW:
+    """The pre-training optimizer of `config` (fine-tuning passes its own values)."""
+    schedule = WarmupLinearDecay(
+        learning_rate if learning_rate is not None else config.learning_rate,
+        num_train_steps if num_train_steps is not None else config.num_train_steps,
+        num_warmup_steps if num_warmup_steps is not None else config.num_warmup_steps,
+        power=config.lr_decay_power,
+    )
+    return ElectraAdamW(
+        learning_rate=schedule,
+        weight_decay=weight_decay if weight_decay is not None else config.weight_decay,
+        beta_1=config.adam_beta1,
+        beta_2=config.adam_beta2,
+        epsilon=config.adam_epsilon,
+        clip_norm=config.clip_norm,
+        lr_multipliers=lr_multipliers,
+    )

@@ -1,0 +1,221 @@
+"""`ElectraPretrainer`: generator + discriminator trained jointly by replaced-token detection.
+
+`train_step` runs, per batch and in graph: dynamic masking → generator MLM at
+the masked positions → Gumbel-max sampling (no gradient) → discriminator on
+the corrupted input → `gen_weight × MLM loss + disc_weight × sigmoid CE`.
+With `objective="mlm"` only the MLM part runs (the BERT baseline).
+
+Losses are global means: each replica divides its sums by the token counts
+all-reduced over replicas, and gradients are summed over replicas before the
+global-norm clip, so N replicas compute what one device computes on the same
+global batch. `train_step` returns these *replica partials* (sum them across
+replicas to get the global value); running means live in `self.metrics`.
+
+Example:
+
+>>> import numpy as np
+>>> from electra_tf.config import get_config
+>>> from electra_tf.optimization import create_optimizer
+>>> from electra_tf.pretrainer import ElectraPretrainer
+>>> config = get_config("tiny", vocab_size=64, num_layers=1, generator_num_layers=1, max_seq_length=16)
+>>> model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
+>>> model.compile(optimizer=create_optimizer(config))
+>>> ids = np.random.RandomState(0).randint(5, 64, size=(4, 16)).astype("int32")
+>>> batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+>>> sorted(model.train_step(batch))
+['disc_loss', 'gen_loss', 'grad_norm', 'loss']
+"""
+
+import keras
+import tensorflow as tf
+
+from electra_tf import masking
+from electra_tf.config import ElectraConfig
+from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, MaskedLMHead, gather_positions
+
+BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+
+
+def replica_context_info():
+    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return 0, 1
+    return context.replica_id_in_sync_group, context.num_replicas_in_sync
+
+
+def all_reduce_sum(values):
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+class ElectraPretrainer(keras.Model):
+    """Generator and discriminator with shared embeddings and the ELECTRA objective."""
+
+    def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0, **kwargs):
+        super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
+        self.config = config
+        self.special_token_ids = {**BERT_SPECIAL_IDS, **(special_token_ids or {})}
+        self.seed = int(seed)
+        self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
+        if config.objective == "rtd":
+            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator")
+            self.generator = ElectraEncoder.from_config_object(
+                config, "generator", embeddings=self.discriminator.embeddings
+            )
+            self.discriminator_head = DiscriminatorHead(
+                config.hidden_size, config.hidden_act, config.initializer_range, name="discriminator_head"
+            )
+        else:
+            self.discriminator = self.discriminator_head = None
+            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator")
+        self.generator_head = MaskedLMHead(
+            self.generator.embeddings.token_embedding, config.embedding_size, config.hidden_act,
+            config.layer_norm_epsilon, config.initializer_range, name="generator_head",
+        )
+        self._create_metrics()
+
+    @property
+    def encoder_for_finetuning(self) -> ElectraEncoder:
+        """The encoder kept after pre-training: the discriminator (or the MLM encoder)."""
+        return self.discriminator if self.discriminator is not None else self.generator
+
+    @property
+    def finetuning_role(self) -> str:
+        return "discriminator" if self.discriminator is not None else self.config.mlm_encoder
+
+    def _create_metrics(self):
+        mean = keras.metrics.Mean
+        tracked = {
+            "loss": mean(name="loss"),
+            "gen_loss": mean(name="gen_loss"),
+            "gen_accuracy": mean(name="gen_accuracy"),
+            "grad_norm": mean(name="grad_norm"),
+        }
+        if self.config.objective == "rtd":
+            tracked.update(
+                disc_loss=mean(name="disc_loss"),
+                disc_accuracy=keras.metrics.BinaryAccuracy(name="disc_accuracy"),
+                disc_precision=keras.metrics.Precision(name="disc_precision"),
+                disc_recall=keras.metrics.Recall(name="disc_recall"),
+                disc_auc=keras.metrics.AUC(num_thresholds=500, name="disc_auc"),
+                replaced_fraction=mean(name="replaced_fraction"),
+            )
+        self.tracked = tracked
+
+    @property
+    def metrics(self):
+        return list(self.tracked.values())
+
+    def build_all(self, seq_length=None):
+        """Creates every variable by running the model once on a dummy batch."""
+        seq_length = seq_length or self.config.max_seq_length
+        ids = tf.fill([1, seq_length], tf.constant(self.special_token_ids["mask"] + 1, tf.int32))
+        batch = {"input_ids": ids, "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids)}
+        self.compute_losses(batch, training=False, seeds=masking.example_seeds(self.seed, 0, tf.range(1)))
+        self.built = True
+        return self
+
+    def call(self, batch, training=False):
+        """Unmasked forward pass: discriminator logits `[B, S]` (RTD) or MLM logits `[B, S, V]`."""
+        inputs = self._encoder_inputs(batch["input_ids"], batch)
+        if self.discriminator is not None:
+            return self.discriminator_head(self.discriminator(inputs, training=training))
+        return self.generator_head(self.generator(inputs, training=training))
+
+    @staticmethod
+    def _encoder_inputs(token_ids, batch):
+        return {"token_ids": token_ids, "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
+
+    def _example_seeds(self, batch_size):
+        replica_id, _ = replica_context_info()
+        global_indices = tf.cast(replica_id, tf.int64) * tf.cast(batch_size, tf.int64) + tf.range(
+            tf.cast(batch_size, tf.int64)
+        )
+        return masking.example_seeds(self.seed, self.optimizer.iterations if self.optimizer else 0, global_indices)
+
+    def compute_losses(self, batch, training=True, seeds=None):
+        """Masks, runs both networks and returns loss partials and metric inputs."""
+        config = self.config
+        input_ids = tf.cast(batch["input_ids"], tf.int32)
+        input_mask = tf.cast(batch["input_mask"], tf.int32)
+        batch = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": tf.cast(batch["segment_ids"], tf.int32)}
+        if seeds is None:
+            seeds = self._example_seeds(tf.shape(input_ids)[0])
+        special = self.special_token_ids
+        masked = masking.mask_inputs(
+            input_ids, input_mask, seeds, mask_id=special["mask"],
+            special_ids=(special["pad"], special["cls"], special["sep"], special["mask"]),
+            mask_prob=config.mask_prob, max_predictions=self.max_predictions,
+            mask_token_prob=config.mask_token_prob,
+        )
+        gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
+        gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
+        gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
+        num_masked, num_tokens = all_reduce_sum(
+            [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))]
+        )
+        num_masked, num_tokens = tf.maximum(num_masked, 1.0), tf.maximum(num_tokens, 1.0)
+        out = {"masked": masked, "gen_logits": gen_logits,
+               "gen_loss": tf.reduce_sum(gen_losses * masked.weights) / num_masked}
+        out["loss"] = config.gen_weight * out["gen_loss"]
+        if self.discriminator is None:
+            return out
+        sampled = masking.gumbel_sample(gen_logits, seeds, config.temperature)
+        fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
+        disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
+        disc_logits = tf.cast(self.discriminator_head(disc_hidden), tf.float32)
+        disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)
+        out.update(fake_ids=fake_ids, labels=labels, disc_logits=disc_logits, sampled=sampled,
+                   disc_loss=tf.reduce_sum(disc_losses * tf.cast(input_mask, tf.float32)) / num_tokens)
+        out["loss"] += config.disc_weight * out["disc_loss"]
+        return out
+
+    def train_step(self, batch):
+        variables = self.trainable_variables
+        with tf.GradientTape() as tape:
+            out = self.compute_losses(batch, training=True)
+            scaled_loss = self.optimizer.scale_loss(out["loss"])
+        grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
+                 for g, v in zip(tape.gradient(scaled_loss, variables), variables)]
+        grads = all_reduce_sum(grads)
+        loss_scale = self._loss_scale()
+        grads, grad_norm = tf.clip_by_global_norm(grads, self.config.clip_norm * loss_scale)
+        self.optimizer.apply(grads, variables)
+        out["grad_norm"] = grad_norm / loss_scale
+        self._update_metrics(batch, out)
+        _, num_replicas = replica_context_info()
+        results = {name: out[name] for name in ("loss", "gen_loss", "disc_loss") if name in out}
+        # The grad norm is the same on every replica; make it a partial like the losses.
+        results["grad_norm"] = out["grad_norm"] / num_replicas
+        return results
+
+    def _loss_scale(self):
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return tf.cast(self.optimizer.dynamic_scale, tf.float32)
+        return tf.constant(1.0)
+
+    def _update_metrics(self, batch, out):
+        _, num_replicas = replica_context_info()
+        share = 1.0 / num_replicas  # each replica holds a partial of a global scalar
+        masked = out["masked"]
+        self.tracked["loss"].update_state(out["loss"], sample_weight=share)
+        self.tracked["gen_loss"].update_state(out["gen_loss"], sample_weight=share)
+        self.tracked["grad_norm"].update_state(out["grad_norm"], sample_weight=share)
+        gen_correct = tf.cast(tf.equal(tf.argmax(out["gen_logits"], -1, output_type=tf.int32), masked.original_ids),
+                              tf.float32)
+        self.tracked["gen_accuracy"].update_state(gen_correct, sample_weight=masked.weights)
+        if "disc_loss" not in out:
+            return
+        self.tracked["disc_loss"].update_state(out["disc_loss"], sample_weight=share)
+        token_weights = tf.cast(batch["input_mask"], tf.float32)
+        probs = tf.sigmoid(out["disc_logits"])
+        for name in ("disc_accuracy", "disc_precision", "disc_recall", "disc_auc"):
+            self.tracked[name].update_state(out["labels"], probs, sample_weight=token_weights)
+        replaced = tf.gather(out["labels"], masked.positions, batch_dims=1)
+        self.tracked["replaced_fraction"].update_state(replaced, sample_weight=masked.weights)
+
+    def metric_results(self) -> dict:
+        return {name: metric.result() for name, metric in self.tracked.items()}

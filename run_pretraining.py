@@ -1,0 +1,120 @@
+"""Pre-trains ELECTRA (replaced-token detection) or an MLM baseline.
+
+With no arguments it runs the offline demo: it builds a small corpus from the
+Python installation's own documentation (shards + an 8192-word vocab) under
+`./electra_demo/`, trains the `tiny` model for a few minutes on the CPU and
+prints where the TensorBoard logs, checkpoints and export are.
+
+Real runs:
+
+    python run_pretraining.py --model_size=base --data_dir=shards/ \
+        --model_dir=runs/base --strategy=mirrored --mixed_precision=bf16
+
+Re-running the same command resumes from the newest checkpoint in
+`--model_dir`.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+DEMO_DIR = "electra_demo"
+
+flags.DEFINE_enum("model_size", None, ["tiny", "small", "base", "large"],
+                  "Model size from electra_tf/config.py (default: tiny for the demo, else small).")
+flags.DEFINE_string("data_dir", None, "Directory of TFRecord shards + manifest.json from data_prep. "
+                    "Unset: build and use the offline demo corpus.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs and the export go here.")
+flags.DEFINE_integer("num_train_steps", None, "Total training steps (default: the size's value).")
+flags.DEFINE_integer("num_warmup_steps", None, "Linear warm-up steps.")
+flags.DEFINE_integer("train_batch_size", None, "Global batch size (split over replicas).")
+flags.DEFINE_float("learning_rate", None, "Peak learning rate.")
+flags.DEFINE_integer("max_seq_length", None, "Sequence length; must match the shards.")
+flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig overrides.")
+flags.DEFINE_enum("objective", None, ["rtd", "mlm"], "rtd = ELECTRA; mlm = BERT-style masked LM only.")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+                  "tf.distribute strategy.")
+flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "fp16 uses dynamic loss scaling.")
+flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
+flags.DEFINE_integer("log_steps", 100, "Log metrics every this many steps.")
+flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call.")
+flags.DEFINE_integer("seed", 0, "Seed for initialisation, data order, masking and sampling.")
+flags.DEFINE_integer("shuffle_buffer", 1000, "Example shuffle buffer (saved in checkpoints).")
+flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
+flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
+flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
+flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
+
+
+def resolve_data(model_size):
+    """`(data_dir, model_dir)`, building the demo corpus when --data_dir is unset."""
+    if FLAGS.data_dir:
+        if not FLAGS.model_dir:
+            raise app.UsageError("--model_dir is required with --data_dir")
+        return FLAGS.data_dir, FLAGS.model_dir
+    from data_prep.demo import build_demo_dataset
+
+    data_dir = os.path.join(DEMO_DIR, "data")
+    logging.info("No --data_dir: building/using the offline demo corpus in %s", data_dir)
+    build_demo_dataset(data_dir, max_seq_length=FLAGS.max_seq_length or 128)
+    return data_dir, FLAGS.model_dir or os.path.join(DEMO_DIR, f"model_{model_size}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from electra_tf import distribution, training
+    from electra_tf.config import get_config
+
+    if FLAGS.num_cpu_devices:
+        distribution.split_cpu(FLAGS.num_cpu_devices)
+    model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
+    data_dir, model_dir = resolve_data(model_size)
+    precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
+    config = get_config(
+        model_size, FLAGS.hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
+        train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
+        max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective,
+    )
+    if FLAGS.export_only:
+        from electra_tf.input_pipeline import load_checked_manifest
+
+        manifest = load_checked_manifest(data_dir, config)
+        path = training.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
+        print(f"Exported to {path}")
+        return
+    strategy = distribution.create_strategy(FLAGS.strategy, FLAGS.tpu)
+    options = training.TrainOptions(
+        data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
+        log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,
+        mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
+        init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
+    )
+    logging.info("Config (%s): %s", precision, config.to_json())
+    history = training.train(config, options, strategy)
+    summarize(history, model_dir)
+
+
+def summarize(history, model_dir):
+    if history:
+        first, last = history[0], history[-1]
+        keys = [k for k in ("disc_auc", "gen_accuracy", "disc_loss", "gen_loss", "loss") if k in last]
+        print("\n" + "  ".join(f"{k}: {first[k]:.4f} -> {last[k]:.4f}" for k in keys))
+        print(f"Throughput at the end: {last['examples_per_second']:.1f} examples/s")
+    print(f"Checkpoints:  {os.path.join(model_dir, 'checkpoints')}")
+    print(f"TensorBoard:  tensorboard --logdir {model_dir}")
+    print(f"Export:       {os.path.join(model_dir, 'export')} (fine-tune with run_finetuning.py --init_checkpoint)")
+
+
+if __name__ == "__main__":
+    try:
+        app.run(main)
+    except ValueError as e:  # configuration and data errors: one clear line, no traceback
+        print(f"run_pretraining.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
