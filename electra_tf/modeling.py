@@ -198,8 +198,10 @@ class ElectraEncoder(keras.Model):
                 "attention_dropout_rate must equal dropout_rate "
                 f"(got {attention_dropout_rate} vs {dropout_rate})"
             )
-        self.transformer_layers = [
-            TransformerEncoder(
+        # Named attributes, not a list: TF's object-based checkpoints cannot see
+        # inside Keras' TrackedList, so listed layers would silently not be saved.
+        for i in range(num_layers):
+            setattr(self, f"transformer_layer_{i}", TransformerEncoder(
                 intermediate_dim=intermediate_size,
                 num_heads=num_heads,
                 dropout=dropout_rate,
@@ -208,9 +210,7 @@ class ElectraEncoder(keras.Model):
                 kernel_initializer=truncated_normal(initializer_range),
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+            ))
         self._config = dict(
             vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=hidden_size,
             num_layers=num_layers, num_heads=num_heads, intermediate_size=intermediate_size,
@@ -246,6 +246,10 @@ class ElectraEncoder(keras.Model):
     @property
     def num_layers(self) -> int:
         return self._config["num_layers"]
+
+    @property
+    def transformer_layers(self) -> list:
+        return [getattr(self, f"transformer_layer_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape=None):
         shape = (None, None)

@@ -62,6 +62,7 @@ class ElectraPretrainer(keras.Model):
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
         if config.objective == "rtd":
             self.discriminator = ElectraEncoder.from_config_object(config, "discriminator")
+            self.discriminator.build()  # the shared embeddings get created under the discriminator's name
             self.generator = ElectraEncoder.from_config_object(
                 config, "generator", embeddings=self.discriminator.embeddings
             )
@@ -199,17 +200,22 @@ class ElectraPretrainer(keras.Model):
 
     def _update_metrics(self, batch, out):
         _, num_replicas = replica_context_info()
-        share = 1.0 / num_replicas  # each replica holds a partial of a global scalar
+        share = 1.0 / num_replicas
+
+        def add_partial(name, partial):
+            # Summed over replicas: total += partial, count += 1 (one global value per step).
+            self.tracked[name].update_state(partial * num_replicas, sample_weight=share)
+
         masked = out["masked"]
-        self.tracked["loss"].update_state(out["loss"], sample_weight=share)
-        self.tracked["gen_loss"].update_state(out["gen_loss"], sample_weight=share)
-        self.tracked["grad_norm"].update_state(out["grad_norm"], sample_weight=share)
+        add_partial("loss", out["loss"])
+        add_partial("gen_loss", out["gen_loss"])
+        add_partial("grad_norm", out["grad_norm"] / num_replicas)
         gen_correct = tf.cast(tf.equal(tf.argmax(out["gen_logits"], -1, output_type=tf.int32), masked.original_ids),
                               tf.float32)
         self.tracked["gen_accuracy"].update_state(gen_correct, sample_weight=masked.weights)
         if "disc_loss" not in out:
             return
-        self.tracked["disc_loss"].update_state(out["disc_loss"], sample_weight=share)
+        add_partial("disc_loss", out["disc_loss"])
         token_weights = tf.cast(batch["input_mask"], tf.float32)
         probs = tf.sigmoid(out["disc_logits"])
         for name in ("disc_accuracy", "disc_precision", "disc_recall", "disc_auc"):

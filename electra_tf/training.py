@@ -82,6 +82,16 @@ def build_model(config, strategy, special_token_ids, seed, mixed_precision):
     return model, optimizer
 
 
+def rng_states(model) -> list:
+    """The dropout RNG state variables, which Keras keeps outside TF's object graph.
+
+    Without them a resumed run would draw different dropout masks than an
+    uninterrupted one.
+    """
+    generators = [g for layer in model._flatten_layers() for g in getattr(layer, "_seed_generators", [])]
+    return [g.state.value for g in generators]
+
+
 def make_train_fn(strategy, model, jit_compile=False):
     step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
 
@@ -89,13 +99,18 @@ def make_train_fn(strategy, model, jit_compile=False):
         batch = input_pipeline.split_for_replicas(strategy, next(iterator))
         return strategy.run(step_fn, args=(batch,))
 
+    output_names = ["loss", "gen_loss", "grad_norm"] + (["disc_loss"] if model.discriminator is not None else [])
+
     @tf.function
     def train_steps(iterator, num_steps):
-        for _ in tf.range(num_steps - 1):
-            one_step(iterator)
-        outputs = one_step(iterator)
-        return {name: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-                for name, value in outputs.items()}
+        # One traced step inside the loop (tracing dominates start-up on CPU);
+        # the last step's globally reduced outputs ride along as loop variables.
+        outputs = {name: tf.constant(0.0) for name in output_names}
+        for _ in tf.range(num_steps):
+            per_replica = one_step(iterator)
+            outputs = {name: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
+                       for name in output_names}
+        return outputs
 
     return train_steps
 
@@ -129,6 +144,10 @@ class ScalarLogger:
             f.write(json.dumps({"step": step, **scalars}) + "\n")
 
 
+def current_step(optimizer) -> int:
+    return int(optimizer.iterations.value.numpy())  # .value: a MirroredVariable under a strategy
+
+
 def _next_stop(step, options, num_train_steps):
     boundaries = [num_train_steps, step + options.steps_per_loop,
                   (step // options.log_steps + 1) * options.log_steps,
@@ -153,20 +172,21 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer)
     iterator = iter(dataset)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator,
+                                     dropout_rng=rng_states(model))
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(options.model_dir, "checkpoints"),
                                          max_to_keep=options.keep_checkpoint_max,
                                          step_counter=optimizer.iterations)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, int(optimizer.iterations))
+        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
     elif options.init_checkpoint:
         initialize_from(model, options.init_checkpoint)
 
     train_steps = make_train_fn(strategy, model, options.jit_compile)
     logger = ScalarLogger(options.model_dir)
     history = []
-    step = int(optimizer.iterations)
+    step = current_step(optimizer)
     window_start, window_step = time.time(), step
     logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s)", config.model_size,
                  config.objective, step, config.num_train_steps, config.train_batch_size,
@@ -174,7 +194,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     while step < config.num_train_steps and (options.stop_after_steps is None or step < options.stop_after_steps):
         stop = _next_stop(step, options, config.num_train_steps)
         outputs = train_steps(iterator, tf.constant(stop - step))
-        step = int(optimizer.iterations)
+        step = current_step(optimizer)
         if step % options.log_steps == 0 or step >= config.num_train_steps:
             elapsed = time.time() - window_start
             scalars = {name: float(value) for name, value in model.metric_results().items()}
@@ -204,4 +224,4 @@ def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict
         raise ValueError(f"--model_dir {model_dir}: no checkpoint to export")
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(latest).expect_partial()
     return export.export_pretrained(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
-                                    step=int(optimizer.iterations))
+                                    step=current_step(optimizer))

@@ -1,0 +1,111 @@
+"""One entry point per use: detect a checkpoint's format and load it whatever it is.
+
+* `detect_format(path)` → "ours" (an export directory), "hf", "official",
+  "ours_checkpoint" (a TF2 training-run checkpoint of ours) or "keras_hub";
+* `load_any(path, config=None)` → `(ElectraConfig, ElectraPretrainer, vocab_file)`;
+* `load_encoder(path, config=None, name=...)` → `(ElectraEncoder, ElectraConfig,
+  vocab_file)`: the contract of `electra_tf.export.load_pretrained_encoder`;
+* `initialize_pretrainer(model, path)` copies a foreign checkpoint into an
+  existing, built `ElectraPretrainer` (`run_pretraining.py --init_checkpoint`).
+
+Example:
+
+>>> from electra_tf.convert import detect_format, load_any
+>>> detect_format("tests/fixtures/hf_electra")
+'hf'
+>>> config, pretrainer, vocab = load_any("tests/fixtures/hf_electra")
+>>> type(pretrainer).__name__, config.num_heads
+('ElectraPretrainer', 4)
+"""
+
+import json
+import os
+
+from electra_tf import export
+from electra_tf.config import ElectraConfig
+from electra_tf.convert import foreign, hf, keras_model, official, ours
+from electra_tf.convert.errors import ConversionError
+from electra_tf.modeling import ElectraEncoder
+
+FORMATS = ("ours", "hf", "official", "ours_checkpoint", "keras_hub")
+
+
+def is_keras_hub_preset(path: str) -> bool:
+    config = os.path.join(path, "config.json")
+    if not (os.path.isfile(config) and os.path.isfile(os.path.join(path, "metadata.json"))):
+        return False
+    with open(config) as f:
+        return "keras_hub" in str(json.load(f).get("module", ""))
+
+
+def detect_format(path: str) -> str:
+    """The format of the checkpoint at `path` (one of `FORMATS`)."""
+    if export.is_export_dir(path):
+        return "ours"
+    if is_keras_hub_preset(path):
+        return "keras_hub"
+    if hf.is_hf_dir(path):
+        return "hf"
+    for candidate in (path, os.path.join(path, "checkpoints")):
+        prefix = official.checkpoint_prefix(candidate)
+        if prefix:
+            return "ours_checkpoint" if official.is_object_based(prefix) else "official"
+    raise ConversionError(
+        f"{path}: unrecognised checkpoint; expected an electra-tf export directory (electra_config.json), "
+        "a Hugging Face directory (config.json + model.safetensors/pytorch_model.bin), or a TF1 checkpoint "
+        "(model.ckpt-N.index, or a directory with a `checkpoint` file)")
+
+
+_NOT_FOREIGN = {
+    "ours": "an export directory of ours: load it with load_any() or export.load_pretrained_encoder()",
+    "ours_checkpoint": "a training-run checkpoint of ours: use the run's export directory "
+                       "(run_pretraining.py --export_only) or restore it with tf.train.Checkpoint",
+    "keras_hub": "a keras-hub preset: an output format only",
+}
+
+
+def open_foreign(path: str, source_format: str, generator_path: str | None = None) -> foreign.ForeignCheckpoint:
+    """The Hugging Face or official checkpoint at `path`."""
+    if source_format == "hf":
+        return hf.open_hf(path, generator_path)
+    if source_format == "official":
+        return official.open_official(path)
+    raise ConversionError(f"{path} is {_NOT_FOREIGN.get(source_format, repr(source_format))}")
+
+
+def load_any(path: str, config: ElectraConfig | None = None, vocab_file: str | None = None,
+             generator_path: str | None = None, overrides: dict | None = None, strict: bool = True,
+             source_format: str | None = None):
+    """`(ElectraConfig, ElectraPretrainer, vocab_file)` from any supported checkpoint.
+
+    `config` (full) or `overrides` (some fields, e.g. `--config_json`) are
+    checked against the checkpoint: with `strict` a difference in any
+    weight-shaping field raises a `ConversionError` listing the variables
+    concerned; with `strict=False` the checkpoint's architecture wins (logged).
+    """
+    source_format = source_format or detect_format(path)
+    if source_format == "ours":
+        return ours.load_ours(path, config, overrides, strict)
+    opened = open_foreign(path, source_format, generator_path)
+    return foreign.load(opened, config, vocab_file, overrides, strict)
+
+
+def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator",
+                 vocab_file: str | None = None, strict: bool = True):
+    """`(ElectraEncoder, ElectraConfig, vocab_file)` of the discriminator, for fine-tuning.
+
+    Same contract as `electra_tf.export.load_pretrained_encoder`, which calls
+    it for checkpoints that are not export directories of ours.
+    """
+    config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
+    encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name)
+    encoder.build()
+    variables = {**keras_model.embedding_variables(encoder.embeddings),
+                 **keras_model.encoder_variables(encoder, "discriminator")}
+    keras_model.assign_variables(variables, keras_model.read_weights(pretrainer, ("discriminator",)))
+    return encoder, config, vocab
+
+
+def initialize_pretrainer(model, path: str, generator_path: str | None = None) -> tuple:
+    """Copies a Hugging Face or official checkpoint into built `model`; returns the parts copied."""
+    return foreign.initialize(model, open_foreign(path, detect_format(path), generator_path))

@@ -1,0 +1,80 @@
+"""`python -m electra_tf.convert`: convert a checkpoint between formats.
+
+    python -m electra_tf.convert --from=hf --to=ours --input=electra-small/ --output=export/
+    python -m electra_tf.convert --from=official --to=hf --input=electra_small/model.ckpt-1000000 \\
+        --vocab_file=electra_small/vocab.txt --output=hf_out/
+    python -m electra_tf.convert --from=ours --to=keras_hub --input=runs/small/export --output=preset/
+
+`--from` defaults to auto-detection. Hugging Face inputs are one model
+directory (add the generator's with `--generator_input`) or a directory with
+`discriminator/` and `generator/`; `--to=hf` writes that layout.
+`--config_json` names config fields the checkpoint must match (and completes
+the others, e.g. head counts, which official checkpoints do not record).
+
+Example:
+
+>>> import tempfile
+>>> from electra_tf.convert.cli import main
+>>> main(["--to=hf", "--input=tests/fixtures/hf_electra", f"--output={tempfile.mkdtemp()}"])  # doctest: +ELLIPSIS
+hf → hf: ... (vocab 1000, embedding 128, discriminator 1×256, generator 2×64, gelu)
+0
+"""
+
+import argparse
+import sys
+
+from absl import logging
+
+from electra_tf.convert import api
+from electra_tf.convert.config_json import read_config_json
+from electra_tf.convert.errors import ConversionError
+from electra_tf.convert.hf import save_hf
+from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
+from electra_tf.convert.ours import save_ours
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from", dest="source", default="auto", choices=("auto", "hf", "official", "ours"),
+                        help="input format (default: detected)")
+    parser.add_argument("--to", dest="target", required=True, choices=("ours", "hf", "keras_hub"))
+    parser.add_argument("--input", required=True, help="checkpoint directory, or TF1 checkpoint prefix")
+    parser.add_argument("--output", required=True, help="directory to write")
+    parser.add_argument("--generator_input", help="Hugging Face generator directory (ElectraForMaskedLM)")
+    parser.add_argument("--vocab_file", help="vocab.txt (default: found beside the input)")
+    parser.add_argument("--config_json", help="JSON of config fields the checkpoint must match")
+    parser.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True,
+                        help="tokenizer lower-cases (uncased vocabularies, as Google's ELECTRA)")
+    return parser.parse_args(argv)
+
+
+def convert(args) -> str:
+    """Loads `args.input`, writes `args.output` in `args.target` format; returns a summary line."""
+    overrides = read_config_json(args.config_json) if args.config_json else None
+    source = api.detect_format(args.input) if args.source == "auto" else args.source
+    config, pretrainer, vocab = api.load_any(args.input, vocab_file=args.vocab_file, overrides=overrides,
+                                             generator_path=args.generator_input, source_format=source)
+    vocab = args.vocab_file or vocab
+    if args.target == "ours":
+        save_ours(pretrainer, args.output, vocab)
+    elif args.target == "hf":
+        if not vocab:
+            raise ConversionError(f"{args.input} has no vocab.txt: pass --vocab_file")
+        save_hf(pretrainer, config, args.output, vocab, args.do_lower_case)
+    else:
+        save_keras_hub_preset(pretrainer, config, args.output, vocab, args.do_lower_case)
+    return (f"{source} → {args.target}: {args.output} (vocab {config.vocab_size}, embedding {config.embedding_size}, "
+            f"discriminator {config.num_layers}×{config.hidden_size}, generator "
+            f"{config.generator_num_layers}×{config.generator_hidden_size}, {config.hidden_act})")
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.set_verbosity(logging.INFO)
+    try:
+        print(convert(args))
+    except (ConversionError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

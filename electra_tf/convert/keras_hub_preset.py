@@ -1,0 +1,82 @@
+"""Our discriminator → a keras-hub `ElectraBackbone` preset directory (+ `ElectraTokenizer`).
+
+The preset (config.json, model.weights.h5, metadata.json, tokenizer.json,
+assets/tokenizer/vocabulary.txt) is written with keras-hub's own
+`Backbone.save_to_preset` / `Tokenizer.save_to_preset`, so
+`keras_hub.models.ElectraBackbone.from_preset(out_dir)` and
+`keras_hub.models.ElectraTokenizer.from_preset(out_dir)` load it.
+
+keras-hub's ElectraBackbone hard-codes tanh-approximate GELU and LayerNorm
+epsilon 1e-12, and has a `pooled_dense` layer ELECTRA lacks (left random).
+When our model differs (exact GELU is the default), the export logs a warning
+with the measured max |ours − keras-hub| of the sequence outputs on a sample
+input, and records it in metadata.json under "electra_tf" (and in
+electra_export.json, as `electra_tf.export` does).
+
+Example (from the repository root):
+
+>>> import tempfile, keras_hub
+>>> from electra_tf.convert import load_any
+>>> from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
+>>> config, pretrainer, vocab = load_any("tests/fixtures/hf_electra")
+>>> out_dir = tempfile.mkdtemp()
+>>> note = save_keras_hub_preset(pretrainer, config, out_dir, vocab)  # exact GELU: warns
+>>> 0 < note["max_abs_sequence_output_deviation"] < 1e-2
+True
+>>> backbone = keras_hub.models.ElectraBackbone.from_preset(out_dir)
+"""
+
+import json
+import os
+
+import keras_hub
+from absl import logging
+
+from electra_tf import export
+from electra_tf.config import ElectraConfig
+
+KERAS_HUB_EPSILON = 1e-12
+
+
+def deviation_note(config: ElectraConfig, deviation: float) -> dict:
+    """What the preset computes differently from our model, with the measured deviation."""
+    note = {"source": "electra_tf", "hidden_act": config.hidden_act, "keras_hub_activation": "gelu_approximate",
+            "layer_norm_epsilon": config.layer_norm_epsilon,
+            "max_abs_sequence_output_deviation": deviation,
+            "pooled_dense": "not part of ELECTRA: randomly initialised"}
+    causes = []
+    if config.hidden_act != "gelu_approximate":
+        causes.append("keras-hub's ElectraBackbone uses tanh-approximate GELU; this model uses exact GELU")
+    if config.layer_norm_epsilon != KERAS_HUB_EPSILON:
+        causes.append(f"keras-hub uses LayerNorm epsilon {KERAS_HUB_EPSILON}; this model {config.layer_norm_epsilon}")
+    if causes:
+        note["warning"] = "; ".join(causes) + f": sequence outputs differ by up to {deviation:.3g}"
+    return note
+
+
+def _add_to_metadata(out_dir: str, note: dict) -> None:
+    path = os.path.join(out_dir, "metadata.json")
+    with open(path) as f:
+        metadata = json.load(f)
+    metadata["electra_tf"] = note
+    with open(path, "w") as f:
+        json.dump(metadata, f, indent=4)
+    with open(os.path.join(out_dir, "electra_export.json"), "w") as f:
+        json.dump(note, f, indent=2)
+
+
+def save_keras_hub_preset(model, config: ElectraConfig, out_dir: str, vocab_file: str | None,
+                          do_lower_case: bool = True) -> dict:
+    """Writes the preset of `model`'s discriminator (an `ElectraPretrainer` or an encoder); returns the note."""
+    encoder = getattr(model, "encoder_for_finetuning", model)
+    backbone = export.to_keras_hub_backbone(encoder, config)
+    backbone.save_to_preset(out_dir)
+    if vocab_file:
+        keras_hub.models.ElectraTokenizer(vocabulary=vocab_file, lowercase=do_lower_case).save_to_preset(out_dir)
+    else:
+        logging.warning("keras-hub preset %s written without a tokenizer (no vocabulary given)", out_dir)
+    note = deviation_note(config, export.keras_hub_deviation(encoder, backbone, config))
+    if "warning" in note:
+        logging.warning("keras-hub preset %s: %s", out_dir, note["warning"])
+    _add_to_metadata(out_dir, note)
+    return note

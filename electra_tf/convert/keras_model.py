@@ -1,0 +1,133 @@
+"""Our Keras `ElectraPretrainer` seen through canonical names: build, read and assign weights.
+
+The only module that knows where each canonical tensor lives in the Keras
+model (attention kernels are `[in, heads, head_dim]` there, canonical ones
+`[in, out]`: a reshape, never a transpose).
+
+Example:
+
+>>> from electra_tf.config import get_config
+>>> from electra_tf.convert import keras_model
+>>> config = get_config("tiny", vocab_size=40, num_layers=1, generator_num_layers=1, max_seq_length=16)
+>>> pretrainer = keras_model.build_pretrainer(config)
+>>> weights = keras_model.read_weights(pretrainer)
+>>> weights["discriminator/layer_0/attention/query/kernel"].shape
+(128, 128)
+>>> keras_model.assign_weights(pretrainer, weights)  # a no-op copy
+"""
+
+import keras
+import numpy as np
+from absl import logging
+
+from electra_tf.config import ElectraConfig
+from electra_tf.convert import names
+from electra_tf.pretrainer import ElectraPretrainer
+
+
+def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = None) -> ElectraPretrainer:
+    """An `ElectraPretrainer` with every variable created (without running it)."""
+    if config.objective != "rtd":
+        raise ValueError(f"conversion needs objective='rtd' (generator + discriminator), got {config.objective!r}")
+    pretrainer = ElectraPretrainer(config, special_token_ids=special_token_ids)
+    for layer, shape in ((pretrainer.discriminator, None), (pretrainer.generator, None),
+                         (pretrainer.discriminator_head, (None, None, config.hidden_size)),
+                         (pretrainer.generator_head, (None, None, config.generator_hidden_size))):
+        if not layer.built:
+            layer.build(shape)
+    pretrainer.built = True
+    return pretrainer
+
+
+def _dense(prefix, layer):
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def _layer_norm(prefix, layer):
+    return {f"{prefix}/gamma": layer.gamma, f"{prefix}/beta": layer.beta}
+
+
+def embedding_variables(embeddings) -> dict:
+    """Canonical `embeddings/*` of an `ElectraEmbeddings` (or a keras-hub ElectraBackbone: same names)."""
+    return {
+        "embeddings/word": embeddings.token_embedding.embeddings,
+        "embeddings/position": embeddings.position_embedding.position_embeddings,
+        "embeddings/segment": embeddings.segment_embedding.embeddings,
+        **_layer_norm("embeddings/layer_norm", embeddings.embeddings_layer_norm),
+    }
+
+
+def encoder_variables(encoder, role: str) -> dict:
+    """Canonical `role/*` variables of an encoder's projection and transformer layers."""
+    variables = {}
+    if getattr(encoder, "embeddings_projection", None) is not None:
+        variables.update(_dense(f"{role}/projection", encoder.embeddings_projection))
+    for i, layer in enumerate(encoder.transformer_layers):
+        prefix, attention = f"{role}/layer_{i}", layer._self_attention_layer
+        for name, dense in (("query", attention._query_dense), ("key", attention._key_dense),
+                            ("value", attention._value_dense), ("output", attention._output_dense)):
+            variables.update(_dense(f"{prefix}/attention/{name}", dense))
+        variables.update(_layer_norm(f"{prefix}/attention/layer_norm", layer._self_attention_layer_norm))
+        variables.update(_dense(f"{prefix}/ffn/intermediate", layer._feedforward_intermediate_dense))
+        variables.update(_dense(f"{prefix}/ffn/output", layer._feedforward_output_dense))
+        variables.update(_layer_norm(f"{prefix}/ffn/layer_norm", layer._feedforward_layer_norm))
+    return variables
+
+
+def pretrainer_variables(pretrainer, parts=names.PARTS) -> dict:
+    """`{canonical key: keras.Variable}` of `parts` of an `ElectraPretrainer`."""
+    if pretrainer.generator.embeddings is not pretrainer.discriminator.embeddings:
+        raise ValueError("the generator must share the discriminator's embeddings")
+    variables = {}
+    if "discriminator" in parts:
+        variables.update(embedding_variables(pretrainer.discriminator.embeddings))
+        variables.update(encoder_variables(pretrainer.discriminator, "discriminator"))
+    if "discriminator_head" in parts:
+        head = pretrainer.discriminator_head
+        variables.update({**_dense("discriminator_head/dense", head.dense),
+                          **_dense("discriminator_head/logits", head.logits)})
+    if "generator" in parts:
+        variables.update(encoder_variables(pretrainer.generator, "generator"))
+    if "generator_head" in parts:
+        head = pretrainer.generator_head
+        variables.update({**_dense("generator_head/dense", head.dense),
+                          **_layer_norm("generator_head/layer_norm", head.layer_norm),
+                          "generator_head/output_bias": head.output_bias})
+    return variables
+
+
+def read_weights(pretrainer, parts=names.PARTS) -> dict:
+    """`{canonical key: float32 array in canonical layout}`."""
+    out = {}
+    for key, variable in pretrainer_variables(pretrainer, parts).items():
+        value = keras.ops.convert_to_numpy(variable).astype(np.float32)
+        out[key] = value.reshape(names.expected_shapes(pretrainer.config, parts)[key])
+    return out
+
+
+def assign_variables(variables: dict, tensors: dict) -> None:
+    """Copies canonical `tensors` into `variables` (same keys), reshaping to each variable's shape."""
+    missing = sorted(set(variables) - set(tensors))
+    if missing:
+        raise ValueError(f"no value for {len(missing)} variable(s): {missing[:10]}")
+    for key, variable in variables.items():
+        value = np.asarray(tensors[key])
+        if value.size != int(np.prod(variable.shape)):
+            raise ValueError(f"{key}: {value.shape} does not fit variable {variable.path} {tuple(variable.shape)}")
+        variable.assign(value.reshape(tuple(variable.shape)).astype(variable.dtype))
+
+
+def assign_weights(pretrainer, tensors: dict, parts=names.PARTS) -> None:
+    """Copies canonical `tensors` of `parts` into `pretrainer`."""
+    assign_variables(pretrainer_variables(pretrainer, parts), tensors)
+
+
+def pretrainer_from_source(source, config: ElectraConfig, special_token_ids: dict) -> ElectraPretrainer:
+    """A pretrainer holding the parts present in `source` (a checked `SourceTensors`); others stay random."""
+    pretrainer = build_pretrainer(config, special_token_ids)
+    parts = source.present_parts()
+    assign_weights(pretrainer, source.arrays(names.expected_shapes(config, parts)), parts)
+    absent = [part for part in names.PARTS if part not in parts]
+    if absent:
+        logging.warning("%s holds no %s: left randomly initialised", source.path, ", ".join(absent))
+    return pretrainer

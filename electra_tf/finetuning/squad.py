@@ -1,0 +1,445 @@
+"""SQuAD 1.1 / 2.0: examples, sliding-window features, n-best decoding, scoring.
+
+Follows the official ELECTRA (and BERT) `qa_tasks.py` / `qa_metrics.py`:
+
+* paragraphs are split on whitespace into "original" words, answers mapped
+  from character offsets to words (train examples whose answer text cannot be
+  recovered are skipped and counted), every word is WordPiece-tokenised on its
+  own so token ↔ word maps are exact (all words go to the tokenizer in one
+  batched call), the answer span is refined with `_improve_answer_span`;
+* features are `[CLS] question [SEP] doc-window [SEP]` with the question cut
+  to `max_query_length` tokens and windows `doc_stride` tokens apart; windows
+  without the answer (and 2.0 unanswerable questions) point at position 0;
+* decoding takes the `n_best_size` best starts and ends of every window,
+  drops spans outside the document, not in their "max context" window,
+  reversed or longer than `max_answer_length`, and maps the best span back to
+  the original text with `get_final_text`;
+* 2.0: the no-answer score of a question is the smallest `answerable_logit`
+  (ELECTRA's answerability classifier) over its windows, written to
+  `null_odds.json`; the official evaluation searches the best threshold.
+
+Example:
+
+>>> doc_tokens, offsets = whitespace_split("The  cat sat.")
+>>> doc_tokens, offsets
+(['The', 'cat', 'sat.'], [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
+>>> get_final_text("steve smith", "Steve Smith's", do_lower_case=True)
+'Steve Smith'
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from electra_tf.finetuning import metrics as metrics_lib
+from electra_tf.finetuning.tasks import EvalSet
+
+
+@dataclasses.dataclass
+class SquadExample:
+    qas_id: str
+    question_text: str
+    doc_tokens: list  # whitespace words of the paragraph (shared by its questions)
+    orig_answer_text: Optional[str] = None
+    start_position: Optional[int] = None  # word index
+    end_position: Optional[int] = None
+    is_impossible: bool = False
+
+
+def is_whitespace(c: str) -> bool:
+    return c in " \t\r\n" or ord(c) == 0x202F
+
+
+def whitespace_split(text: str) -> tuple[list[str], list[int]]:
+    """Words of `text` and, for every character, the index of its word."""
+    doc_tokens, char_to_word_offset = [], []
+    prev_is_whitespace = True
+    for c in text:
+        if is_whitespace(c):
+            prev_is_whitespace = True
+        else:
+            if prev_is_whitespace:
+                doc_tokens.append(c)
+            else:
+                doc_tokens[-1] += c
+            prev_is_whitespace = False
+        char_to_word_offset.append(len(doc_tokens) - 1)
+    return doc_tokens, char_to_word_offset
+
+
+def load_squad(path: str, articles: Optional[str] = None) -> list[dict]:
+    """The `data` list of a SQuAD json, optionally sliced by article ("start:end")."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    if articles:
+        start, _, end = articles.partition(":")
+        data = data[int(start) if start else None:int(end) if end else None]
+    return data
+
+
+def read_examples(data: Sequence[dict], is_training: bool, v2: bool) -> tuple[list[SquadExample], int]:
+    """Examples of a SQuAD `data` list and the number of training answers that failed."""
+    examples, failures = [], 0
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            doc_tokens, char_to_word = whitespace_split(paragraph["context"])
+            for qa in paragraph["qas"]:
+                example = SquadExample(qa["id"], qa["question"], doc_tokens)
+                if is_training:
+                    example.is_impossible = bool(qa.get("is_impossible", False)) if v2 else False
+                    if example.is_impossible:
+                        example.start_position = example.end_position = -1
+                        example.orig_answer_text = ""
+                    else:
+                        answer = qa["answers"][0]
+                        offset, text = answer["answer_start"], answer["text"]
+                        if offset + len(text) - 1 >= len(char_to_word):
+                            failures += 1
+                            continue
+                        start, end = char_to_word[offset], char_to_word[offset + len(text) - 1]
+                        actual = " ".join(doc_tokens[start:end + 1]).lower()
+                        if actual.find(" ".join(text.split()).lower()) == -1:
+                            failures += 1
+                            continue
+                        example.orig_answer_text = text
+                        example.start_position, example.end_position = start, end
+                examples.append(example)
+    if failures:
+        logging.warning("SQuAD: skipped %d training question(s) whose answer is not in the context", failures)
+    return examples, failures
+
+
+def check_is_max_context(doc_spans, cur_span_index: int, position: int) -> bool:
+    """Whether window `cur_span_index` gives token `position` its maximum context."""
+    best_score, best_span_index = None, None
+    for span_index, (span_start, span_length) in enumerate(doc_spans):
+        end = span_start + span_length - 1
+        if position < span_start or position > end:
+            continue
+        score = min(position - span_start, end - position) + 0.01 * span_length
+        if best_score is None or score > best_score:
+            best_score, best_span_index = score, span_index
+    return cur_span_index == best_span_index
+
+
+def improve_answer_span(doc_ids, input_start, input_end, answer_ids):
+    """The sub-span of [input_start, input_end] whose tokens equal the answer's."""
+    answer_ids = list(answer_ids)
+    for new_start in range(input_start, input_end + 1):
+        for new_end in range(input_end, new_start - 1, -1):
+            if list(doc_ids[new_start:new_end + 1]) == answer_ids:
+                return new_start, new_end
+    return input_start, input_end
+
+
+def _tokenize_in_chunks(tokenizer, texts, chunk=20000):
+    out = []
+    for i in range(0, len(texts), chunk):
+        out.extend(tokenizer.tokenize(texts[i:i + chunk]))
+    return out
+
+
+def _tokenize_paragraphs(tokenizer, examples):
+    """Per paragraph (by identity of its word list): token ids and index maps."""
+    paragraphs, words = {}, []
+    for example in examples:
+        key = id(example.doc_tokens)
+        if key not in paragraphs:
+            paragraphs[key] = (len(words), example.doc_tokens)
+            words.extend(example.doc_tokens)
+    word_ids = _tokenize_in_chunks(tokenizer, words)
+    result = {}
+    for key, (offset, doc_tokens) in paragraphs.items():
+        tok_to_orig, orig_to_tok, all_ids = [], [], []
+        for i in range(len(doc_tokens)):
+            orig_to_tok.append(len(all_ids))
+            pieces = word_ids[offset + i]
+            tok_to_orig.extend([i] * len(pieces))
+            all_ids.extend(pieces)
+        result[key] = (tok_to_orig, orig_to_tok, all_ids)
+    return result
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_stride=128, max_query_length=64,
+                                 is_training=False):
+    """Features (dict of int32 arrays) and one metadata dict per feature.
+
+    Metadata: `example_index`, `tokens` (ids), `token_to_orig` (int array,
+    -1 outside the document), `max_context` (bool array), and `span_start` /
+    `doc_offset` (the window's first document token and its position).
+    """
+    paragraphs = _tokenize_paragraphs(tokenizer, examples)
+    queries = _tokenize_in_chunks(tokenizer, [e.question_text for e in examples])
+    answers = (_tokenize_in_chunks(tokenizer, [e.orig_answer_text or "" for e in examples])
+               if is_training else [None] * len(examples))
+    cols = collections.defaultdict(list)
+    meta = []
+    cls, sep, pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+    for example_index, example in enumerate(examples):
+        tok_to_orig, orig_to_tok, all_ids = paragraphs[id(example.doc_tokens)]
+        query = queries[example_index][:max_query_length]
+        tok_start = tok_end = None
+        if is_training and not example.is_impossible:
+            tok_start = orig_to_tok[example.start_position]
+            if example.end_position < len(example.doc_tokens) - 1:
+                tok_end = orig_to_tok[example.end_position + 1] - 1
+            else:
+                tok_end = len(all_ids) - 1
+            tok_start, tok_end = improve_answer_span(all_ids, tok_start, tok_end, answers[example_index])
+        max_tokens_for_doc = max_seq_length - len(query) - 3
+        if max_tokens_for_doc <= 0:
+            raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for the document after "
+                             f"a {len(query)}-token question; lower --max_query_length")
+        doc_spans, start_offset = [], 0
+        while start_offset < len(all_ids):
+            length = min(len(all_ids) - start_offset, max_tokens_for_doc)
+            doc_spans.append((start_offset, length))
+            if start_offset + length == len(all_ids):
+                break
+            start_offset += min(length, doc_stride)
+        for span_index, (span_start, span_length) in enumerate(doc_spans):
+            tokens = [cls] + query + [sep] + all_ids[span_start:span_start + span_length] + [sep]
+            doc_offset = len(query) + 2
+            segment = [0] * doc_offset + [1] * (span_length + 1)
+            token_to_orig = np.full(len(tokens), -1, np.int32)
+            max_context = np.zeros(len(tokens), bool)
+            for i in range(span_length):
+                token_to_orig[doc_offset + i] = tok_to_orig[span_start + i]
+                max_context[doc_offset + i] = check_is_max_context(doc_spans, span_index, span_start + i)
+            padding = max_seq_length - len(tokens)
+            cols["input_ids"].append(tokens + [pad] * padding)
+            cols["input_mask"].append([1] * len(tokens) + [0] * padding)
+            cols["segment_ids"].append(segment + [0] * padding)
+            if is_training:
+                start = end = 0
+                if not example.is_impossible and span_start <= tok_start and tok_end <= span_start + span_length - 1:
+                    start, end = tok_start - span_start + doc_offset, tok_end - span_start + doc_offset
+                cols["start_positions"].append(start)
+                cols["end_positions"].append(end)
+                cols["is_impossible"].append(int(example.is_impossible))
+            meta.append({"example_index": example_index, "tokens": tokens, "token_to_orig": token_to_orig,
+                         "max_context": max_context, "span_start": span_start, "doc_offset": doc_offset})
+    features = {k: np.asarray(v, np.int32).reshape(len(v), -1) if k in ("input_ids", "input_mask", "segment_ids")
+                else np.asarray(v, np.int32) for k, v in cols.items()}
+    if not meta:
+        features = {k: np.zeros((0, max_seq_length), np.int32) for k in ("input_ids", "input_mask", "segment_ids")}
+    return features, meta
+
+
+def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool = True) -> str:
+    """Project the normalised predicted text back onto the original words."""
+    from data_prep.reference_tokenizer import BasicTokenizer
+
+    def strip_spaces(text):
+        ns_chars, ns_to_s = [], {}
+        for i, c in enumerate(text):
+            if c == " ":
+                continue
+            ns_to_s[len(ns_chars)] = i
+            ns_chars.append(c)
+        return "".join(ns_chars), ns_to_s
+
+    tok_text = " ".join(BasicTokenizer(do_lower_case=do_lower_case).tokenize(orig_text))
+    start_position = tok_text.find(pred_text)
+    if start_position == -1:
+        return orig_text
+    end_position = start_position + len(pred_text) - 1
+    orig_ns_text, orig_ns_to_s = strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s = strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return orig_text
+    tok_s_to_ns = {tok_index: i for i, tok_index in tok_ns_to_s.items()}
+    orig_start = orig_ns_to_s.get(tok_s_to_ns.get(start_position, -1))
+    orig_end = orig_ns_to_s.get(tok_s_to_ns.get(end_position, -1))
+    if orig_start is None or orig_end is None:
+        return orig_text
+    return orig_text[orig_start:orig_end + 1]
+
+
+def _softmax(scores):
+    scores = np.asarray(scores, np.float64)
+    exp = np.exp(scores - scores.max())
+    return exp / exp.sum()
+
+
+def _best_indexes(logits, n_best_size):
+    return np.argsort(-np.asarray(logits), kind="stable")[:n_best_size]
+
+
+def decode_predictions(examples, meta, outputs, tokenizer, n_best_size=20, max_answer_length=30, v2=False,
+                       do_lower_case=True):
+    """(predictions, nbest, null_odds) dicts keyed by question id.
+
+    `outputs` holds `start_logits`/`end_logits` `[num_features, seq]` (and for
+    v2 `answerable_logit` `[num_features]`); predictions are the best
+    non-null answer texts (apply the null-odds threshold separately).
+    """
+    by_example = collections.defaultdict(list)
+    for feature_index, m in enumerate(meta):
+        by_example[m["example_index"]].append(feature_index)
+    predictions, nbest_json, null_odds = collections.OrderedDict(), collections.OrderedDict(), {}
+    for example_index, example in enumerate(examples):
+        prelim, score_null = [], 1e6
+        for feature_index in by_example.get(example_index, []):
+            m = meta[feature_index]
+            start_logits = np.asarray(outputs["start_logits"][feature_index])
+            end_logits = np.asarray(outputs["end_logits"][feature_index])
+            if v2:
+                score_null = min(score_null, float(outputs["answerable_logit"][feature_index]))
+            num_tokens = len(m["tokens"])
+            for s in _best_indexes(start_logits, n_best_size):
+                for e in _best_indexes(end_logits, n_best_size):
+                    if s >= num_tokens or e >= num_tokens or s == 0:
+                        continue
+                    if m["token_to_orig"][s] < 0 or m["token_to_orig"][e] < 0 or not m["max_context"][s]:
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    prelim.append((float(start_logits[s] + end_logits[e]), feature_index, int(s), int(e),
+                                   float(start_logits[s]), float(end_logits[e])))
+        prelim.sort(key=lambda p: p[0], reverse=True)
+        seen, nbest = set(), []
+        for _, feature_index, s, e, start_logit, end_logit in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            m = meta[feature_index]
+            tok_text = " ".join(tokenizer.convert_ids_to_tokens(m["tokens"][s:e + 1]))
+            tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
+            orig_text = " ".join(example.doc_tokens[m["token_to_orig"][s]:m["token_to_orig"][e] + 1])
+            final_text = get_final_text(tok_text, orig_text, do_lower_case)
+            if final_text in seen:
+                continue
+            seen.add(final_text)
+            nbest.append((final_text, start_logit, end_logit))
+        if not nbest:
+            nbest.append(("empty", 0.0, 0.0))
+        probs = _softmax([s + e for _, s, e in nbest])
+        nbest_json[example.qas_id] = [
+            {"text": text, "probability": float(p), "start_logit": s, "end_logit": e}
+            for (text, s, e), p in zip(nbest, probs)]
+        predictions[example.qas_id] = nbest[0][0]
+        if v2:
+            null_odds[example.qas_id] = float(score_null)
+    return predictions, nbest_json, null_odds
+
+
+def apply_null_threshold(predictions: dict, null_odds: dict, threshold: float) -> dict:
+    """2.0: predict "" where the null odds exceed `threshold`."""
+    return {qid: ("" if null_odds[qid] > threshold else text) for qid, text in predictions.items()}
+
+
+def write_json(obj, path):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+    return path
+
+
+class SquadTask:
+    """SQuAD 1.1 (`v2=False`) or 2.0 for `run_finetuning`.
+
+    Files: `{data_dir}/train-v1.1.json`, `dev-v1.1.json` (or `-v2.0`),
+    replaced by --train_file/--dev_file/--test_file. `train_articles` /
+    `dev_articles` ("start:end") keep a slice of the articles.
+    """
+
+    kind = "span"
+
+    def __init__(self, v2=False, data_dir=None, file_overrides=None, max_query_length=64, doc_stride=128,
+                 n_best_size=20, max_answer_length=30, train_articles=None, dev_articles=None,
+                 null_score_threshold=None, do_lower_case=True):
+        self.v2 = v2
+        self.name = "squad_v2" if v2 else "squad"
+        self.data_dir = data_dir
+        self.file_overrides = {k: v for k, v in (file_overrides or {}).items() if v}
+        self.max_query_length, self.doc_stride = max_query_length, doc_stride
+        self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
+        self.articles = {"train": train_articles, "dev": dev_articles}
+        self.null_score_threshold = null_score_threshold
+        self.do_lower_case = do_lower_case
+        self.metric_names = ("exact", "f1", "best_exact", "best_f1") if v2 else ("exact_match", "f1")
+        self.main_metric = "best_f1" if v2 else "f1"
+        self.num_labels = None
+        self.best_threshold = None
+
+    def main_metric_key(self):
+        return self.main_metric
+
+    def split_path(self, split):
+        if split in self.file_overrides:
+            return self.file_overrides[split]
+        if split == "test":
+            return None
+        if not self.data_dir:
+            raise ValueError(f"--data_dir is required for task {self.name} (or pass --{split}_file)")
+        return os.path.join(self.data_dir, f"{split}-{'v2.0' if self.v2 else 'v1.1'}.json")
+
+    def data(self, split):
+        return load_squad(self.split_path(split), self.articles.get(split))
+
+    def train_features(self, tokenizer, max_seq_length):
+        examples, _ = read_examples(self.data("train"), is_training=True, v2=self.v2)
+        features, _ = convert_examples_to_features(examples, tokenizer, max_seq_length, self.doc_stride,
+                                                   self.max_query_length, is_training=True)
+        logging.info("%s: %d training questions → %d features", self.name, len(examples), len(features["input_ids"]))
+        return features
+
+    def _eval_set(self, split, tokenizer, max_seq_length):
+        data = self.data(split)
+        examples, _ = read_examples(data, is_training=False, v2=self.v2)
+        features, meta = convert_examples_to_features(examples, tokenizer, max_seq_length, self.doc_stride,
+                                                      self.max_query_length, is_training=False)
+        return EvalSet(split, examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
+
+    def eval_sets(self, tokenizer, max_seq_length):
+        return [self._eval_set("dev", tokenizer, max_seq_length)]
+
+    def predict_sets(self, tokenizer, max_seq_length):
+        split = "test" if self.split_path("test") else "dev"
+        eval_set = self._eval_set(split, tokenizer, max_seq_length)
+        eval_set.extra["prefix"] = "test_" if split == "test" else ""
+        return [eval_set]
+
+    def _decode(self, eval_set, outputs):
+        return decode_predictions(eval_set.examples, eval_set.extra["meta"], outputs, eval_set.extra["tokenizer"],
+                                  self.n_best_size, self.max_answer_length, self.v2, self.do_lower_case)
+
+    def score(self, eval_set, outputs, output_dir=None):
+        """Official EM/F1 on the dev questions; writes the prediction files to `output_dir`."""
+        predictions, nbest, null_odds = self._decode(eval_set, outputs)
+        data = eval_set.extra["data"]
+        if self.v2:
+            result = metrics_lib.squad_v2_evaluate(data, predictions, null_odds)
+            self.best_threshold = result["best_f1_thresh"]
+        else:
+            result = metrics_lib.squad_v1_evaluate(data, predictions)
+        if output_dir:
+            self._write(predictions, nbest, null_odds, output_dir, prefix="")
+        return {k: float(v) for k, v in result.items()}
+
+    def write_predictions(self, eval_set, outputs, output_dir):
+        predictions, nbest, null_odds = self._decode(eval_set, outputs)
+        return self._write(predictions, nbest, null_odds, output_dir, eval_set.extra.get("prefix", ""))
+
+    def _threshold(self):
+        if self.null_score_threshold is not None:
+            return self.null_score_threshold
+        if self.best_threshold is not None:
+            return self.best_threshold
+        return -2.75  # the official `qa_na_threshold` for test outputs
+
+    def _write(self, predictions, nbest, null_odds, output_dir, prefix):
+        if self.v2:
+            write_json(null_odds, os.path.join(output_dir, prefix + "null_odds.json"))
+            predictions = apply_null_threshold(predictions, null_odds, self._threshold())
+        write_json(nbest, os.path.join(output_dir, prefix + "nbest_predictions.json"))
+        return write_json(dict(predictions), os.path.join(output_dir, prefix + "predictions.json"))
+

@@ -1,0 +1,149 @@
+"""The pre-training loop: distribution equivalence, exact resume, data checks, export, CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import export, training
+from electra_tf.pretrainer import ElectraPretrainer
+from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("shards"))
+    write_shards(path, num_examples=96, num_shards=3)
+    return path
+
+
+def small(**overrides):
+    """One layer per encoder: tracing dominates these tests' time, not compute."""
+    return tiny_config(**{"num_layers": 1, "generator_num_layers": 1, **overrides})
+
+
+def run(config, data_dir, model_dir, strategy=None, **options):
+    options = {"log_steps": 1, "steps_per_loop": 2, "save_checkpoints_steps": 2, **options}
+    strategy = strategy or tf.distribute.OneDeviceStrategy("/cpu:0")
+    return training.train(config, training.TrainOptions(data_dir=data_dir, model_dir=model_dir, **options), strategy)
+
+
+def checkpoint_values(model_dir):
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints"))
+    names = [n for n in reader.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
+    return {n: reader.get_tensor(n) for n in names}
+
+
+def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
+    config = small(dropout_rate=0.0, attention_dropout_rate=0.0, num_train_steps=3)
+    one = run(config, data_dir, str(tmp_path / "one"), export=False)
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    two = run(config, data_dir, str(tmp_path / "two"), strategy=mirrored, export=False)
+    assert [h["step"] for h in one] == [h["step"] for h in two] == [1, 2, 3]
+    for a, b in zip(one, two):
+        for name in ("step_loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "grad_norm"):
+            assert abs(a[name] - b[name]) <= 1e-5 * max(1.0, abs(a[name])), (name, a[name], b[name])
+    one_values, two_values = checkpoint_values(str(tmp_path / "one")), checkpoint_values(str(tmp_path / "two"))
+    model_keys = [k for k in one_values if k.startswith("model/")]
+    assert model_keys
+    for key in model_keys:
+        np.testing.assert_allclose(one_values[key], two_values[key], atol=1e-5, err_msg=key)
+
+
+def test_stopped_and_resumed_run_equals_uninterrupted_run(data_dir, tmp_path):
+    config = small(num_train_steps=4)  # dropout on: its RNG state must survive the restart too
+    run(config, data_dir, str(tmp_path / "full"), export=False)
+    partial = run(config, data_dir, str(tmp_path / "resumed"), stop_after_steps=2, export=False)
+    assert partial[-1]["step"] == 2
+    resumed = run(config, data_dir, str(tmp_path / "resumed"), export=False)
+    assert [h["step"] for h in resumed] == [3, 4]
+    full_values = checkpoint_values(str(tmp_path / "full"))
+    resumed_values = checkpoint_values(str(tmp_path / "resumed"))
+    assert set(full_values) == set(resumed_values)
+    for key, value in full_values.items():
+        np.testing.assert_array_equal(value, resumed_values[key], err_msg=key)
+
+
+def test_shards_that_disagree_with_the_model_are_refused(data_dir, tmp_path):
+    with pytest.raises(ValueError, match="max_seq_length"):
+        run(tiny_config(max_seq_length=48), data_dir, str(tmp_path / "a"))
+    with pytest.raises(ValueError, match="vocab"):
+        run(tiny_config(vocab_size=80), data_dir, str(tmp_path / "b"))
+    assert not os.path.exists(tmp_path / "a" / "checkpoints")
+
+
+def test_model_dir_of_another_architecture_is_refused(data_dir, tmp_path):
+    run(small(num_train_steps=2), data_dir, str(tmp_path / "m"), export=False)
+    with pytest.raises(ValueError, match="hidden_size"):
+        run(small(num_train_steps=2, hidden_size=64, num_heads=2), data_dir, str(tmp_path / "m"))
+
+
+def test_export_loads_the_pretrained_encoder(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    run(small(num_train_steps=2), data_dir, model_dir)
+    export_dir = os.path.join(model_dir, "export")
+    meta = export.read_export_metadata(export_dir)
+    assert meta["step"] == 2 and meta["finetuning_role"] == "discriminator"
+    encoder, config, vocab = export.load_pretrained_encoder(export_dir)
+    assert vocab and open(vocab).read().startswith("[PAD]\n[UNK]")
+    # The exported weights are the final checkpoint's discriminator weights.
+    restored = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    tf.train.Checkpoint(model=restored).restore(latest).expect_partial()
+    assert len(encoder.weights) == len(restored.discriminator.weights)
+    for ours, saved in zip(encoder.weights, restored.discriminator.weights):
+        np.testing.assert_array_equal(ours.numpy(), saved.numpy(), err_msg=ours.path)
+    fresh = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    assert not np.array_equal(fresh.discriminator.weights[-3].numpy(), encoder.weights[-3].numpy())
+    reloaded = keras.saving.load_model(os.path.join(export_dir, "discriminator.keras"))
+    inputs = {"token_ids": np.array([[2, 7, 9, 3]], "int32"), "segment_ids": np.zeros((1, 4), "int32"),
+              "padding_mask": np.ones((1, 4), "int32")}
+    np.testing.assert_allclose(reloaded(inputs), encoder(inputs), atol=1e-6)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu_approximate", "gelu"])
+def test_keras_hub_export_reproduces_sequence_output(hidden_act, tmp_path):
+    model = ElectraPretrainer(tiny_config(hidden_act=hidden_act), special_token_ids=SPECIAL_IDS).build_all()
+    for variable in model.discriminator.weights:  # move off the init so GELU variants differ measurably
+        variable.assign(variable + tf.random.normal(variable.shape, stddev=0.3, seed=1))
+    export.export_pretrained(model, str(tmp_path / "export"))
+    backbone = keras_hub.models.ElectraBackbone.from_preset(str(tmp_path / "export" / "keras_hub"))
+    inputs = {"token_ids": np.array([[2, 7, 9, 11, 3, 0]], "int32"),
+              "segment_ids": np.array([[0, 0, 0, 1, 1, 0]], "int32"),
+              "padding_mask": np.array([[1, 1, 1, 1, 1, 0]], "int32")}
+    ours = model.discriminator(inputs).numpy()
+    theirs = backbone(inputs)["sequence_output"].numpy()
+    note = json.load(open(tmp_path / "export" / "keras_hub" / "electra_export.json"))
+    if hidden_act == "gelu_approximate":
+        np.testing.assert_allclose(theirs, ours, atol=1e-5)
+        assert "warning" not in note
+    else:
+        assert np.abs(theirs - ours).max() > 1e-5
+        assert "warning" in note and note["max_abs_sequence_output_deviation"] > 1e-5
+
+
+def test_cli_trains_exports_and_reports_bad_data_in_one_line(data_dir, tmp_path):
+    hparams = json.dumps({k: v for k, v in tiny_config().to_dict().items() if k in (
+        "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+        "generator_hidden_size", "generator_num_heads", "generator_intermediate_size", "generator_num_layers",
+        "max_position_embeddings", "max_seq_length")})
+    base = [sys.executable, "run_pretraining.py", "--model_size=tiny", f"--data_dir={data_dir}",
+            f"--hparams={hparams}", "--train_batch_size=8", "--log_steps=1"]
+    ok = subprocess.run(base + [f"--model_dir={tmp_path / 'cli'}", "--num_train_steps=2"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "disc_auc" in ok.stdout and os.path.isdir(tmp_path / "cli" / "export" / "keras_hub")
+    bad = subprocess.run(base + [f"--model_dir={tmp_path / 'bad'}", "--max_seq_length=64"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    error_lines = [line for line in bad.stderr.splitlines() if line.startswith("run_pretraining.py: error:")]
+    assert len(error_lines) == 1 and "max_seq_length" in error_lines[0], bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr
