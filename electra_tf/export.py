@@ -141,14 +141,16 @@ def read_export_metadata(export_dir: str) -> dict:
 
 
 def load_pretrained_encoder(init_checkpoint: str, config: ElectraConfig | None = None, name="discriminator"):
-    """`(encoder, config, vocab_file or None)` from an export directory of ours.
+    """`(encoder, config, vocab_file or None)` from an export of ours or a HF/official checkpoint.
 
-    `config`, when given, must agree with the export on every field that shapes
-    the weights; its training fields (dropout, learning rate, ...) are kept.
-    Other formats (Hugging Face, official TF1) go through `electra_tf.convert`.
+    For our exports the export decides every weight-shaping field (differences
+    from `config` are logged) and `config`'s training fields (dropout, learning
+    rate, ...) are kept. Hugging Face / official TF1 checkpoints go through
+    `electra_tf.convert`, which refuses a `config` of another architecture and
+    lists the mismatched variables.
     """
     if not is_export_dir(init_checkpoint):
-        return _load_foreign(init_checkpoint, config)
+        return _load_foreign(init_checkpoint, config, name)
     meta = read_export_metadata(init_checkpoint)
     exported = ElectraConfig.from_dict(meta["config"])
     config = merge_architecture(exported, config, init_checkpoint)
@@ -181,12 +183,8 @@ def merge_architecture(source: ElectraConfig, requested: ElectraConfig | None, s
     return requested.replace(**arch)
 
 
-def _load_foreign(path: str, config):
-    try:
-        from electra_tf import convert
-    except ImportError:
-        convert = None
-    if convert is None or not hasattr(convert, "load_any"):
-        raise ValueError(f"--init_checkpoint: {path!r} is not an electra-tf export directory "
-                         f"(no {CONFIG_FILE} + {ENCODER_WEIGHTS}) and no converter is available")
-    return convert.load_any(path, config=config)
+def _load_foreign(path: str, config, name):
+    """Hugging Face / official TF1 checkpoints, through the converters."""
+    from electra_tf import convert
+
+    return convert.load_encoder(path, config=config, name=name)

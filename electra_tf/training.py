@@ -116,9 +116,13 @@ def make_train_fn(strategy, model, jit_compile=False):
 
 
 def initialize_from(model, init_checkpoint):
-    """Continued pre-training: weights from an export or another run's checkpoints."""
+    """Continued pre-training: weights from an export, a HF/official checkpoint or another run."""
+    from electra_tf import convert
+
     if export.is_export_dir(init_checkpoint):
         model.load_weights(os.path.join(init_checkpoint, export.PRETRAINER_WEIGHTS))
+    elif convert.detect_format(init_checkpoint) in ("hf", "official"):
+        convert.initialize_pretrainer(model, init_checkpoint)
     else:
         latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
             tf.train.latest_checkpoint(init_checkpoint)

@@ -34,7 +34,7 @@ from electra_tf.convert.ours import save_ours
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m electra_tf.convert", description=__doc__.split("Example:")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", default="auto", choices=("auto", "hf", "official", "ours"),
                         help="input format (default: detected)")

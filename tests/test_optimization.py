@@ -1,0 +1,59 @@
+"""Schedule and AdamW: decay exclusions, per-variable learning rates."""
+
+import keras
+import numpy as np
+import pytest
+
+from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
+
+
+def test_schedule_matches_the_official_formula():
+    schedule = WarmupLinearDecay(2e-4, num_train_steps=1000, num_warmup_steps=100, power=1.0)
+    for step in (0, 1, 50, 100, 101, 500, 999, 1000, 1500):
+        expected = 2e-4 * (1 - min(step, 1000) / 1000) * min(1.0, step / 100)
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-10)
+
+
+def make_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="dense"),
+                              keras.layers.LayerNormalization(name="layer_norm")], name="net")
+    for variable in model.weights:
+        variable.assign(np.full(variable.shape, 2.0, "float32"))
+    return model
+
+
+def step(model, optimizer, grads):
+    optimizer.apply(grads, model.trainable_variables)
+    return {v.path: v.numpy() for v in model.trainable_variables}
+
+
+def test_weight_decay_skips_layer_norm_and_biases():
+    model = make_model()
+    optimizer = ElectraAdamW(learning_rate=0.1, weight_decay=0.5)
+    zeros = [np.zeros(v.shape, "float32") for v in model.trainable_variables]
+    after = step(model, optimizer, zeros)  # zero gradients: only weight decay moves anything
+    np.testing.assert_allclose(after["net/dense/kernel"], 2.0 * (1 - 0.5 * 0.1), rtol=1e-6)
+    for path in ("net/dense/bias", "net/layer_norm/gamma", "net/layer_norm/beta"):
+        np.testing.assert_array_equal(after[path], 2.0)
+
+
+def test_learning_rate_multipliers_scale_adam_step_and_weight_decay():
+    model = make_model()
+    multipliers = {"net/dense/kernel": 0.25}
+    optimizer = ElectraAdamW(learning_rate=0.1, weight_decay=0.0, lr_multipliers=multipliers)
+    grads = [np.ones(v.shape, "float32") for v in model.trainable_variables]
+    after = step(model, optimizer, grads)
+    # Adam's bias-corrected first step moves each weight by lr × g / (|g| + eps) ≈ lr × multiplier.
+    np.testing.assert_allclose(after["net/dense/kernel"], 2.0 - 0.1 * 0.25, rtol=1e-5)
+    np.testing.assert_allclose(after["net/dense/bias"], 2.0 - 0.1, rtol=1e-5)
+
+    model = make_model()
+    optimizer = ElectraAdamW(learning_rate=0.1, weight_decay=0.5, lr_multipliers=multipliers)
+    after = step(model, optimizer, [np.zeros(v.shape, "float32") for v in model.trainable_variables])
+    np.testing.assert_allclose(after["net/dense/kernel"], 2.0 * (1 - 0.5 * 0.1 * 0.25), rtol=1e-6)
+
+
+def test_optimizer_config_round_trips():
+    optimizer = ElectraAdamW(learning_rate=WarmupLinearDecay(1e-3, 10, 2), lr_multipliers={"a/b": 0.5})
+    restored = ElectraAdamW.from_config(optimizer.get_config())
+    assert restored.lr_multipliers == {"a/b": 0.5} and restored.gradients_are_reduced
