@@ -136,13 +136,16 @@ def _generator(hidden_size: int, fraction: float) -> dict:
 
 
 MODEL_SIZES = {
-    # For CPU tests and the offline demo: a few minutes on 2 cores.
+    # For CPU tests and the offline demo (~10 minutes on 2 cores). Not a paper size: no
+    # dropout (the run is far too short to overfit usefully) and a 1-layer generator, which
+    # keeps its samples detectable for longer, as the paper's generator-size study predicts.
     "tiny": dict(
         vocab_size=8192, embedding_size=64, hidden_size=128, num_layers=2, num_heads=2,
-        intermediate_size=512, max_position_embeddings=128, generator_num_layers=2,
+        intermediate_size=512, max_position_embeddings=128, generator_num_layers=1,
         generator_hidden_size=32, generator_num_heads=1, generator_intermediate_size=128,
-        learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=600,
-        num_warmup_steps=60, finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,
+        dropout_rate=0.0, attention_dropout_rate=0.0,
+        learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=1000,
+        num_warmup_steps=100, finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,
     ),
     "small": dict(
         embedding_size=128, hidden_size=256, num_layers=12, num_heads=4, intermediate_size=1024,

@@ -45,7 +45,9 @@ def checkpoint_values(model_dir):
 def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
     config = small(dropout_rate=0.0, attention_dropout_rate=0.0, num_train_steps=3)
     one = run(config, data_dir, str(tmp_path / "one"), export=False)
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # No collective ops: another test's MirroredStrategy in this process would clash on their instance keys.
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     two = run(config, data_dir, str(tmp_path / "two"), strategy=mirrored, export=False)
     assert [h["step"] for h in one] == [h["step"] for h in two] == [1, 2, 3]
     for a, b in zip(one, two):

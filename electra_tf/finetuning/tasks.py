@@ -149,7 +149,7 @@ def parse_glue_rows(rows: list[list[str]], columns: Columns, spec_name: str, pat
     start = 1 if columns.header else 0
     expected = len(rows[0]) if rows else 0
     examples, malformed = [], 0
-    for line_number, row in enumerate(rows[start:], start=start + 1):
+    for row in rows[start:]:
         if len(row) != expected:
             malformed += 1
             continue

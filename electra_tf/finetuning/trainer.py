@@ -13,7 +13,8 @@ Example:
 
 >>> import numpy as np
 >>> from electra_tf.config import get_config
->>> from electra_tf.finetuning.heads import ClassificationHead
+>>> from electra_tf import input_pipeline
+from electra_tf.finetuning.heads import ClassificationHead
 >>> from electra_tf.modeling import ElectraEncoder
 >>> config = get_config("tiny", vocab_size=50, num_layers=1)
 >>> model = FinetuningModel(ElectraEncoder.from_config_object(config), ClassificationHead(2))
@@ -37,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from electra_tf import input_pipeline
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.modeling import ElectraEncoder
@@ -59,6 +61,7 @@ def _all_reduce_sum(values):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
+@keras.saving.register_keras_serializable(package="electra_tf")
 class FinetuningModel(keras.Model):
     """`head(encoder(batch), batch)`; `train_step` does one optimisation step.
 
@@ -104,6 +107,18 @@ class FinetuningModel(keras.Model):
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             return tf.cast(self.optimizer.dynamic_scale, tf.float32)
         return tf.constant(1.0)
+
+    def get_config(self):
+        return {"name": self.name, "clip_norm": self.clip_norm,
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "head": keras.saving.serialize_keras_object(self.head)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        encoder = keras.saving.deserialize_keras_object(config.pop("encoder"))
+        head = keras.saving.deserialize_keras_object(config.pop("head"))
+        return cls(encoder, head, **config)
 
 
 def build_head(task, config):
@@ -162,11 +177,28 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
     return optimizer
 
 
-def train_dataset(features: dict, batch_size: int, seed: int) -> tf.data.Dataset:
-    """Shuffled, repeated, fixed-size batches (drop_remainder keeps replicas even)."""
+def train_dataset(features: dict, batch_size: int, seed: int, num_shards: int = 1,
+                  shard_index: int = 0) -> tf.data.Dataset:
+    """Shuffled, repeated, fixed-size batches (drop_remainder keeps replicas even).
+
+    With several workers each reads its own shard and `batch_size` is its share.
+    """
     dataset = tf.data.Dataset.from_tensor_slices(features)
+    if num_shards > 1:
+        dataset = dataset.shard(num_shards, shard_index)
     dataset = dataset.shuffle(len(next(iter(features.values()))), seed=seed, reshuffle_each_iteration=True)
     return dataset.repeat().batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def worker_train_dataset(strategy, features: dict, global_batch_size: int, seed: int) -> tf.data.Dataset:
+    """This worker's batches; `split_for_replicas` hands each local replica its slice.
+
+    A plain iterator (not `experimental_distribute_dataset`, whose multi-device
+    iterator took ~1 min to tear down after a few epochs on CPU).
+    """
+    workers = input_pipeline.num_workers(strategy)
+    worker_id = getattr(strategy.extended, "_task_id", 0) or 0
+    return train_dataset(features, global_batch_size // workers, seed, workers, worker_id)
 
 
 def predict(model, features: dict, batch_size: int) -> dict[str, np.ndarray]:
@@ -199,11 +231,15 @@ class ScalarWriter:
 def _make_train_fn(strategy, model, jit_compile=False):
     step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
 
+    def one_step(iterator):
+        batch = input_pipeline.split_for_replicas(strategy, next(iterator))
+        return strategy.run(step_fn, args=(batch,))
+
     @tf.function
     def train_steps(iterator, num_steps):
-        outputs = strategy.run(step_fn, args=(next(iterator),))
+        outputs = one_step(iterator)
         for _ in tf.range(num_steps - 1):
-            outputs = strategy.run(step_fn, args=(next(iterator),))
+            outputs = one_step(iterator)
         return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in outputs.items()}
 
     return train_steps
@@ -256,8 +292,7 @@ def train(model, task, config, features, options: RunOptions, strategy, eval_set
         optimizer = make_optimizer(model, options, config, total_steps)
         model.compile(optimizer=optimizer)
         optimizer.build(model.trainable_variables)
-    iterator = iter(strategy.experimental_distribute_dataset(
-        train_dataset(features, options.train_batch_size, options.seed)))
+    iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed))
     train_steps = _make_train_fn(strategy, model, options.jit_compile)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g",
                  task.name, num_examples, total_steps, steps_per_epoch, options.train_batch_size,

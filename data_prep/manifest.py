@@ -1,0 +1,131 @@
+"""The ``manifest.json`` contract between data preparation and training.
+
+A pre-training data directory holds TFRecord shards plus ``manifest.json``,
+written last and atomically by ``data_prep.build_pretraining_dataset``.
+Training code calls ``load_manifest`` + ``validate_manifest`` so that a
+mismatch between the data and the model (sequence length, vocabulary) fails
+at start-up with an actionable message instead of producing garbage.
+
+Example:
+
+>>> import tempfile
+>>> from data_prep.manifest import write_json_atomic, load_manifest, validate_manifest
+>>> d = tempfile.mkdtemp()
+>>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 128,
+...     "vocab_size": 30522, "shards": [], "num_shards": 0, "num_examples": 10})
+>>> validate_manifest(load_manifest(d), max_seq_length=128, vocab_size=30522)
+>>> validate_manifest(load_manifest(d), max_seq_length=512)
+Traceback (most recent call last):
+...
+ValueError: data in ... has max_seq_length=128 but the model expects max_seq_length=512: rebuild the data with `python -m data_prep.build_pretraining_dataset ... --max_seq_length=512` or pass --max_seq_length=128 to training
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, Optional
+
+MANIFEST_NAME = "manifest.json"
+FORMAT_VERSION = 1
+SHARD_PREFIX = "pretrain_data.tfrecord"
+CREATED_BY = "data_prep.build_pretraining_dataset"
+REQUIRED_KEYS = (
+    "format_version", "max_seq_length", "vocab_size", "shards", "num_shards", "num_examples",
+)
+
+
+def shard_name(index: int, num_shards: int) -> str:
+    """File name of shard ``index`` out of ``num_shards``."""
+    return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}"
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temp file + ``os.replace``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(chunk_size), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_manifest(data_dir: str) -> dict:
+    """Read and sanity-check ``<data_dir>/manifest.json``.
+
+    Raises ValueError naming the path if the file is missing, not JSON, lacks
+    required keys, or lists shards that are not on disk.
+    """
+    path = os.path.join(os.fspath(data_dir), MANIFEST_NAME)
+    hint = ("build the data with `python -m data_prep.build_pretraining_dataset --input=... "
+            f"--output_dir={data_dir} --vocab_file=...`")
+    if not os.path.isfile(path):
+        raise ValueError(f"no pre-training manifest at {path} (an unfinished or missing build?): {hint}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"manifest {path} is not readable JSON ({e}): {hint}") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"manifest {path} is not a JSON object: {hint}")
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise ValueError(f"manifest {path} lacks key(s) {', '.join(missing)}: {hint}")
+    if manifest["format_version"] != FORMAT_VERSION:
+        raise ValueError(f"manifest {path} has format_version={manifest['format_version']}, "
+                         f"this code reads format_version={FORMAT_VERSION}: {hint}")
+    if len(manifest["shards"]) != manifest["num_shards"]:
+        raise ValueError(f"manifest {path} lists {len(manifest['shards'])} shards but "
+                         f"num_shards={manifest['num_shards']}: {hint}")
+    absent = [s for s in manifest["shards"] if not os.path.isfile(os.path.join(data_dir, s))]
+    if absent:
+        raise ValueError(f"manifest {path} lists shard(s) missing on disk: "
+                         f"{', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}: {hint}")
+    return manifest
+
+
+def validate_manifest(manifest: dict, *, max_seq_length: Optional[int] = None,
+                      vocab_size: Optional[int] = None, data_dir: str = "") -> None:
+    """Check the data fits the model; raise ValueError naming the field.
+
+    ``max_seq_length`` must match exactly (examples are padded to it).
+    ``vocab_size`` is the model's embedding table size: it must be at least
+    the data's vocab size (ids must fit) and is expected to equal it.
+    """
+    where = data_dir or "the data directory"
+    if max_seq_length is not None and manifest["max_seq_length"] != max_seq_length:
+        have = manifest["max_seq_length"]
+        raise ValueError(
+            f"data in {where} has max_seq_length={have} but the model expects "
+            f"max_seq_length={max_seq_length}: rebuild the data with "
+            f"`python -m data_prep.build_pretraining_dataset ... --max_seq_length={max_seq_length}` "
+            f"or pass --max_seq_length={have} to training")
+    if vocab_size is not None and manifest["vocab_size"] != vocab_size:
+        have = manifest["vocab_size"]
+        vocab = manifest.get("vocab_file", "its vocab file")
+        raise ValueError(
+            f"data in {where} has vocab_size={have} (from {vocab}) but the model expects "
+            f"vocab_size={vocab_size}: set the model's vocab_size to {have} (e.g. "
+            f"--hparams='{{\"vocab_size\": {have}}}') or rebuild the data with "
+            f"a vocab of {vocab_size} tokens")
+    if manifest["num_examples"] <= 0:
+        raise ValueError(f"data in {where} has num_examples={manifest['num_examples']}: "
+                         "rebuild it from a non-empty corpus")

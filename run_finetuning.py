@@ -1,0 +1,293 @@
+"""Fine-tune ELECTRA on GLUE, SQuAD 1.1/2.0 or any tsv/csv text classification task.
+
+Examples:
+
+    # GLUE (tsv layout of download_glue_data.py), pre-trained encoder:
+    python run_finetuning.py --task=RTE --data_dir=glue_data --init_checkpoint=out/export \\
+        --model_size=small --output_dir=out/rte --num_seeds=5 --do_predict
+
+    # A tiny model from random init, capped at 300 steps:
+    python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --model_size=tiny \\
+        --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/sst2 --max_train_steps=300
+
+    # Chinese sentiment, generic task:
+    python run_finetuning.py --task=text_classification --data_dir=../shared/data/chinese/ChnSentiCorp \\
+        --text_column=text_a --label_column=label --vocab_file=../shared/data/vocab/zh/vocab.txt ...
+
+Hyper-parameters left unset come from `electra_tf.config.get_config(--model_size, --hparams)`
+(`finetune_learning_rate`, `finetune_layerwise_lr_decay`, `finetune_batch_size`, ...), with the
+official per-task epochs (10 for RTE and STS-B, 2 for SQuAD). `--num_seeds=N` trains N times and
+reports every run and the median of each metric in `<output_dir>/metrics.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("task", None, "GLUE task (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI), "
+                    "squad, squad_v2 or text_classification.")
+flags.DEFINE_string("data_dir", None, "Folder with the task's files (a GLUE root or task folder works).")
+flags.DEFINE_string("output_dir", None, "Where metrics, logs, checkpoints and predictions go.")
+flags.DEFINE_string("init_checkpoint", None, "Pre-trained model (export dir of run_pretraining.py, or "
+                    "another format electra_tf.export can load). Unset: random initialisation.")
+flags.DEFINE_string("model_size", "small", "tiny | small | base | large: defaults of electra_tf.config.")
+flags.DEFINE_string("hparams", None, "JSON object or JSON file of get_config overrides.")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab (defaults to the checkpoint's vocab.txt).")
+flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and strip accents) before WordPiece.")
+flags.DEFINE_float("learning_rate", None, "Peak learning rate (config: finetune_learning_rate).")
+flags.DEFINE_integer("train_batch_size", None, "Global batch size (config: finetune_batch_size).")
+flags.DEFINE_integer("eval_batch_size", None, "Prediction batch size (default: the train batch size).")
+flags.DEFINE_float("num_train_epochs", None, "Epochs (config: finetune_epochs; RTE/STS-B 10, SQuAD 2).")
+flags.DEFINE_float("warmup_fraction", None, "Linear warm-up share of the steps (config: 0.1).")
+flags.DEFINE_float("weight_decay", None, "Decoupled weight decay (config: finetune_weight_decay).")
+flags.DEFINE_float("layerwise_lr_decay", None, "Per-layer LR decay; <=0 or 1 disables it.")
+flags.DEFINE_boolean("official_layerwise_lr_bug", False, "Reproduce the official code's extra decay factor.")
+flags.DEFINE_integer("max_seq_length", None, "Tokens per example (default 128; SQuAD 512, capped at "
+                     "the model's max_position_embeddings).")
+flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (quick runs).")
+flags.DEFINE_integer("seed", 0, "Random seed of the first run.")
+flags.DEFINE_integer("num_seeds", 1, "Runs with seeds seed, seed+1, ...; metrics.json holds the medians.")
+flags.DEFINE_boolean("do_train", True, "Fine-tune.")
+flags.DEFINE_boolean("do_eval", True, "Score the dev set(s) after every epoch and at the end.")
+flags.DEFINE_boolean("do_predict", False, "Write test-set predictions (GLUE submission files, "
+                     "SQuAD predictions.json).")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+                  "tf.distribute strategy.")
+flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
+flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute precision.")
+flags.DEFINE_boolean("jit_compile", False, "XLA-compile the train step (slow on CPU).")
+flags.DEFINE_integer("log_steps", 50, "Log train loss/LR every this many steps.")
+flags.DEFINE_string("train_file", None, "Replaces the task's train file.")
+flags.DEFINE_string("dev_file", None, "Replaces the task's (first) dev file.")
+flags.DEFINE_string("test_file", None, "Replaces the task's (first) test file.")
+flags.DEFINE_string("diagnostic_file", None, "GLUE AX tsv, predicted with the MNLI model (AX.tsv).")
+flags.DEFINE_boolean("use_tfds", False, "Read GLUE from TFDS (glue/*) instead of tsv files.")
+flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir with prepared glue/* datasets (no download).")
+flags.DEFINE_boolean("double_unordered", True, "MRPC/STS-B: also train on swapped pairs (official).")
+flags.DEFINE_string("text_column", "text_a", "text_classification: text column (name or index).")
+flags.DEFINE_string("text_b_column", None, "text_classification: optional second text column.")
+flags.DEFINE_string("label_column", "label", "text_classification: label column (name or index).")
+flags.DEFINE_integer("doc_stride", 128, "SQuAD: stride between document windows.")
+flags.DEFINE_integer("max_query_length", 64, "SQuAD: question tokens kept.")
+flags.DEFINE_integer("n_best_size", 20, "SQuAD: candidates per start/end and n-best list size.")
+flags.DEFINE_integer("max_answer_length", 30, "SQuAD: longest answer in tokens.")
+flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold for predictions.json "
+                   "(default: the dev set's best_f1_thresh, else -2.75).")
+flags.DEFINE_string("squad_train_articles", None, "SQuAD: slice 'start:end' of the train file's articles.")
+flags.DEFINE_string("squad_dev_articles", None, "SQuAD: slice 'start:end' of the dev file's articles.")
+
+TASK_DEFAULT_SEQ = {"squad": 512, "squad_v2": 512}
+
+
+class UsageError(ValueError):
+    """A problem with the flags or input files: reported as one line."""
+
+
+def build_config(task):
+    """The ElectraConfig: --model_size/--hparams, then the fine-tuning flags."""
+    from electra_tf.config import get_config, parse_hparams
+    from electra_tf.finetuning.tasks import default_epochs
+
+    hparams = parse_hparams(FLAGS.hparams)
+    epochs = FLAGS.num_train_epochs
+    if epochs is None and "finetune_epochs" not in hparams:
+        epochs = default_epochs(task)
+    return get_config(FLAGS.model_size, hparams, finetune_learning_rate=FLAGS.learning_rate,
+                      finetune_batch_size=FLAGS.train_batch_size, finetune_epochs=epochs,
+                      finetune_warmup_fraction=FLAGS.warmup_fraction, finetune_weight_decay=FLAGS.weight_decay,
+                      finetune_layerwise_lr_decay=FLAGS.layerwise_lr_decay)
+
+
+def load_encoder(config):
+    """(encoder factory, config, vocab file from the checkpoint or None)."""
+    from electra_tf.finetuning.trainer import new_encoder_fn
+
+    if not FLAGS.init_checkpoint:
+        return new_encoder_fn(config), config, None
+    from electra_tf.export import load_pretrained_encoder
+
+    if not os.path.exists(FLAGS.init_checkpoint):
+        raise UsageError(f"--init_checkpoint: {FLAGS.init_checkpoint} does not exist")
+    _, config, vocab = load_pretrained_encoder(FLAGS.init_checkpoint, config)
+
+    def build():  # a fresh copy of the pre-trained weights for every seed
+        encoder, _, _ = load_pretrained_encoder(FLAGS.init_checkpoint, config)
+        return encoder
+
+    return build, config, vocab
+
+
+def make_tokenizer(config, checkpoint_vocab):
+    """The tokenizer and the config with vocab_size matching it."""
+    from data_prep.tokenization import WordPieceTokenizer
+
+    vocab_file = FLAGS.vocab_file or checkpoint_vocab
+    if not vocab_file:
+        raise UsageError("--vocab_file is required" +
+                         (" (no vocab.txt in --init_checkpoint)" if FLAGS.init_checkpoint else ""))
+    if not os.path.isfile(vocab_file):
+        raise UsageError(f"--vocab_file: {vocab_file} does not exist")
+    tokenizer = WordPieceTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
+    if tokenizer.vocab_size != config.vocab_size:
+        if FLAGS.init_checkpoint:
+            if tokenizer.vocab_size > config.vocab_size:
+                raise UsageError(f"--vocab_file: {vocab_file} has {tokenizer.vocab_size} tokens but the checkpoint's "
+                                 f"embeddings only {config.vocab_size}")
+            logging.warning("vocab %s has %d tokens, fewer than the checkpoint's %d", vocab_file,
+                            tokenizer.vocab_size, config.vocab_size)
+        else:
+            logging.warning("*** vocab_size %d of model size %r replaced by %d, the size of %s ***",
+                            config.vocab_size, config.model_size, tokenizer.vocab_size, vocab_file)
+            config = config.replace(vocab_size=tokenizer.vocab_size)
+    return tokenizer, config
+
+
+def resolve_max_seq_length(task, config) -> int:
+    if FLAGS.max_seq_length is not None:
+        if FLAGS.max_seq_length > config.max_position_embeddings:
+            raise UsageError(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
+                             f"max_position_embeddings={config.max_position_embeddings}")
+        if FLAGS.max_seq_length < 8:
+            raise UsageError(f"--max_seq_length={FLAGS.max_seq_length} is too small")
+        return FLAGS.max_seq_length
+    default = TASK_DEFAULT_SEQ.get(task.name, 128)
+    if default > config.max_position_embeddings:
+        logging.warning("max_seq_length %d capped at max_position_embeddings=%d", default,
+                        config.max_position_embeddings)
+    return min(default, config.max_position_embeddings)
+
+
+def make_task():
+    from electra_tf.finetuning.tasks import get_task
+
+    if not FLAGS.task:
+        raise UsageError("--task is required")
+    overrides = {"train": FLAGS.train_file, "dev": FLAGS.dev_file, "test": FLAGS.test_file}
+    for name, path in overrides.items():
+        if path and not os.path.isfile(path):
+            raise UsageError(f"--{name}_file: {path} does not exist")
+    if FLAGS.data_dir and not os.path.isdir(FLAGS.data_dir):
+        raise UsageError(f"--data_dir: {FLAGS.data_dir} is not a directory")
+    return get_task(
+        FLAGS.task, data_dir=FLAGS.data_dir, file_overrides=overrides, tfds_data_dir=FLAGS.tfds_data_dir,
+        use_tfds=FLAGS.use_tfds, diagnostic_file=FLAGS.diagnostic_file, double_unordered=FLAGS.double_unordered,
+        text_column=FLAGS.text_column, label_column=FLAGS.label_column, text_b_column=FLAGS.text_b_column,
+        max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
+        max_answer_length=FLAGS.max_answer_length, train_articles=FLAGS.squad_train_articles,
+        dev_articles=FLAGS.squad_dev_articles, null_score_threshold=FLAGS.null_score_threshold,
+        do_lower_case=FLAGS.do_lower_case)
+
+
+def make_strategy():
+    from electra_tf.distribution import create_strategy, set_mixed_precision
+
+    set_mixed_precision(FLAGS.mixed_precision)
+    return create_strategy(FLAGS.strategy, FLAGS.tpu)
+
+
+def check_flags():
+    if not FLAGS.output_dir:
+        raise UsageError("--output_dir is required")
+    if FLAGS.num_seeds < 1:
+        raise UsageError(f"--num_seeds must be >= 1, got {FLAGS.num_seeds}")
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false")
+    for name in ("train_batch_size", "eval_batch_size", "max_train_steps"):
+        value = getattr(FLAGS, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be >= 1, got {value}")
+
+
+def setup():
+    """Everything before training; raises UsageError/ValueError/FileNotFoundError on bad input."""
+    from electra_tf.finetuning.trainer import RunOptions
+
+    check_flags()
+    if FLAGS.num_cpu_devices:
+        from electra_tf.distribution import split_cpu
+        split_cpu(FLAGS.num_cpu_devices)
+    task = make_task()
+    config = build_config(task)
+    encoder_fn, config, checkpoint_vocab = load_encoder(config)
+    tokenizer, config = make_tokenizer(config, checkpoint_vocab)
+    if not FLAGS.init_checkpoint:
+        from electra_tf.finetuning.trainer import new_encoder_fn
+        encoder_fn = new_encoder_fn(config)
+    strategy = make_strategy()
+    if config.finetune_batch_size % strategy.num_replicas_in_sync:
+        raise UsageError(f"--train_batch_size={config.finetune_batch_size} is not divisible by the "
+                         f"{strategy.num_replicas_in_sync} replicas")
+    options = RunOptions(
+        output_dir=FLAGS.output_dir, learning_rate=config.finetune_learning_rate,
+        train_batch_size=config.finetune_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size or config.finetune_batch_size,
+        num_train_epochs=float(config.finetune_epochs), warmup_fraction=config.finetune_warmup_fraction,
+        weight_decay=config.finetune_weight_decay, layerwise_lr_decay=config.finetune_layerwise_lr_decay,
+        max_seq_length=resolve_max_seq_length(task, config), seed=FLAGS.seed,
+        official_layerwise_lr_bug=FLAGS.official_layerwise_lr_bug, max_train_steps=FLAGS.max_train_steps,
+        do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
+        mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, jit_compile=FLAGS.jit_compile)
+    return task, config, encoder_fn, tokenizer, strategy, options, load_data(task, tokenizer, options)
+
+
+def load_data(task, tokenizer, options) -> dict:
+    """Features of every split the run needs (read up front so bad files fail early)."""
+    data = {}
+    if options.do_train:
+        data["train"] = task.train_features(tokenizer, options.max_seq_length)
+        if not len(data["train"]["input_ids"]):
+            raise UsageError(f"task {task.name}: the training set is empty")
+    if options.do_eval:
+        data["eval"] = task.eval_sets(tokenizer, options.max_seq_length)
+    if options.do_predict:
+        data["predict"] = task.predict_sets(tokenizer, options.max_seq_length)
+    return data
+
+
+def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
+    """All seeds; writes and returns the metrics.json content."""
+    import dataclasses
+
+    from electra_tf.finetuning.trainer import median_metrics, run_single
+
+    os.makedirs(options.output_dir, exist_ok=True)
+    with open(os.path.join(options.output_dir, "finetune_config.json"), "w") as f:
+        json.dump({"task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
+                   "init_checkpoint": FLAGS.init_checkpoint, "vocab_file": tokenizer.vocab_file}, f, indent=2)
+    runs = []
+    for k in range(FLAGS.num_seeds):
+        seed_options = dataclasses.replace(options, seed=options.seed + k)
+        run_dir = options.output_dir if FLAGS.num_seeds == 1 else os.path.join(
+            options.output_dir, f"seed_{seed_options.seed}")
+        result = run_single(task, config, encoder_fn, tokenizer, seed_options, strategy, run_dir, data)
+        logging.info("seed %d: %s", seed_options.seed, json.dumps(result.get("final", {})))
+        runs.append(result)
+    summary = {"task": task.name, "main_metric": task.main_metric_key(), "runs": runs,
+               "median": median_metrics(runs, "final"), "median_best": median_metrics(runs, "best")}
+    with open(os.path.join(options.output_dir, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if summary["median"]:
+        logging.info("median over %d run(s): %s", len(runs),
+                     "  ".join(f"{k}={v:.2f}" for k, v in summary["median"].items()))
+    return summary
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        prepared = setup()
+    except (ValueError, FileNotFoundError) as e:  # UsageError is a ValueError
+        sys.exit(f"run_finetuning.py: error: {e}")
+    run(*prepared)
+
+
+if __name__ == "__main__":
+    app.run(main)
