@@ -198,7 +198,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     while step < config.num_train_steps and (options.stop_after_steps is None or step < options.stop_after_steps):
         stop = _next_stop(step, options, config.num_train_steps)
         outputs = train_steps(iterator, tf.constant(stop - step))
-        step = current_step(optimizer)
+        previous, step = step, current_step(optimizer)
+        if step == previous:  # fp16: every step of the call overflowed and was skipped
+            continue
         if step % options.log_steps == 0 or step >= config.num_train_steps:
             elapsed = time.time() - window_start
             scalars = {name: float(value) for name, value in model.metric_results().items()}

@@ -149,3 +149,21 @@ def test_cli_trains_exports_and_reports_bad_data_in_one_line(data_dir, tmp_path)
     error_lines = [line for line in bad.stderr.splitlines() if line.startswith("run_pretraining.py: error:")]
     assert len(error_lines) == 1 and "max_seq_length" in error_lines[0], bad.stderr[-2000:]
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_with_float32_losses(precision, data_dir, tmp_path):
+    from electra_tf.distribution import set_mixed_precision
+
+    set_mixed_precision(precision)
+    try:
+        history = run(small(num_train_steps=2), data_dir, str(tmp_path / precision), mixed_precision=precision,
+                      export=False)
+        model, optimizer = training.build_model(small(), tf.distribute.get_strategy(), SPECIAL_IDS, 0, precision)
+    finally:
+        set_mixed_precision("none")
+    assert [h["step"] for h in history] == [1, 2]
+    assert all(np.isfinite(h["step_loss"]) and h["step_loss"] > 0 for h in history)
+    assert model.discriminator.transformer_layers[0].compute_dtype == ("bfloat16" if precision == "bf16" else "float16")
+    assert model.discriminator.weights[0].dtype == "float32"  # master weights stay float32
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "fp16")
