@@ -81,6 +81,11 @@ def main(argv):
         train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
         max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective,
     )
+    if FLAGS.init_checkpoint:
+        from electra_tf.export import merge_architecture
+
+        config = merge_architecture(training.checkpoint_config(FLAGS.init_checkpoint), config,
+                                    FLAGS.init_checkpoint)
     if FLAGS.export_only:
         from electra_tf.input_pipeline import load_checked_manifest
 

@@ -132,6 +132,18 @@ def initialize_from(model, init_checkpoint):
     logging.info("Initialised weights from %s", init_checkpoint)
 
 
+def checkpoint_config(init_checkpoint: str) -> ElectraConfig:
+    """The architecture stored with `--init_checkpoint` (export, HF, official, or a run directory)."""
+    from electra_tf import convert
+
+    run_config = os.path.join(init_checkpoint, RUN_CONFIG)
+    if os.path.isfile(run_config) and not export.is_export_dir(init_checkpoint):
+        with open(run_config) as f:
+            return ElectraConfig.from_dict(json.load(f))
+    config, _, _ = convert.load_any(init_checkpoint, strict=False)
+    return config
+
+
 class ScalarLogger:
     """Writes scalars to TensorBoard and to a JSON-lines file."""
 

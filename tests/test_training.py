@@ -167,3 +167,28 @@ def test_mixed_precision_trains_with_float32_losses(precision, data_dir, tmp_pat
     assert model.discriminator.transformer_layers[0].compute_dtype == ("bfloat16" if precision == "bf16" else "float16")
     assert model.discriminator.weights[0].dtype == "float32"  # master weights stay float32
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "fp16")
+
+
+def test_continued_pretraining_from_a_hugging_face_checkpoint(tmp_path):
+    from safetensors.numpy import load_file
+
+    hf_dir = os.path.join(ROOT, "tests", "fixtures", "hf_electra")
+    data = str(tmp_path / "data")
+    write_shards(data, num_examples=16, num_shards=1, seq_length=32, vocab_size=1000)
+    result = subprocess.run(
+        [sys.executable, "run_pretraining.py", f"--data_dir={data}", f"--model_dir={tmp_path / 'run'}",
+         f"--init_checkpoint={hf_dir}", "--max_seq_length=32", "--train_batch_size=4", "--num_train_steps=1",
+         "--log_steps=1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The architecture came from the checkpoint, not from --model_size's defaults.
+    meta = export.read_export_metadata(str(tmp_path / "run" / "export"))
+    hf_config = json.load(open(os.path.join(hf_dir, "discriminator", "config.json")))
+    assert meta["config"]["hidden_size"] == hf_config["hidden_size"]
+    assert meta["config"]["num_layers"] == hf_config["num_hidden_layers"]
+    # Step 1 has learning rate 0 (warm-up starts at 0), so the export holds the HF weights.
+    encoder, _, _ = export.load_pretrained_encoder(str(tmp_path / "run" / "export"))
+    hf = load_file(os.path.join(hf_dir, "discriminator", "model.safetensors"))
+    np.testing.assert_array_equal(encoder.embeddings.token_embedding.embeddings.numpy(),
+                                  hf["electra.embeddings.word_embeddings.weight"])
+    np.testing.assert_array_equal(encoder.transformer_layers[0]._feedforward_output_dense.kernel.numpy(),
+                                  hf["electra.encoder.layer.0.output.dense.weight"].T)
