@@ -599,7 +599,7 @@ def _build_in_pool(plan: BuildPlan, pending: list[int], pool: WorkerPool,
     remaining = list(results)
     try:
         while remaining:
-            _drain(pool, progress, timeout=0.1)
+            _drain(pool, progress, timeout=0.02)
             for result in [r for r in remaining if r.ready()]:
                 remaining.remove(result)
                 result.get()  # re-raises a worker's exception here

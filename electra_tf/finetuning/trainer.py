@@ -13,8 +13,7 @@ Example:
 
 >>> import numpy as np
 >>> from electra_tf.config import get_config
->>> from electra_tf import input_pipeline
-from electra_tf.finetuning.heads import ClassificationHead
+>>> from electra_tf.finetuning.heads import ClassificationHead
 >>> from electra_tf.modeling import ElectraEncoder
 >>> config = get_config("tiny", vocab_size=50, num_layers=1)
 >>> model = FinetuningModel(ElectraEncoder.from_config_object(config), ClassificationHead(2))
