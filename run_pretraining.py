@@ -19,10 +19,12 @@ import sys
 
 from absl import app, flags, logging
 
+from electra_tf.config import MODEL_SIZES, OBJECTIVES
+
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
 
-flags.DEFINE_enum("model_size", None, ["tiny", "small", "base", "large"],
+flags.DEFINE_enum("model_size", None, list(MODEL_SIZES),
                   "Model size from electra_tf/config.py (default: tiny for the demo, else small).")
 flags.DEFINE_string("data_dir", None, "Directory of TFRecord shards + manifest.json from data_prep. "
                     "Unset: build and use the offline demo corpus.")
@@ -33,7 +35,9 @@ flags.DEFINE_integer("train_batch_size", None, "Global batch size (split over re
 flags.DEFINE_float("learning_rate", None, "Peak learning rate.")
 flags.DEFINE_integer("max_seq_length", None, "Sequence length; must match the shards.")
 flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig overrides.")
-flags.DEFINE_enum("objective", None, ["rtd", "mlm"], "rtd = ELECTRA; mlm = BERT-style masked LM only.")
+flags.DEFINE_enum("objective", None, list(OBJECTIVES),
+                  "rtd = ELECTRA; mlm = BERT-style masked LM only; the others are the paper's ablations "
+                  "(see electra_tf/config.py).")
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
                   "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")

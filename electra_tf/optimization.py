@@ -4,9 +4,11 @@
 decay from the peak to zero over `num_train_steps`, multiplied by a linear
 warm-up factor `min(1, step / num_warmup_steps)`.
 
-`ElectraAdamW` is Keras' AdamW with three additions the official optimizer
+`ElectraAdamW` is Keras' AdamW with four additions the official optimizer
 has and Keras lacks:
 
+* the official update without bias correction, `lr · (m / (√v + ε) + wd · w)`
+  (`bias_correction=False`, the default; `True` gives Keras' corrected step);
 * gradients may arrive already all-reduced across replicas and clipped by
   their *global* norm (`gradients_are_reduced=True`, what
   `ElectraPretrainer.train_step` does): Keras would otherwise clip each
@@ -60,21 +62,21 @@ def uses_weight_decay(variable_name: str) -> bool:
 
 @keras.saving.register_keras_serializable(package="electra_tf")
 class ElectraAdamW(keras.optimizers.AdamW):
-    """AdamW with global-norm clipping after all-reduce and per-variable LR multipliers.
+    """The official AdamW: no bias correction, per-variable LR multipliers, reduced gradients.
 
     Args:
-        clip_norm: clip the (already all-reduced) gradient to this global norm.
-            Only used by `clip_gradients`; the caller decides when to clip.
+        bias_correction: False (official) applies `lr · m / (√v + ε)`; True
+            scales the step by `√(1 − β2^t) / (1 − β1^t)` as Keras' Adam does.
         lr_multipliers: optional `{variable.path: multiplier}`; missing paths get 1.
         gradients_are_reduced: the caller passes gradients summed over replicas,
             so the optimizer must not all-reduce them again.
     """
 
     def __init__(self, learning_rate=1e-3, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 clip_norm=1.0, lr_multipliers=None, gradients_are_reduced=True, **kwargs):
+                 bias_correction=False, lr_multipliers=None, gradients_are_reduced=True, **kwargs):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1,
                          beta_2=beta_2, epsilon=epsilon, **kwargs)
-        self.clip_norm = clip_norm
+        self.bias_correction = bool(bias_correction)
         self.lr_multipliers = dict(lr_multipliers or {})
         self.gradients_are_reduced = gradients_are_reduced
 
@@ -101,7 +103,15 @@ class ElectraAdamW(keras.optimizers.AdamW):
         if self.weight_decay and self._use_weight_decay(variable):
             wd = ops.cast(self.weight_decay, variable.dtype)
             variable.assign(variable - variable * wd * learning_rate)
-        super().update_step(gradient, variable, learning_rate)
+        if self.bias_correction:
+            super().update_step(gradient, variable, learning_rate)
+            return
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        gradient = ops.cast(gradient, variable.dtype)
+        self.assign_add(m, (gradient - m) * (1.0 - self.beta_1))
+        self.assign_add(v, (ops.square(gradient) - v) * (1.0 - self.beta_2))
+        self.assign_sub(variable, learning_rate * m / (ops.sqrt(v) + self.epsilon))
 
     def _apply_weight_decay(self, variables):
         pass  # done per variable in update_step
@@ -113,7 +123,7 @@ class ElectraAdamW(keras.optimizers.AdamW):
 
     def get_config(self):
         config = super().get_config()
-        config.update(clip_norm=self.clip_norm, lr_multipliers=self.lr_multipliers,
+        config.update(bias_correction=self.bias_correction, lr_multipliers=self.lr_multipliers,
                       gradients_are_reduced=self.gradients_are_reduced)
         return config
 
@@ -133,6 +143,6 @@ def create_optimizer(config: ElectraConfig, learning_rate=None, num_train_steps=
         beta_1=config.adam_beta1,
         beta_2=config.adam_beta2,
         epsilon=config.adam_epsilon,
-        clip_norm=config.clip_norm,
+        bias_correction=config.adam_bias_correction,
         lr_multipliers=lr_multipliers,
     )

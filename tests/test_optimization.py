@@ -1,4 +1,4 @@
-"""Schedule and AdamW: decay exclusions, per-variable learning rates."""
+"""Schedule and AdamW: the official update, decay exclusions, per-variable learning rates."""
 
 import keras
 import numpy as np
@@ -40,7 +40,8 @@ def test_weight_decay_skips_layer_norm_and_biases():
 def test_learning_rate_multipliers_scale_adam_step_and_weight_decay():
     model = make_model()
     multipliers = {"net/dense/kernel": 0.25}
-    optimizer = ElectraAdamW(learning_rate=0.1, weight_decay=0.0, lr_multipliers=multipliers)
+    optimizer = ElectraAdamW(learning_rate=0.1, weight_decay=0.0, lr_multipliers=multipliers,
+                             bias_correction=True)
     grads = [np.ones(v.shape, "float32") for v in model.trainable_variables]
     after = step(model, optimizer, grads)
     # Adam's bias-corrected first step moves each weight by lr × g / (|g| + eps) ≈ lr × multiplier.
@@ -57,3 +58,52 @@ def test_optimizer_config_round_trips():
     optimizer = ElectraAdamW(learning_rate=WarmupLinearDecay(1e-3, 10, 2), lr_multipliers={"a/b": 0.5})
     restored = ElectraAdamW.from_config(optimizer.get_config())
     assert restored.lr_multipliers == {"a/b": 0.5} and restored.gradients_are_reduced
+    assert restored.bias_correction is False
+
+
+def official_adamw(params, grads_per_step, lrs, multipliers, decays, wd, b1=0.9, b2=0.999, eps=1e-6):
+    """`AdamWeightDecayOptimizer._apply_gradients` of google-research/electra, in NumPy."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for grads, lr in zip(grads_per_step, lrs):
+        for k in params:
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v2[k] = b2 * v2[k] + (1 - b2) * grads[k] ** 2
+            update = m[k] / (np.sqrt(v2[k]) + eps)
+            if decays[k]:
+                update = update + wd * params[k]
+            params[k] = params[k] - lr * multipliers[k] * update
+    return params
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_update_matches_the_official_adamw_in_numpy(bias_correction):
+    rng = np.random.RandomState(0)
+    model = make_model()
+    for variable in model.weights:
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    start = {v.path: v.numpy() for v in model.trainable_variables}
+    schedule = WarmupLinearDecay(1e-2, num_train_steps=20, num_warmup_steps=3)
+    multipliers = {"net/dense/kernel": 0.5}
+    optimizer = ElectraAdamW(learning_rate=schedule, weight_decay=0.1, lr_multipliers=multipliers,
+                             bias_correction=bias_correction)
+    grads_per_step = [{k: rng.normal(size=v.shape) for k, v in start.items()} for _ in range(6)]
+    for grads in grads_per_step:
+        after = step(model, optimizer, [grads[v.path].astype("float32") for v in model.trainable_variables])
+    lrs = [float(schedule(t)) for t in range(6)]
+    expected = official_adamw(start, grads_per_step, lrs, {k: multipliers.get(k, 1.0) for k in start},
+                              {k: k.endswith("kernel") for k in start}, wd=0.1)
+    if bias_correction:  # Keras' step differs from the official one from the first update on
+        assert not np.allclose(after["net/dense/bias"], expected["net/dense/bias"], atol=1e-4)
+        return
+    for path, value in expected.items():
+        np.testing.assert_allclose(after[path], value, atol=1e-6, err_msg=path)
+
+
+def test_config_defaults_to_the_official_update_and_mini_opts_out():
+    from electra_tf.config import get_config
+    from electra_tf.optimization import create_optimizer
+
+    assert create_optimizer(get_config("small")).bias_correction is False
+    assert create_optimizer(get_config("mini")).bias_correction is True

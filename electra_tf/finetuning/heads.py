@@ -145,3 +145,13 @@ class SpanHead(layers.Layer):
                       answerable_weight=self.answerable_weight, hidden_act=self.hidden_act,
                       initializer_range=self.initializer_range)
         return config
+
+
+def build_head(task, config):
+    """The head of `task` with the hyper-parameters of `config` (an `ElectraConfig`)."""
+    if task.kind == "span":
+        return SpanHead(answerable=task.v2, hidden_act=config.hidden_act,
+                        initializer_range=config.initializer_range, name="span_head")
+    return ClassificationHead(task.num_labels, dropout_rate=config.dropout_rate,  # 0.1 as in the official code
+                              initializer_range=config.initializer_range,
+                              name="classification_head")

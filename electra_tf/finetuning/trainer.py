@@ -38,7 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf import input_pipeline
-from electra_tf.finetuning.heads import ClassificationHead, SpanHead
+from electra_tf.finetuning.heads import ClassificationHead, build_head
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.modeling import ElectraEncoder
 from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
@@ -120,15 +120,6 @@ class FinetuningModel(keras.Model):
         return cls(encoder, head, **config)
 
 
-def build_head(task, config):
-    if task.kind == "span":
-        return SpanHead(answerable=task.v2, hidden_act=config.hidden_act,
-                        initializer_range=config.initializer_range, name="span_head")
-    return ClassificationHead(task.num_labels, dropout_rate=config.dropout_rate,  # 0.1 as in the official code
-                              initializer_range=config.initializer_range,
-                              name="classification_head")
-
-
 @dataclasses.dataclass
 class RunOptions:
     """What one fine-tuning run needs besides the config and the task."""
@@ -170,7 +161,7 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
     optimizer = ElectraAdamW(
         learning_rate=WarmupLinearDecay(options.learning_rate, total_steps, warmup, power=1.0),
         weight_decay=options.weight_decay, beta_1=config.adam_beta1, beta_2=config.adam_beta2,
-        epsilon=config.adam_epsilon, clip_norm=config.clip_norm, lr_multipliers=multipliers)
+        epsilon=config.adam_epsilon, bias_correction=config.adam_bias_correction, lr_multipliers=multipliers)
     if options.mixed_precision == "fp16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
