@@ -84,7 +84,9 @@ class ElectraEmbeddings(layers.Layer):
         init = truncated_normal(initializer_range)
         self.token_embedding = layers.ReversibleEmbedding(
             vocab_size, embedding_size, embeddings_initializer=init,
-            dtype=self.dtype_policy, name="token_embedding",
+            # The MLM logits' vocabulary matmul runs in float32 under mixed precision, as the
+            # official code computes its logits; it only runs at the masked positions.
+            reverse_dtype="float32", dtype=self.dtype_policy, name="token_embedding",
         )
         self.position_embedding = PositionEmbedding(
             sequence_length=max_position_embeddings, initializer=truncated_normal(initializer_range),
@@ -125,20 +127,6 @@ class ElectraEmbeddings(layers.Layer):
             initializer_range=self.initializer_range,
         )
         return config
-
-
-def embeddings_from_config(config: ElectraConfig, dtype=None) -> ElectraEmbeddings:
-    return ElectraEmbeddings(
-        vocab_size=config.vocab_size,
-        embedding_size=config.embedding_size,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        dropout_rate=config.dropout_rate,
-        layer_norm_epsilon=config.layer_norm_epsilon,
-        initializer_range=config.initializer_range,
-        dtype=dtype,
-        name="embeddings",
-    )
 
 
 def encoder_sizes(config: ElectraConfig, role: str) -> dict:
@@ -188,8 +176,9 @@ class ElectraEncoder(keras.Model):
         )
         self.embeddings_projection = None
         if hidden_size != embedding_size:
+            # glorot-uniform: the official `embeddings_project` is a tf.layers.dense with no initializer.
             self.embeddings_projection = layers.Dense(
-                hidden_size, kernel_initializer=truncated_normal(initializer_range),
+                hidden_size, kernel_initializer="glorot_uniform",
                 dtype=self.dtype_policy, name="embeddings_projection",
             )
         if attention_dropout_rate != dropout_rate:
@@ -291,9 +280,8 @@ class DiscriminatorHead(layers.Layer):
             hidden_size, activation=get_activation(hidden_act),
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
-        self.logits = layers.Dense(
-            1, kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="logits"
-        )
+        # glorot-uniform: the official discriminator's last dense has no initializer.
+        self.logits = layers.Dense(1, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="logits")
 
     def build(self, input_shape):
         self.dense.build(input_shape)
@@ -350,7 +338,7 @@ class MaskedLMHead(layers.Layer):
 
     def get_config(self):
         raise NotImplementedError(
-            "MaskedLMHead ties its output to an embedding layer; rebuild it with build_generator_head()"
+            "MaskedLMHead ties its output to an embedding layer; build it with MaskedLMHead(token_embedding, ...)"
         )
 
 

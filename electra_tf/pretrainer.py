@@ -3,7 +3,11 @@
 `train_step` runs, per batch and in graph: dynamic masking → generator MLM at
 the masked positions → Gumbel-max sampling (no gradient) → discriminator on
 the corrupted input → `gen_weight × MLM loss + disc_weight × sigmoid CE`.
-With `objective="mlm"` only the MLM part runs (the BERT baseline).
+With `objective="mlm"` only the MLM part runs (the BERT baseline). The
+paper's ablations (section 3.2, `config.OBJECTIVES`) change only what the main
+model's loss covers: `rtd_masked_only` (sigmoid CE at the masked positions),
+`replace_mlm` (MLM on the corrupted input at the masked positions) and
+`all_tokens_mlm` (MLM over every real token with a copy gate).
 
 Losses are global means: each replica divides its sums by the token counts
 all-reduced over replicas, and gradients are summed over replicas before the
@@ -30,7 +34,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf import masking
-from electra_tf.config import ElectraConfig
+from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
 from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, MaskedLMHead, gather_positions
 
 BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
@@ -60,23 +64,38 @@ class ElectraPretrainer(keras.Model):
         self.special_token_ids = {**BERT_SPECIAL_IDS, **(special_token_ids or {})}
         self.seed = int(seed)
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
-        if config.objective == "rtd":
+        # Attribute names are the checkpoint's keys: keep them stable.
+        self.discriminator = self.discriminator_head = self.discriminator_mlm_head = None
+        if config.objective in GENERATOR_OBJECTIVES:
             self.discriminator = ElectraEncoder.from_config_object(config, "discriminator")
             self.discriminator.build()  # the shared embeddings get created under the discriminator's name
             self.generator = ElectraEncoder.from_config_object(
                 config, "generator", embeddings=self.discriminator.embeddings
             )
+        else:
+            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator")
+        self.generator_head = self._mlm_head(self.generator, "generator_head")
+        if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm"):
+            # For all_tokens_mlm this is the copy gate: the probability that a token is kept.
             self.discriminator_head = DiscriminatorHead(
                 config.hidden_size, config.hidden_act, config.initializer_range, name="discriminator_head"
             )
-        else:
-            self.discriminator = self.discriminator_head = None
-            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator")
-        self.generator_head = MaskedLMHead(
-            self.generator.embeddings.token_embedding, config.embedding_size, config.hidden_act,
-            config.layer_norm_epsilon, config.initializer_range, name="generator_head",
-        )
+        if config.objective in ("replace_mlm", "all_tokens_mlm"):
+            self.discriminator_mlm_head = self._mlm_head(self.discriminator, "discriminator_mlm_head")
         self._create_metrics()
+
+    @property
+    def step_output_names(self) -> list[str]:
+        """The loss partials `train_step` returns for this objective."""
+        names = ["loss", "gen_loss", "grad_norm"]
+        if self.discriminator_mlm_head is not None:
+            return names + ["main_loss"]
+        return names + (["disc_loss"] if self.discriminator is not None else [])
+
+    def _mlm_head(self, encoder, name):
+        config = self.config
+        return MaskedLMHead(encoder.embeddings.token_embedding, config.embedding_size, config.hidden_act,
+                            config.layer_norm_epsilon, config.initializer_range, name=name)
 
     @property
     def encoder_for_finetuning(self) -> ElectraEncoder:
@@ -95,7 +114,10 @@ class ElectraPretrainer(keras.Model):
             "gen_accuracy": mean(name="gen_accuracy"),
             "grad_norm": mean(name="grad_norm"),
         }
-        if self.config.objective == "rtd":
+        if self.discriminator_mlm_head is not None:
+            tracked.update(main_loss=mean(name="main_loss"), main_accuracy=mean(name="main_accuracy"),
+                           replaced_fraction=mean(name="replaced_fraction"))
+        elif self.discriminator is not None:
             tracked.update(
                 disc_loss=mean(name="disc_loss"),
                 disc_accuracy=keras.metrics.BinaryAccuracy(name="disc_accuracy"),
@@ -120,11 +142,14 @@ class ElectraPretrainer(keras.Model):
         return self
 
     def call(self, batch, training=False):
-        """Unmasked forward pass: discriminator logits `[B, S]` (RTD) or MLM logits `[B, S, V]`."""
+        """Unmasked forward pass: the main model's logits, `[B, S]` (RTD) or `[B, S, V]` (MLM)."""
         inputs = self._encoder_inputs(batch["input_ids"], batch)
-        if self.discriminator is not None:
-            return self.discriminator_head(self.discriminator(inputs, training=training))
-        return self.generator_head(self.generator(inputs, training=training))
+        if self.discriminator is None:
+            return self.generator_head(self.generator(inputs, training=training))
+        hidden = self.discriminator(inputs, training=training)
+        if self.discriminator_head is not None:
+            return self.discriminator_head(hidden)
+        return self.discriminator_mlm_head(hidden)
 
     @staticmethod
     def _encoder_inputs(token_ids, batch):
@@ -167,12 +192,59 @@ class ElectraPretrainer(keras.Model):
         sampled = masking.gumbel_sample(gen_logits, seeds, config.temperature)
         fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
         disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
-        disc_logits = tf.cast(self.discriminator_head(disc_hidden), tf.float32)
-        disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)
-        out.update(fake_ids=fake_ids, labels=labels, disc_logits=disc_logits, sampled=sampled,
-                   disc_loss=tf.reduce_sum(disc_losses * tf.cast(input_mask, tf.float32)) / num_tokens)
-        out["loss"] += config.disc_weight * out["disc_loss"]
+        out.update(fake_ids=fake_ids, labels=labels, sampled=sampled)
+        token_mask = tf.cast(input_mask, tf.float32)
+        if config.objective == "replace_mlm":
+            out.update(self._masked_mlm_loss(disc_hidden, masked, num_masked))
+        elif config.objective == "all_tokens_mlm":
+            out.update(self._all_tokens_mlm_loss(disc_hidden, input_ids, fake_ids, token_mask, num_tokens))
+        else:
+            if config.objective == "rtd_masked_only":
+                _, covered = masking.scatter_to_sequence(tf.ones_like(masked.positions), masked.positions,
+                                                         masked.weights, tf.shape(input_ids)[1])
+                disc_weights, num_covered = tf.cast(covered, tf.float32), num_masked
+            else:
+                disc_weights, num_covered = token_mask, num_tokens
+            disc_logits = tf.cast(self.discriminator_head(disc_hidden), tf.float32)
+            disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)
+            out.update(disc_logits=disc_logits, disc_weights=disc_weights,
+                       disc_loss=tf.reduce_sum(disc_losses * disc_weights) / num_covered)
+            out["loss"] += config.disc_weight * out["disc_loss"]
+            return out
+        out["loss"] += out["main_loss"]
         return out
+
+    def _masked_mlm_loss(self, hidden, masked, num_masked):
+        """replace_mlm: predict the original tokens at the (corrupted) masked positions."""
+        logits = self.discriminator_mlm_head(gather_positions(hidden, masked.positions))
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, logits)
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), masked.original_ids), tf.float32)
+        return {"main_loss": tf.reduce_sum(losses * masked.weights) / num_masked,
+                "main_correct": correct, "main_weights": masked.weights}
+
+    def _all_tokens_mlm_loss(self, hidden, input_ids, fake_ids, token_mask, num_tokens):
+        """all_tokens_mlm: p(x_t) = D_t·1[x_t = input_t] + (1 − D_t)·softmax_t(x_t) at every real token.
+
+        D_t = sigmoid(copy logit) is the paper's copy mechanism; without it the model
+        could lower most of its loss by learning the identity map.
+        """
+        logits = self.discriminator_mlm_head(hidden)  # [B, S, V], float32
+        copy_logit = tf.cast(self.discriminator_head(hidden), tf.float32)
+        log_probs = tf.nn.log_softmax(logits)
+        log_p_softmax = tf.gather(log_probs, input_ids, batch_dims=2)
+        log_keep, log_change = tf.math.log_sigmoid(copy_logit), tf.math.log_sigmoid(-copy_logit)
+        is_copy = tf.equal(fake_ids, input_ids)
+        log_p = tf.where(is_copy, tf.math.reduce_logsumexp(tf.stack([log_keep, log_change + log_p_softmax]), 0),
+                         log_change + log_p_softmax)
+        # Predicted token: the input (copy) unless some other word is more probable under the mixture.
+        best = tf.argmax(logits, -1, output_type=tf.int32)
+        log_p_best = tf.reduce_max(log_probs, -1)
+        copy_score = tf.math.reduce_logsumexp(tf.stack([
+            log_keep, log_change + tf.gather(log_probs, fake_ids, batch_dims=2)]), 0)
+        prediction = tf.where(copy_score >= log_change + log_p_best, fake_ids, best)
+        correct = tf.cast(tf.equal(prediction, input_ids), tf.float32)
+        return {"main_loss": -tf.reduce_sum(log_p * token_mask) / num_tokens,
+                "main_correct": correct, "main_weights": token_mask, "copy_logit": copy_logit}
 
     def train_step(self, batch):
         variables = self.trainable_variables
@@ -188,7 +260,7 @@ class ElectraPretrainer(keras.Model):
         out["grad_norm"] = grad_norm / loss_scale
         self._update_metrics(batch, out)
         _, num_replicas = replica_context_info()
-        results = {name: out[name] for name in ("loss", "gen_loss", "disc_loss") if name in out}
+        results = {name: out[name] for name in ("loss", "gen_loss", "disc_loss", "main_loss") if name in out}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
         return results
@@ -213,13 +285,16 @@ class ElectraPretrainer(keras.Model):
         gen_correct = tf.cast(tf.equal(tf.argmax(out["gen_logits"], -1, output_type=tf.int32), masked.original_ids),
                               tf.float32)
         self.tracked["gen_accuracy"].update_state(gen_correct, sample_weight=masked.weights)
-        if "disc_loss" not in out:
+        if "main_loss" in out:
+            add_partial("main_loss", out["main_loss"])
+            self.tracked["main_accuracy"].update_state(out["main_correct"], sample_weight=out["main_weights"])
+        elif "disc_loss" in out:
+            add_partial("disc_loss", out["disc_loss"])
+            probs = tf.sigmoid(out["disc_logits"])
+            for name in ("disc_accuracy", "disc_precision", "disc_recall", "disc_auc"):
+                self.tracked[name].update_state(out["labels"], probs, sample_weight=out["disc_weights"])
+        else:
             return
-        add_partial("disc_loss", out["disc_loss"])
-        token_weights = tf.cast(batch["input_mask"], tf.float32)
-        probs = tf.sigmoid(out["disc_logits"])
-        for name in ("disc_accuracy", "disc_precision", "disc_recall", "disc_auc"):
-            self.tracked[name].update_state(out["labels"], probs, sample_weight=token_weights)
         replaced = tf.gather(out["labels"], masked.positions, batch_dims=1)
         self.tracked["replaced_fraction"].update_state(replaced, sample_weight=masked.weights)
 

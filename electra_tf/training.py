@@ -99,7 +99,7 @@ def make_train_fn(strategy, model, jit_compile=False):
         batch = input_pipeline.split_for_replicas(strategy, next(iterator))
         return strategy.run(step_fn, args=(batch,))
 
-    output_names = ["loss", "gen_loss", "grad_norm"] + (["disc_loss"] if model.discriminator is not None else [])
+    output_names = model.step_output_names
 
     @tf.function
     def train_steps(iterator, num_steps):

@@ -1,0 +1,89 @@
+"""Training FLOPs of one pre-training step, for equal-compute comparisons.
+
+Counted as in the ELECTRA paper's compute comparisons: matrix-multiply FLOPs of
+the forward pass (2 FLOPs per multiply-add), times 3 for forward + backward
+(the backward pass costs about twice the forward). Embedding look-ups,
+softmaxes, layer norms and the like are left out: they are a few percent at
+these sizes. Per sequence of length S:
+
+* encoder of width H, L layers, FFN I, embedding size E:
+  `2·S·E·H` (embedding projection, when E ≠ H) `+ L · 2·S·(4·H² + 2·S·H + 2·H·I)`
+  (Q, K, V and output projections; attention scores and context; the FFN);
+* MLM head at P positions: `2·P·(H·E + E·V)` (dense to E, tied output to V);
+* discriminator head (also the copy gate of `all_tokens_mlm`): `2·S·(H² + H)`.
+
+RTD-style objectives run the generator (MLM head at the `max_predictions`
+masked slots) and the discriminator; `mlm` runs one encoder and its MLM head;
+`replace_mlm` adds the main model's MLM head at the masked slots;
+`all_tokens_mlm` its MLM head at all S positions plus the copy gate. The
+generator is included in full (×3: it is trained by its own MLM loss).
+
+Example:
+
+>>> from electra_tf.config import get_config
+>>> from electra_tf.flops import train_flops_per_step
+>>> round(train_flops_per_step(get_config("mini")) / 1e12, 2)  # TFLOPs, batch 128 × 128
+0.43
+"""
+
+from electra_tf import masking
+from electra_tf.config import ElectraConfig
+
+BACKWARD_FACTOR = 3  # forward + backward ≈ 3 × forward
+
+
+def encoder_forward_flops(seq_length, embedding_size, hidden_size, num_layers, intermediate_size) -> int:
+    projection = 2 * seq_length * embedding_size * hidden_size if embedding_size != hidden_size else 0
+    per_layer = 2 * seq_length * (4 * hidden_size ** 2 + 2 * seq_length * hidden_size
+                                  + 2 * hidden_size * intermediate_size)
+    return projection + num_layers * per_layer
+
+
+def mlm_head_forward_flops(num_positions, hidden_size, embedding_size, vocab_size) -> int:
+    return 2 * num_positions * (hidden_size * embedding_size + embedding_size * vocab_size)
+
+
+def discriminator_head_forward_flops(seq_length, hidden_size) -> int:
+    return 2 * seq_length * (hidden_size ** 2 + hidden_size)
+
+
+def _encoder(config: ElectraConfig, role: str, seq_length: int) -> tuple[int, int]:
+    """(forward FLOPs, width) of the `role` encoder."""
+    if role == "generator":
+        sizes = (config.generator_hidden_size, config.generator_num_layers, config.generator_intermediate_size)
+    else:
+        sizes = (config.hidden_size, config.num_layers, config.intermediate_size)
+    hidden, layers, intermediate = sizes
+    return encoder_forward_flops(seq_length, config.embedding_size, hidden, layers, intermediate), hidden
+
+
+def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
+    """Forward matmul FLOPs for one sequence under `config.objective`."""
+    seq = seq_length or config.max_seq_length
+    masked = masking.max_predictions_per_seq(config.mask_prob, seq)
+    vocab, embed = config.vocab_size, config.embedding_size
+    if config.objective == "mlm":
+        encoder, width = _encoder(config, config.mlm_encoder, seq)
+        return encoder + mlm_head_forward_flops(masked, width, embed, vocab)
+    generator, gen_width = _encoder(config, "generator", seq)
+    discriminator, width = _encoder(config, "discriminator", seq)
+    total = generator + mlm_head_forward_flops(masked, gen_width, embed, vocab) + discriminator
+    if config.objective in ("rtd", "rtd_masked_only"):
+        return total + discriminator_head_forward_flops(seq, width)
+    if config.objective == "replace_mlm":
+        return total + mlm_head_forward_flops(masked, width, embed, vocab)
+    if config.objective == "all_tokens_mlm":
+        return total + mlm_head_forward_flops(seq, width, embed, vocab) + discriminator_head_forward_flops(seq, width)
+    raise ValueError(f"no FLOP count for objective {config.objective!r}")
+
+
+def train_flops_per_step(config: ElectraConfig, batch_size=None, seq_length=None) -> int:
+    """Training FLOPs of one step: 3 × forward × global batch."""
+    batch = batch_size or config.train_batch_size
+    return BACKWARD_FACTOR * batch * forward_flops_per_sequence(config, seq_length)
+
+
+def steps_for_flops(config: ElectraConfig, total_flops: float) -> int:
+    """The number of steps of `config` that spends `total_flops` (rounded up)."""
+    per_step = train_flops_per_step(config)
+    return int(-(-total_flops // per_step))
