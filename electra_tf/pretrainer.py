@@ -219,7 +219,7 @@ class ElectraPretrainer(keras.Model):
         logits = self.discriminator_mlm_head(gather_positions(hidden, masked.positions))
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, logits)
         correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), masked.original_ids), tf.float32)
-        return {"main_loss": tf.reduce_sum(losses * masked.weights) / num_masked,
+        return {"main_loss": tf.reduce_sum(losses * masked.weights) / num_masked, "main_logits": logits,
                 "main_correct": correct, "main_weights": masked.weights}
 
     def _all_tokens_mlm_loss(self, hidden, input_ids, fake_ids, token_mask, num_tokens):
@@ -244,7 +244,7 @@ class ElectraPretrainer(keras.Model):
         prediction = tf.where(copy_score >= log_change + log_p_best, fake_ids, best)
         correct = tf.cast(tf.equal(prediction, input_ids), tf.float32)
         return {"main_loss": -tf.reduce_sum(log_p * token_mask) / num_tokens,
-                "main_correct": correct, "main_weights": token_mask, "copy_logit": copy_logit}
+                "main_correct": correct, "main_weights": token_mask, "main_logits": logits, "copy_logit": copy_logit}
 
     def train_step(self, batch):
         variables = self.trainable_variables

@@ -145,14 +145,17 @@ def test_train_step_reduces_loss_on_a_fixed_batch():
 
 
 def test_gradients_are_clipped_to_global_norm():
-    model = build(clip_norm=1e-3, num_warmup_steps=0)
-    model.compile(optimizer=create_optimizer(model.config))
+    """With plain SGD (lr 1) the weight change is the clipped gradient: its global norm is clip_norm."""
+    import keras
+
+    clip_norm = 1e-3
+    model = build(clip_norm=clip_norm)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
     before = [v.numpy().copy() for v in model.trainable_variables]
     out = model.train_step(make_batch())
-    assert float(out["grad_norm"]) > 1e-3  # the pre-clip norm is reported
-    # Adam's first step moves each weight by ~lr regardless of scale: check clipping through SGD-like math instead.
-    grads_norm_after = tf.linalg.global_norm([tf.constant(b) - v for b, v in zip(before, model.trainable_variables)])
-    assert float(grads_norm_after) > 0
+    assert float(out["grad_norm"]) > 100 * clip_norm  # the pre-clip norm is reported, and clipping is active
+    change = tf.linalg.global_norm([tf.constant(b) - v for b, v in zip(before, model.trainable_variables)])
+    np.testing.assert_allclose(float(change), clip_norm, rtol=1e-3)
 
 
 @pytest.mark.parametrize("mlm_encoder,hidden", [("generator", 16), ("discriminator", 32)])
