@@ -71,6 +71,10 @@ class ElectraConfig:
     gen_weight: float = 1.0
     temperature: float = 1.0
     max_seq_length: int = 128
+    # "full": generator and discriminator share one embeddings block (ELECTRA). "gdes":
+    # gradient-disentangled sharing (DeBERTaV3): the discriminator uses stop_gradient(shared) + its
+    # own zero-initialised delta, so only the generator's MLM loss trains the shared block.
+    embedding_sharing: str = "full"
 
     # Optimisation (shared by pre-training and fine-tuning).
     learning_rate: float = 5e-4
@@ -121,6 +125,10 @@ class ElectraConfig:
                 problems.append(f"{name}={getattr(self, name)} is not divisible by its {heads} heads")
         if self.finetune_loss_reduction not in ("sum", "mean"):
             problems.append(f"finetune_loss_reduction must be 'sum' or 'mean', got {self.finetune_loss_reduction!r}")
+        if self.embedding_sharing not in ("full", "gdes"):
+            problems.append(f"embedding_sharing must be 'full' or 'gdes', got {self.embedding_sharing!r}")
+        elif self.embedding_sharing == "gdes" and self.objective not in GENERATOR_OBJECTIVES:
+            problems.append(f"embedding_sharing='gdes' needs a generator; objective {self.objective!r} has none")
         if not 0.0 < self.mask_prob < 1.0:
             problems.append(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.max_seq_length > self.max_position_embeddings:

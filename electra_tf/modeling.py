@@ -129,6 +129,84 @@ class ElectraEmbeddings(layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class GdesEmbeddings(layers.Layer):
+    """Gradient-disentangled embedding sharing (DeBERTaV3): the discriminator's view of shared embeddings.
+
+    Every parameter θ of the generator's `ElectraEmbeddings` block (word, position
+    and segment tables, LayerNorm) is used as `stop_gradient(θ) + Δθ`, with Δθ
+    zero-initialised and owned by the discriminator. The generator's MLM loss
+    alone trains the shared θ; the discriminator's loss trains only the deltas,
+    so the two losses no longer pull the shared table in opposite directions
+    ("tug of war"). `fold()` returns the plain block `θ + Δθ` for fine-tuning.
+    Same call signature as `ElectraEmbeddings`.
+    """
+
+    def __init__(self, base: ElectraEmbeddings, **kwargs):
+        super().__init__(**kwargs)
+        self.base = base
+
+    def build(self, token_ids_shape=None, segment_ids_shape=None):
+        if not self.base.built:
+            self.base.build((None, None))
+        self.deltas = {
+            name: self.add_weight(name=delta_name, shape=tuple(variable.shape), initializer="zeros")
+            for name, delta_name, variable in self._shared()
+        }
+        self.built = True
+
+    def _shared(self):
+        """(key, delta variable name, shared variable); LayerNorm deltas keep the names
+        `gamma`/`beta` so the optimizer excludes them from weight decay like their bases."""
+        base = self.base
+        return [
+            ("token", "token_embedding_delta", base.token_embedding.embeddings),
+            ("position", "position_embedding_delta", base.position_embedding.position_embeddings),
+            ("segment", "segment_embedding_delta", base.segment_embedding.embeddings),
+            ("gamma", "gamma", base.embeddings_layer_norm.gamma),
+            ("beta", "beta", base.embeddings_layer_norm.beta),
+        ]
+
+    def _table(self, key, variable):
+        return ops.stop_gradient(ops.convert_to_tensor(variable)) + ops.convert_to_tensor(self.deltas[key])
+
+    def call(self, token_ids, segment_ids, training=None):
+        tables = {key: ops.cast(self._table(key, variable), self.compute_dtype)
+                  for key, _, variable in self._shared()}
+        tokens = ops.take(tables["token"], token_ids, axis=0)
+        length = ops.shape(token_ids)[1]
+        positions = ops.expand_dims(tables["position"][:length], 0)
+        x = tokens + positions + ops.take(tables["segment"], segment_ids, axis=0)
+        x = layer_norm(x, tables["gamma"], tables["beta"], self.base.layer_norm_epsilon)
+        return self.base.embeddings_dropout(x, training=training)
+
+    def fold(self) -> ElectraEmbeddings:
+        """A plain `ElectraEmbeddings` holding θ + Δθ (what the discriminator computes)."""
+        base = self.base
+        folded = ElectraEmbeddings(**{k: v for k, v in base.get_config().items()
+                                      if k not in ("name", "trainable", "dtype")},
+                                   dtype=base.dtype_policy, name="embeddings")
+        folded.build((None, None))
+        for (key, _, variable), (_, _, target) in zip(self._shared(), _shared_variables(folded)):
+            target.assign(ops.convert_to_tensor(variable) + ops.convert_to_tensor(self.deltas[key]))
+        return folded
+
+    def get_config(self):
+        raise NotImplementedError("GdesEmbeddings wraps a live embeddings block; export folds it (fold())")
+
+
+def _shared_variables(embeddings: ElectraEmbeddings):
+    return GdesEmbeddings(embeddings)._shared()
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm over the last axis with explicit parameters, statistics in float32."""
+    x32 = ops.cast(x, "float32")
+    mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
+    normed = (x32 - mean) * ops.rsqrt(variance + epsilon)
+    return ops.cast(normed * ops.cast(gamma, "float32") + ops.cast(beta, "float32"), x.dtype)
+
+
 def encoder_sizes(config: ElectraConfig, role: str) -> dict:
     """Width/depth of the `role` ("discriminator" or "generator") encoder."""
     if role == "discriminator":

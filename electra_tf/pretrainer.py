@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from electra_tf import masking
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
-from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, MaskedLMHead, gather_positions
+from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions
 
 BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 
@@ -66,7 +66,13 @@ class ElectraPretrainer(keras.Model):
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
         # Attribute names are the checkpoint's keys: keep them stable.
         self.discriminator = self.discriminator_head = self.discriminator_mlm_head = None
-        if config.objective in GENERATOR_OBJECTIVES:
+        if config.embedding_sharing == "gdes":
+            self.generator = ElectraEncoder.from_config_object(config, "generator")
+            self.generator.build()
+            self.discriminator = ElectraEncoder.from_config_object(
+                config, "discriminator", embeddings=GdesEmbeddings(self.generator.embeddings, name="embeddings"))
+            self.discriminator.build()
+        elif config.objective in GENERATOR_OBJECTIVES:
             self.discriminator = ElectraEncoder.from_config_object(config, "discriminator")
             self.discriminator.build()  # the shared embeddings get created under the discriminator's name
             self.generator = ElectraEncoder.from_config_object(
@@ -99,8 +105,27 @@ class ElectraPretrainer(keras.Model):
 
     @property
     def encoder_for_finetuning(self) -> ElectraEncoder:
-        """The encoder kept after pre-training: the discriminator (or the MLM encoder)."""
-        return self.discriminator if self.discriminator is not None else self.generator
+        """The encoder kept after pre-training: the discriminator (or the MLM encoder).
+
+        Under GDES it is a plain copy of the discriminator with the embedding deltas folded in.
+        """
+        if self.discriminator is None:
+            return self.generator
+        if isinstance(self.discriminator.embeddings, GdesEmbeddings):
+            return self._folded_discriminator()
+        return self.discriminator
+
+    def _folded_discriminator(self) -> ElectraEncoder:
+        source = self.discriminator
+        encoder = ElectraEncoder.from_config_object(self.config, "discriminator",
+                                                    embeddings=source.embeddings.fold())
+        encoder.build()
+        pairs = list(zip(encoder.transformer_layers, source.transformer_layers))
+        if source.embeddings_projection is not None:
+            pairs.append((encoder.embeddings_projection, source.embeddings_projection))
+        for target, layer in pairs:
+            target.set_weights(layer.get_weights())
+        return encoder
 
     @property
     def finetuning_role(self) -> str:

@@ -4,7 +4,8 @@ r"""Does replaced-token detection beat masked LM at equal compute? Pre-train eac
     python -m experiments.compare_objectives --budget=smoke    # the same pipeline in minutes
 
 Arms: `rtd` (ELECTRA), `mlm` (BERT-style, discriminator-sized), `none` (no pre-training), and the
-paper's ablations `rtd_masked_only`, `replace_mlm`, `all_tokens_mlm` (see `electra_tf/config.py`).
+paper's ablations `rtd_masked_only`, `replace_mlm`, `all_tokens_mlm` (see `electra_tf/config.py`), and
+`gdes` (rtd with DeBERTaV3's gradient-disentangled embedding sharing).
 Every arm pre-trains the `mini` shape on the English Wikipedia shards built from
 `../shared/data/pretrain/enwiki` with the shared English-uncased vocab. Compute: the `rtd` arm
 runs the budget's steps; every other arm runs the steps that spend the same training FLOPs
@@ -49,6 +50,7 @@ ARMS = {
     "rtd_masked_only": {"objective": "rtd_masked_only"},
     "replace_mlm": {"objective": "replace_mlm"},
     "all_tokens_mlm": {"objective": "all_tokens_mlm"},
+    "gdes": {"objective": "rtd", "embedding_sharing": "gdes"},  # DeBERTaV3's gradient-disentangled sharing
 }
 # Task → (main metric key in run_finetuning's metrics.json, epochs).
 TASKS = {"STS-B": ("spearman", 3), "MRPC": ("accuracy", 3), "SST-2": ("accuracy", 1),
