@@ -1,4 +1,7 @@
-"""Choosing a `tf.distribute` strategy and a mixed-precision policy from flags.
+"""`tf.distribute` in one place: choosing a strategy and precision, and the replica/worker helpers.
+
+Everything that asks a strategy about replicas or workers goes through the
+functions here, so private `strategy.extended` attributes are read in one place.
 
 Example:
 
@@ -54,3 +57,42 @@ def set_mixed_precision(name: str | None) -> str:
         raise ValueError(f"--mixed_precision: unknown value {name!r}; choose from {sorted(PRECISIONS)}")
     keras.mixed_precision.set_global_policy(PRECISIONS[name])
     return PRECISIONS[name]
+
+
+def replica_context_info() -> tuple[int, int]:
+    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return 0, 1
+    return context.replica_id_in_sync_group, context.num_replicas_in_sync
+
+
+def all_reduce_sum(values):
+    """Sums `values` (a nest of tensors) over the replicas; a no-op with one replica."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Worker processes (hosts) in the cluster; 1 for single-host strategies."""
+    return getattr(strategy.extended, "_num_workers", 1) or 1
+
+
+def worker_index(strategy: tf.distribute.Strategy) -> int:
+    """This process's index among the workers (0 = chief for MultiWorkerMirroredStrategy)."""
+    return getattr(strategy.extended, "_task_id", 0) or 0
+
+
+def split_for_replicas(strategy: tf.distribute.Strategy, worker_batch):
+    """Per-replica values: replica r of this worker gets the r-th consecutive slice."""
+    local_replicas = strategy.num_replicas_in_sync // num_workers(strategy)
+    if local_replicas == 1 and strategy.num_replicas_in_sync == 1:
+        return worker_batch
+
+    def slice_for(context):
+        index = context.replica_id_in_sync_group % local_replicas
+        return tf.nest.map_structure(lambda t: tf.split(t, local_replicas)[index], worker_batch)
+
+    return strategy.experimental_distribute_values_from_function(slice_for)

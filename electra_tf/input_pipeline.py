@@ -21,9 +21,12 @@ import os
 import tensorflow as tf
 
 from data_prep.manifest import load_manifest, validate_manifest
+from electra_tf import distribution
 from electra_tf.config import ElectraConfig
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
+# Transitional re-exports (the fine-tuning trainer still imports them from here).
+num_workers, split_for_replicas = distribution.num_workers, distribution.split_for_replicas
 
 
 def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
@@ -78,10 +81,6 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def num_workers(strategy: tf.distribute.Strategy) -> int:
-    return getattr(strategy.extended, "_num_workers", 1) or 1
-
-
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
                    *, seed: int = 0, shuffle_buffer: int = 1000) -> tf.data.Dataset:
     """This worker's share of each global batch; `split_for_replicas` divides it further.
@@ -92,22 +91,9 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise ValueError(f"--train_batch_size={global_batch_size} is not divisible by the {replicas} replicas")
-    workers = num_workers(strategy)
-    worker_id = getattr(strategy.extended, "_task_id", 0) or 0
+    workers = distribution.num_workers(strategy)
+    worker_id = distribution.worker_index(strategy)
     context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker_id,
                                          num_replicas_in_sync=replicas)
     return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
                                input_context=context, shuffle_buffer=shuffle_buffer)
-
-
-def split_for_replicas(strategy: tf.distribute.Strategy, worker_batch):
-    """Per-replica values: replica r of this worker gets the r-th consecutive slice."""
-    local_replicas = strategy.num_replicas_in_sync // num_workers(strategy)
-    if local_replicas == 1 and strategy.num_replicas_in_sync == 1:
-        return worker_batch
-
-    def slice_for(context):
-        index = context.replica_id_in_sync_group % local_replicas
-        return tf.nest.map_structure(lambda t: tf.split(t, local_replicas)[index], worker_batch)
-
-    return strategy.experimental_distribute_values_from_function(slice_for)

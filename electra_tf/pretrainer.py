@@ -33,26 +33,12 @@ Example:
 import keras
 import tensorflow as tf
 
-from electra_tf import masking
+from electra_tf import loop, masking
+from electra_tf.distribution import all_reduce_sum, replica_context_info
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
 from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions
 
-BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
-
-
-def replica_context_info():
-    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
-    context = tf.distribute.get_replica_context()
-    if context is None:
-        return 0, 1
-    return context.replica_id_in_sync_group, context.num_replicas_in_sync
-
-
-def all_reduce_sum(values):
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return values
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
 
 
 class ElectraPretrainer(keras.Model):
@@ -61,7 +47,9 @@ class ElectraPretrainer(keras.Model):
     def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0, **kwargs):
         super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
         self.config = config
-        self.special_token_ids = {**BERT_SPECIAL_IDS, **(special_token_ids or {})}
+        # Ids come from the data manifest / vocab, never assumed (a BERT-id default would silently
+        # mask the wrong tokens under another vocabulary); checked when masking needs them.
+        self.special_token_ids = dict(special_token_ids or {})
         self.seed = int(seed)
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
         # Attribute names are the checkpoint's keys: keep them stable.
@@ -97,6 +85,13 @@ class ElectraPretrainer(keras.Model):
         if self.discriminator_mlm_head is not None:
             return names + ["main_loss"]
         return names + (["disc_loss"] if self.discriminator is not None else [])
+
+    def _required_special_ids(self) -> dict:
+        missing = [name for name in REQUIRED_SPECIAL_TOKENS if name not in self.special_token_ids]
+        if missing:
+            raise ValueError(f"ElectraPretrainer needs special_token_ids for {missing} (from the data "
+                             f"manifest or the vocab); got {self.special_token_ids}")
+        return self.special_token_ids
 
     def _mlm_head(self, encoder, name):
         config = self.config
@@ -160,7 +155,7 @@ class ElectraPretrainer(keras.Model):
     def build_all(self, seq_length=None):
         """Creates every variable by running the model once on a dummy batch."""
         seq_length = seq_length or self.config.max_seq_length
-        ids = tf.fill([1, seq_length], tf.constant(self.special_token_ids["mask"] + 1, tf.int32))
+        ids = tf.fill([1, seq_length], tf.constant(self._required_special_ids()["mask"] + 1, tf.int32))
         batch = {"input_ids": ids, "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids)}
         self.compute_losses(batch, training=False, seeds=masking.example_seeds(self.seed, 0, tf.range(1)))
         self.built = True
@@ -195,7 +190,7 @@ class ElectraPretrainer(keras.Model):
         batch = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": tf.cast(batch["segment_ids"], tf.int32)}
         if seeds is None:
             seeds = self._example_seeds(tf.shape(input_ids)[0])
-        special = self.special_token_ids
+        special = self._required_special_ids()
         masked = masking.mask_inputs(
             input_ids, input_mask, seeds, mask_id=special["mask"],
             special_ids=(special["pad"], special["cls"], special["sep"], special["mask"]),
@@ -272,30 +267,15 @@ class ElectraPretrainer(keras.Model):
                 "main_correct": correct, "main_weights": token_mask, "main_logits": logits, "copy_logit": copy_logit}
 
     def train_step(self, batch):
-        variables = self.trainable_variables
-        with tf.GradientTape() as tape:
-            out = self.compute_losses(batch, training=True)
-            scaled_loss = self.optimizer.scale_loss(out["loss"])
-        grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-                 for g, v in zip(tape.gradient(scaled_loss, variables), variables)]
-        grads = all_reduce_sum(grads)
-        loss_scale = self._loss_scale()
-        grads, grad_norm = tf.clip_by_global_norm(grads, self.config.clip_norm * loss_scale)
-        self.optimizer.apply(grads, variables)
-        out["grad_norm"] = grad_norm / loss_scale
-        self._update_metrics(batch, out)
+        """One step (a Keras `train_step`); returns this replica's partials of the global values."""
+        out = loop.train_step(self, batch, self.config.clip_norm)
         _, num_replicas = replica_context_info()
-        results = {name: out[name] for name in ("loss", "gen_loss", "disc_loss", "main_loss") if name in out}
+        results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
         return results
 
-    def _loss_scale(self):
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            return tf.cast(self.optimizer.dynamic_scale, tf.float32)
-        return tf.constant(1.0)
-
-    def _update_metrics(self, batch, out):
+    def update_metrics(self, batch, out):
         _, num_replicas = replica_context_info()
         share = 1.0 / num_replicas
 

@@ -23,10 +23,11 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import export, input_pipeline
+from electra_tf import export, input_pipeline, loop, masking
 from electra_tf.config import ElectraConfig
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretrainer import ElectraPretrainer
@@ -93,26 +94,8 @@ def rng_states(model) -> list:
 
 
 def make_train_fn(strategy, model, jit_compile=False):
-    step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
-
-    def one_step(iterator):
-        batch = input_pipeline.split_for_replicas(strategy, next(iterator))
-        return strategy.run(step_fn, args=(batch,))
-
-    output_names = model.step_output_names
-
-    @tf.function
-    def train_steps(iterator, num_steps):
-        # One traced step inside the loop (tracing dominates start-up on CPU);
-        # the last step's globally reduced outputs ride along as loop variables.
-        outputs = {name: tf.constant(0.0) for name in output_names}
-        for _ in tf.range(num_steps):
-            per_replica = one_step(iterator)
-            outputs = {name: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
-                       for name in output_names}
-        return outputs
-
-    return train_steps
+    """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`)."""
+    return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile)
 
 
 def initialize_from(model, init_checkpoint):
@@ -144,38 +127,73 @@ def checkpoint_config(init_checkpoint: str) -> ElectraConfig:
     return config
 
 
-class ScalarLogger:
-    """Writes scalars to TensorBoard and to a JSON-lines file."""
+class DetectionPreview:
+    """What the discriminator sees, for TensorBoard: one example as a table and probability histograms.
 
-    def __init__(self, model_dir):
-        self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
-        self.jsonl = os.path.join(model_dir, "train_log.jsonl")
+    Runs the model (no dropout) on a fixed batch read once from the shards, with
+    masking seeds of the current step; it touches no training state, so runs stay
+    exactly resumable. Writes `rtd/example` (text: original, discriminator input,
+    p(replaced) per token) and histograms `rtd/p_replaced/original` and
+    `rtd/p_replaced/replaced`.
+    """
 
-    def write(self, step: int, scalars: dict):
-        with self.writer.as_default(step=step):
-            for name, value in scalars.items():
-                tf.summary.scalar(f"train/{name}", value)
-        self.writer.flush()
-        with open(self.jsonl, "a") as f:
-            f.write(json.dumps({"step": step, **scalars}) + "\n")
+    def __init__(self, model, dataset, vocab_file=None, num_examples=8, seed=0):
+        self.model, self.seed = model, seed
+        self.batch = next(iter(dataset.unbatch().batch(num_examples).take(1)))
+        self.vocab = _read_vocab(vocab_file)
+        self._forward = tf.function(self._outputs)
+
+    def _outputs(self, step):
+        size = tf.shape(self.batch["input_ids"])[0]
+        seeds = masking.example_seeds(self.seed, step, tf.range(size))
+        out = self.model.compute_losses(self.batch, training=False, seeds=seeds)
+        return {"fake_ids": out["fake_ids"], "labels": out["labels"], "probs": tf.sigmoid(out["disc_logits"])}
+
+    def write(self, writer, step: int):
+        out = {k: v.numpy() for k, v in self._forward(tf.constant(step, tf.int64)).items()}
+        real = self.batch["input_mask"].numpy() > 0
+        with writer.as_default(step=step):
+            for name, chosen in (("original", out["labels"] == 0), ("replaced", out["labels"] == 1)):
+                tf.summary.histogram(f"rtd/p_replaced/{name}", out["probs"][real & chosen])
+            tf.summary.text("rtd/example", self.example_table(out, real[0]))
+        writer.flush()
+
+    def token(self, token_id: int) -> str:
+        return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else str(token_id)
+
+    def example_table(self, out, real) -> str:
+        rows = ["| position | original | discriminator input | p(replaced) |", "|---|---|---|---|"]
+        original = self.batch["input_ids"].numpy()[0]
+        for position in np.flatnonzero(real):
+            shown = self.token(int(out["fake_ids"][0, position]))
+            if out["labels"][0, position]:
+                shown = f"**{shown}** (replaced)"
+            rows.append(f"| {position} | {self.token(int(original[position]))} | {shown} | "
+                        f"{out['probs'][0, position]:.3f} |")
+        return "\n".join(rows)
 
 
-def current_step(optimizer) -> int:
-    return int(optimizer.iterations.value.numpy())  # .value: a MirroredVariable under a strategy
+def _read_vocab(vocab_file) -> list[str]:
+    if not vocab_file or not os.path.isfile(vocab_file):
+        return []
+    with open(vocab_file, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
 
 
-def _next_stop(step, options, num_train_steps):
-    boundaries = [num_train_steps, step + options.steps_per_loop,
-                  (step // options.log_steps + 1) * options.log_steps,
-                  (step // options.save_checkpoints_steps + 1) * options.save_checkpoints_steps]
-    if options.stop_after_steps is not None:
-        boundaries.append(options.stop_after_steps)
-    return min(boundaries)
+def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint):
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, loop.current_step(optimizer))
+    elif init_checkpoint:
+        initialize_from(model, init_checkpoint)
 
 
-def _learning_rate(optimizer, step):
-    schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
-    return float(schedule(step)) if callable(schedule) else float(schedule)
+def _make_preview(model, options, manifest):
+    if "disc_loss" not in model.step_output_names:
+        return None
+    dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=8, seed=options.seed,
+                                                 shuffle_buffer=0, repeat=False)
+    return DetectionPreview(model, dataset, manifest.get("vocab_file"), seed=options.seed)
 
 
 def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.Strategy) -> list[dict]:
@@ -193,39 +211,41 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(options.model_dir, "checkpoints"),
                                          max_to_keep=options.keep_checkpoint_max,
                                          step_counter=optimizer.iterations)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
-    elif options.init_checkpoint:
-        initialize_from(model, options.init_checkpoint)
+    _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint)
 
     train_steps = make_train_fn(strategy, model, options.jit_compile)
-    logger = ScalarLogger(options.model_dir)
+    logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl")
+    preview = _make_preview(model, options, manifest)
     history = []
-    step = current_step(optimizer)
+    step = loop.current_step(optimizer)
+    total = config.num_train_steps
+    progress = loop.ProgressReporter(total, step, config.train_batch_size,
+                                     keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
     window_start, window_step = time.time(), step
     logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s)", config.model_size,
-                 config.objective, step, config.num_train_steps, config.train_batch_size,
-                 strategy.num_replicas_in_sync)
-    while step < config.num_train_steps and (options.stop_after_steps is None or step < options.stop_after_steps):
-        stop = _next_stop(step, options, config.num_train_steps)
+                 config.objective, step, total, config.train_batch_size, strategy.num_replicas_in_sync)
+    last = min(total, options.stop_after_steps or total)
+    while step < last:
+        stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps)
         outputs = train_steps(iterator, tf.constant(stop - step))
-        previous, step = step, current_step(optimizer)
+        previous, step = step, loop.current_step(optimizer)
         if step == previous:  # fp16: every step of the call overflowed and was skipped
             continue
-        if step % options.log_steps == 0 or step >= config.num_train_steps:
+        log_now = step % options.log_steps == 0 or step >= total
+        scalars = {name: float(value) for name, value in model.metric_results().items()}
+        if log_now:
             elapsed = time.time() - window_start
-            scalars = {name: float(value) for name, value in model.metric_results().items()}
-            scalars.update(step_loss=float(outputs["loss"]), learning_rate=_learning_rate(optimizer, step),
+            scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
                            examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
             logger.write(step, scalars)
+            if preview is not None:
+                preview.write(logger.writer, step)
             history.append({"step": step, **scalars})
-            logging.info("step %d/%d  %s", step, config.num_train_steps,
-                         "  ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
             for metric in model.metrics:
                 metric.reset_state()
             window_start, window_step = time.time(), step
-        if step % options.save_checkpoints_steps == 0 or step >= config.num_train_steps:
+        progress.update(step, scalars, log=log_now)
+        if step % options.save_checkpoints_steps == 0 or step >= total:
             manager.save(checkpoint_number=step)
     if options.export and step >= config.num_train_steps:
         export.export_pretrained(model, os.path.join(options.model_dir, "export"),
@@ -242,4 +262,4 @@ def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict
         raise ValueError(f"--model_dir {model_dir}: no checkpoint to export")
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(latest).expect_partial()
     return export.export_pretrained(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
-                                    step=current_step(optimizer))
+                                    step=loop.current_step(optimizer))

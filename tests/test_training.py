@@ -192,3 +192,20 @@ def test_continued_pretraining_from_a_hugging_face_checkpoint(tmp_path):
                                   hf["electra.embeddings.word_embeddings.weight"])
     np.testing.assert_array_equal(encoder.transformer_layers[0]._feedforward_output_dense.kernel.numpy(),
                                   hf["electra.encoder.layer.0.output.dense.weight"].T)
+
+
+def test_tensorboard_shows_what_the_discriminator_sees(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    run(small(num_train_steps=2), data_dir, model_dir, export=False, log_steps=2)
+    found = {}
+    for name in os.listdir(os.path.join(model_dir, "train")):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(model_dir, "train", name)):
+            for value in event.summary.value:
+                found[value.tag] = (value.metadata.plugin_data.plugin_name, value.tensor)
+    assert found["rtd/p_replaced/original"][0] == "histograms"
+    assert found["rtd/p_replaced/replaced"][0] == "histograms"
+    plugin, tensor = found["rtd/example"]
+    text = tf.make_ndarray(tensor).item().decode()
+    assert plugin == "text" and "| position | original | discriminator input | p(replaced) |" in text
+    assert "(replaced)" in text and "tok" in text  # tokens shown by name from the manifest's vocab
+    assert found["train/disc_auc"][0] == "scalars"

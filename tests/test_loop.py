@@ -1,0 +1,84 @@
+"""The shared loop: the gradient-apply sequence, the step driver, logging and progress."""
+
+import io
+import json
+import os
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from electra_tf import loop
+
+
+class Quadratic(keras.Model):
+    """loss = mean((x·w − y)²): gradients known in closed form."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = self.add_weight(shape=(2,), initializer="zeros")
+
+    def compute_losses(self, batch, training=True):
+        residual = tf.linalg.matvec(batch["x"], self.w) - batch["y"]
+        return {"loss": tf.reduce_mean(residual ** 2)}
+
+    def update_metrics(self, batch, outputs):
+        pass
+
+
+def test_step_driver_runs_the_clipped_sgd_update_for_each_batch():
+    model = Quadratic()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5))
+    rng = np.random.RandomState(0)
+    batches = [{"x": rng.normal(size=(4, 2)).astype("float32"), "y": rng.normal(size=4).astype("float32")}
+               for _ in range(3)]
+    strategy = tf.distribute.get_strategy()
+    run = loop.make_step_driver(strategy, lambda b: loop.train_step(model, b, clip_norm=0.3), ["loss", "grad_norm"])
+    outputs = run(iter(tf.data.Dataset.from_tensor_slices(
+        {k: np.stack([b[k] for b in batches]) for k in batches[0]})), tf.constant(3))
+    w = np.zeros(2)
+    for b in batches:  # the same rule in NumPy: gradient, global-norm clip at 0.3, SGD
+        grad = 2 * b["x"].T @ (b["x"] @ w - b["y"]) / 4
+        norm = np.linalg.norm(grad)
+        w -= 0.5 * grad * min(1.0, 0.3 / norm)
+    np.testing.assert_allclose(model.w.numpy(), w, rtol=1e-5)
+    np.testing.assert_allclose(float(outputs["grad_norm"]), norm, rtol=1e-5)
+
+
+def test_next_stop_honours_every_interval_and_the_end():
+    assert loop.next_stop(0, 1000, 100, 25, 40) == 25
+    assert loop.next_stop(25, 1000, 100, 25, 40) == 40
+    assert loop.next_stop(990, 1000, 100, 25, 40) == 1000
+    assert loop.next_stop(10, 1000, 100, extra_stops=(5, 12)) == 12
+
+
+def test_scalar_logger_writes_tensorboard_and_jsonl(tmp_path):
+    logger = loop.ScalarLogger(str(tmp_path), "train", "log.jsonl")
+    logger.write(3, {"loss": 1.5})
+    logger.write(4, {"accuracy": 0.5}, prefix="dev", nested=True)
+    rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert rows == [{"step": 3, "loss": 1.5}, {"step": 4, "dev": {"accuracy": 0.5}}]
+    assert os.listdir(tmp_path / "train")
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_on_a_terminal_and_log_lines_otherwise(monkeypatch, capsys):
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stdout", terminal)  # Keras' Progbar writes to sys.stdout
+    bar = loop.ProgressReporter(100, 0, batch_size=8, keys=("loss",), stream=terminal)
+    bar.update(50, {"loss": 2.5, "ignored": 1.0}, log=True)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", terminal.getvalue())  # without ANSI styling
+    assert "50/100" in shown and "loss: 2.5" in shown and "examples/s" in shown and "/step" in shown
+
+    lines = []
+    monkeypatch.setattr(logging, "info", lambda fmt, *args: lines.append(fmt % args))
+    plain = loop.ProgressReporter(100, 0, batch_size=8, keys=("loss",), stream=io.StringIO())
+    plain.update(10, {"loss": 2.5}, log=False)
+    plain.update(20, {"loss": 2.0}, log=True)
+    assert lines == ["step 20/100  loss=2"]
