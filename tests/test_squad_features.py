@@ -126,6 +126,8 @@ def test_v2_null_odds_and_prediction_files(tokenizer, tmp_path):
     task = squad.SquadTask(v2=True)
     eval_set = squad.EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
     result = task.score(eval_set, outputs, str(tmp_path))
+    # Headline numbers at the official -2.75 threshold: null odds 3.0 (q5) and -3.0 (the others) split right.
+    assert result["exact"] == pytest.approx(100.0) and result["f1"] == pytest.approx(100.0)
     assert result["best_f1"] == pytest.approx(100.0) and result["best_exact"] == pytest.approx(100.0)
     null_odds = json.loads((tmp_path / "null_odds.json").read_text())
     assert null_odds["q5"] == pytest.approx(3.0) and null_odds["q1"] == pytest.approx(-3.0)

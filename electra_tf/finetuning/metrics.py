@@ -1,14 +1,20 @@
 """Evaluation metrics for fine-tuning: GLUE-style scores and the official SQuAD scorer.
 
 Everything is plain NumPy/Python (no scikit-learn). Conventions follow
-scikit-learn / SciPy so numbers are comparable with published results:
-Matthews correlation is 0 when undefined, F1 is for the positive label 1,
-Spearman is the Pearson correlation of average ranks (ties share a rank).
+scikit-learn / SciPy, which the official `classification_metrics.py` calls,
+so numbers are comparable with published results: Matthews correlation is 0
+when undefined, Spearman is the Pearson correlation of average ranks (ties
+share a rank). F1 is the usual binary F1 of label 1 (the official
+`F1Scorer` counts predicted positives as gold ones, so its "F1" is the
+precision; the official code uses it for no GLUE task, and F1 is never a
+main metric here). Which metric is a task's main one lives in `tasks.py`
+and `squad.py`.
 
 The SQuAD part re-implements the official v1.1 / v2.0 evaluation scripts:
 answer normalisation (lower-case, drop punctuation, drop the articles
 a/an/the, collapse whitespace), exact match, token F1, the max over the
-gold answers, and for v2.0 the no-answer threshold search (`best_f1_thresh`).
+gold answers, and for v2.0 "no answer" where the no-answer score exceeds
+`na_prob_thresh` plus the threshold search (`best_f1`, `best_f1_thresh`).
 
 Example:
 

@@ -1,6 +1,7 @@
 """SQuAD 1.1 / 2.0: examples, sliding-window features, n-best decoding, scoring.
 
-Follows the official ELECTRA (and BERT) `qa_tasks.py` / `qa_metrics.py`:
+Follows the official ELECTRA `finetune/qa/qa_tasks.py` (features) and
+`qa_metrics.py` (`write_predictions`):
 
 * paragraphs are split on whitespace into "original" words, answers mapped
   from character offsets to words (train examples whose answer text cannot be
@@ -10,13 +11,24 @@ Follows the official ELECTRA (and BERT) `qa_tasks.py` / `qa_metrics.py`:
 * features are `[CLS] question [SEP] doc-window [SEP]` with the question cut
   to `max_query_length` tokens and windows `doc_stride` tokens apart; windows
   without the answer (and 2.0 unanswerable questions) point at position 0;
-* decoding takes the `n_best_size` best starts and ends of every window,
-  drops spans outside the document, not in their "max context" window,
-  reversed or longer than `max_answer_length`, and maps the best span back to
-  the original text with `get_final_text`;
-* 2.0: the no-answer score of a question is the smallest `answerable_logit`
-  (ELECTRA's answerability classifier) over its windows, written to
-  `null_odds.json`; the official evaluation searches the best threshold.
+* decoding collects candidate spans from every window of a question. With
+  the joint head (`SpanHead(joint_prediction=True)`, the official default)
+  they are the beam's `beam_size` starts × `beam_size` ends per start,
+  scored by start log-prob + end log-prob; with independent start/end logits
+  the `n_best_size` best starts × the `n_best_size` best ends, scored by
+  start + end logit. Spans outside the document, starting at [CLS] or outside
+  their "max context" window, reversed or longer than `max_answer_length` are
+  dropped; the rest are sorted by score, mapped back to the original text
+  with `get_final_text` and de-duplicated into the `n_best_size`-best list
+  (`nbest_predictions.json`, whose `start_logit`/`end_logit` hold the
+  log-probs for the joint head, as in the official files);
+* 1.1 predicts the best text; 2.0 the best non-empty text, and a question's
+  null odds are the smallest `answerable_logit` over its windows (the
+  answerability classifier; without it, the official fallback: the smallest
+  position-0 start + end logit minus the best span's score), written to
+  `null_odds.json`. Scoring applies the official threshold: "no answer"
+  where the null odds exceed −2.75 (`qa_na_threshold`); the v2.0 script's
+  threshold search (`best_exact`, `best_f1`) is reported beside.
 
 Example:
 
@@ -40,6 +52,9 @@ from absl import logging
 
 from electra_tf.finetuning import metrics as metrics_lib
 from electra_tf.finetuning.tasks import EvalSet
+
+# The official `qa_na_threshold`: 2.0 predicts "no answer" where the null odds exceed it.
+OFFICIAL_NULL_THRESHOLD = -2.75
 
 
 @dataclasses.dataclass
@@ -272,16 +287,91 @@ def _softmax(scores):
 
 
 def _best_indexes(logits, n_best_size):
+    """The `n_best_size` highest positions, ties in position order (the official `_get_best_indexes`)."""
     return np.argsort(-np.asarray(logits), kind="stable")[:n_best_size]
+
+
+def is_joint(outputs) -> bool:
+    """Whether `outputs` come from the joint (beam-search) head."""
+    return "start_top_index" in outputs
+
+
+def span_candidates(outputs, feature_index: int, n_best_size: int):
+    """(start, end, start score, end score) of one window's candidate spans, unfiltered.
+
+    Joint head: every (beam start i, beam end j) pair, scored by their log-probs
+    `start_top_log_probs[i]` and `end_top_log_probs[i, j]`. Independent head: the
+    `n_best_size` best starts × the `n_best_size` best ends, scored by their logits.
+    """
+    if is_joint(outputs):
+        starts = np.asarray(outputs["start_top_index"][feature_index])
+        start_scores = np.asarray(outputs["start_top_log_probs"][feature_index])
+        ends = np.asarray(outputs["end_top_index"][feature_index])
+        end_scores = np.asarray(outputs["end_top_log_probs"][feature_index])
+        for i, s in enumerate(starts):
+            for j, e in enumerate(ends[i]):
+                yield int(s), int(e), float(start_scores[i]), float(end_scores[i, j])
+        return
+    start_logits = np.asarray(outputs["start_logits"][feature_index])
+    end_logits = np.asarray(outputs["end_logits"][feature_index])
+    for s in _best_indexes(start_logits, n_best_size):
+        for e in _best_indexes(end_logits, n_best_size):
+            yield int(s), int(e), float(start_logits[s]), float(end_logits[e])
+
+
+def is_valid_span(m: dict, start: int, end: int, max_answer_length: int) -> bool:
+    """The official filters: inside the window's document tokens, not [CLS], start in its
+    max-context window, not reversed, at most `max_answer_length` tokens."""
+    num_tokens = len(m["tokens"])
+    if start >= num_tokens or end >= num_tokens or start == 0:
+        return False
+    if m["token_to_orig"][start] < 0 or m["token_to_orig"][end] < 0 or not m["max_context"][start]:
+        return False
+    return start <= end and end - start + 1 <= max_answer_length
+
+
+def feature_null_score(outputs, feature_index: int) -> float:
+    """A window's no-answer score: the answerability logit, else (official fallback) the
+    start + end logits of position 0 (the joint head has no end logits at inference: 0)."""
+    if "answerable_logit" in outputs:
+        return float(outputs["answerable_logit"][feature_index])
+    end = float(outputs["end_logits"][feature_index][0]) if "end_logits" in outputs else 0.0
+    return float(outputs["start_logits"][feature_index][0]) + end
+
+
+def _final_text(example, m, start, end, tokenizer, do_lower_case):
+    """The original-text answer of tokens [start, end] of window `m`."""
+    tok_text = " ".join(tokenizer.convert_ids_to_tokens(m["tokens"][start:end + 1]))
+    tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
+    orig_text = " ".join(example.doc_tokens[m["token_to_orig"][start]:m["token_to_orig"][end] + 1])
+    return get_final_text(tok_text, orig_text, do_lower_case)
+
+
+def _nbest(example, prelim, meta, tokenizer, n_best_size, do_lower_case):
+    """The `n_best_size` best distinct answer texts: (text, start score, end score)."""
+    prelim = sorted(prelim, key=lambda p: p[3] + p[4], reverse=True)
+    seen, nbest = set(), []
+    for feature_index, s, e, start_score, end_score in prelim:
+        if len(nbest) >= n_best_size:
+            break
+        text = _final_text(example, meta[feature_index], s, e, tokenizer, do_lower_case)
+        if text not in seen:
+            seen.add(text)
+            nbest.append((text, start_score, end_score))
+    return nbest or [("empty", 0.0, 0.0)]  # the official nonce answer when no span is valid
 
 
 def decode_predictions(examples, meta, outputs, tokenizer, n_best_size=20, max_answer_length=30, v2=False,
                        do_lower_case=True):
-    """(predictions, nbest, null_odds) dicts keyed by question id.
+    """(predictions, nbest, null_odds) dicts keyed by question id, as the official `write_predictions`.
 
-    `outputs` holds `start_logits`/`end_logits` `[num_features, seq]` (and for
-    v2 `answerable_logit` `[num_features]`); predictions are the best
-    non-null answer texts (apply the null-odds threshold separately).
+    `outputs` are the head's per-feature outputs: the joint head's beam
+    (`start_top_*` `[N, K]`, `end_top_*` `[N, K, K]`) or `start_logits` /
+    `end_logits` `[N, seq]`, and `answerable_logit` `[N]` when the head has
+    the classifier. Predictions are the best non-empty answer texts (apply
+    the null-odds threshold separately); 2.0 null odds are the smallest
+    window no-answer score, minus the best answer's score when the head has
+    no answerability classifier.
     """
     by_example = collections.defaultdict(list)
     for feature_index, m in enumerate(meta):
@@ -290,45 +380,21 @@ def decode_predictions(examples, meta, outputs, tokenizer, n_best_size=20, max_a
     for example_index, example in enumerate(examples):
         prelim, score_null = [], 1e6
         for feature_index in by_example.get(example_index, []):
-            m = meta[feature_index]
-            start_logits = np.asarray(outputs["start_logits"][feature_index])
-            end_logits = np.asarray(outputs["end_logits"][feature_index])
             if v2:
-                score_null = min(score_null, float(outputs["answerable_logit"][feature_index]))
-            num_tokens = len(m["tokens"])
-            for s in _best_indexes(start_logits, n_best_size):
-                for e in _best_indexes(end_logits, n_best_size):
-                    if s >= num_tokens or e >= num_tokens or s == 0:
-                        continue
-                    if m["token_to_orig"][s] < 0 or m["token_to_orig"][e] < 0 or not m["max_context"][s]:
-                        continue
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    prelim.append((float(start_logits[s] + end_logits[e]), feature_index, int(s), int(e),
-                                   float(start_logits[s]), float(end_logits[e])))
-        prelim.sort(key=lambda p: p[0], reverse=True)
-        seen, nbest = set(), []
-        for _, feature_index, s, e, start_logit, end_logit in prelim:
-            if len(nbest) >= n_best_size:
-                break
-            m = meta[feature_index]
-            tok_text = " ".join(tokenizer.convert_ids_to_tokens(m["tokens"][s:e + 1]))
-            tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
-            orig_text = " ".join(example.doc_tokens[m["token_to_orig"][s]:m["token_to_orig"][e] + 1])
-            final_text = get_final_text(tok_text, orig_text, do_lower_case)
-            if final_text in seen:
-                continue
-            seen.add(final_text)
-            nbest.append((final_text, start_logit, end_logit))
-        if not nbest:
-            nbest.append(("empty", 0.0, 0.0))
+                score_null = min(score_null, feature_null_score(outputs, feature_index))
+            for s, e, start_score, end_score in span_candidates(outputs, feature_index, n_best_size):
+                if is_valid_span(meta[feature_index], s, e, max_answer_length):
+                    prelim.append((feature_index, s, e, start_score, end_score))
+        nbest = _nbest(example, prelim, meta, tokenizer, n_best_size, do_lower_case)
         probs = _softmax([s + e for _, s, e in nbest])
         nbest_json[example.qas_id] = [
             {"text": text, "probability": float(p), "start_logit": s, "end_logit": e}
             for (text, s, e), p in zip(nbest, probs)]
-        predictions[example.qas_id] = nbest[0][0]
+        best = next((entry for entry in nbest if entry[0]), nbest[0]) if v2 else nbest[0]
+        predictions[example.qas_id] = best[0]
         if v2:
-            null_odds[example.qas_id] = float(score_null)
+            has_classifier = "answerable_logit" in outputs
+            null_odds[example.qas_id] = float(score_null if has_classifier else score_null - best[1] - best[2])
     return predictions, nbest_json, null_odds
 
 
@@ -349,6 +415,14 @@ class SquadTask:
     Files: `{data_dir}/train-v1.1.json`, `dev-v1.1.json` (or `-v2.0`),
     replaced by --train_file/--dev_file/--test_file. `train_articles` /
     `dev_articles` ("start:end") keep a slice of the articles.
+
+    Metrics as the official code and README report them: 1.1 `exact_match`
+    (main, the README's "EM") and `f1` of the v1.1 script; 2.0 the v2.0
+    script's `exact` (main) and `f1` with "no answer" predicted where the null
+    odds exceed `null_score_threshold` (default −2.75, the official
+    `qa_na_threshold`), plus `best_exact` / `best_f1` and their thresholds
+    from the script's threshold search. `predictions.json` applies the same
+    threshold, so it scores the headline numbers.
     """
 
     kind = "span"
@@ -363,12 +437,12 @@ class SquadTask:
         self.max_query_length, self.doc_stride = max_query_length, doc_stride
         self.n_best_size, self.max_answer_length = n_best_size, max_answer_length
         self.articles = {"train": train_articles, "dev": dev_articles}
-        self.null_score_threshold = null_score_threshold
+        self.null_score_threshold = (OFFICIAL_NULL_THRESHOLD if null_score_threshold is None
+                                     else float(null_score_threshold))
         self.do_lower_case = do_lower_case
         self.metric_names = ("exact", "f1", "best_exact", "best_f1") if v2 else ("exact_match", "f1")
-        self.main_metric = "best_f1" if v2 else "f1"
+        self.main_metric = "exact" if v2 else "exact_match"
         self.num_labels = None
-        self.best_threshold = None
 
     def main_metric_key(self):
         return self.main_metric
@@ -417,8 +491,8 @@ class SquadTask:
         predictions, nbest, null_odds = self._decode(eval_set, outputs)
         data = eval_set.extra["data"]
         if self.v2:
-            result = metrics_lib.squad_v2_evaluate(data, predictions, null_odds)
-            self.best_threshold = result["best_f1_thresh"]
+            result = metrics_lib.squad_v2_evaluate(data, predictions, null_odds,
+                                                   na_prob_thresh=self.null_score_threshold)
         else:
             result = metrics_lib.squad_v1_evaluate(data, predictions)
         if output_dir:
@@ -429,17 +503,9 @@ class SquadTask:
         predictions, nbest, null_odds = self._decode(eval_set, outputs)
         return self._write(predictions, nbest, null_odds, output_dir, eval_set.extra.get("prefix", ""))
 
-    def _threshold(self):
-        if self.null_score_threshold is not None:
-            return self.null_score_threshold
-        if self.best_threshold is not None:
-            return self.best_threshold
-        return -2.75  # the official `qa_na_threshold` for test outputs
-
     def _write(self, predictions, nbest, null_odds, output_dir, prefix):
         if self.v2:
             write_json(null_odds, os.path.join(output_dir, prefix + "null_odds.json"))
-            predictions = apply_null_threshold(predictions, null_odds, self._threshold())
+            predictions = apply_null_threshold(predictions, null_odds, self.null_score_threshold)
         write_json(nbest, os.path.join(output_dir, prefix + "nbest_predictions.json"))
         return write_json(dict(predictions), os.path.join(output_dir, prefix + "predictions.json"))
-

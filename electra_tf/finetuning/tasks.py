@@ -11,6 +11,16 @@ Each task turns examples into `[CLS] a [SEP] b [SEP]` features padded to
 `max_seq_length` (the longer segment is truncated first), scores model outputs
 with the task's GLUE metrics and writes GLUE submission files.
 
+Main metrics (`main_metric_key`, used to pick the best dev epoch and named in
+`metrics.json`) are those of the official README's results table, which are
+also the official scorers' (`classification_metrics.py`: `MCCScorer` for
+CoLA, `RegressionScorer` for STS-B, `AccuracyScorer` for every other task):
+CoLA Matthews correlation, STS-B Spearman (Pearson reported beside), accuracy
+for SST-2, MRPC, QQP (F1 of label 1 reported beside, as the GLUE leaderboard
+shows it), MNLI (matched; mismatched beside), QNLI, RTE and WNLI (not in the
+official code; accuracy as on GLUE); SQuAD: see `squad.SquadTask`. All
+scores are in percent.
+
 Example:
 
 >>> import os, tempfile
@@ -89,13 +99,13 @@ GLUE_SPECS = {
                      test=Columns(1, index=0), submission_names=("CoLA.tsv",), tfds_name="glue/cola"),
     "SST-2": GlueSpec("SST-2", ("0", "1"), ("accuracy",), "accuracy", train=Columns(0, label=1),
                       test=Columns(1, index=0), submission_names=("SST-2.tsv",), tfds_name="glue/sst2"),
-    "MRPC": GlueSpec("MRPC", ("0", "1"), ("f1", "accuracy"), "f1", train=Columns(3, 4, 0),
+    "MRPC": GlueSpec("MRPC", ("0", "1"), ("accuracy", "f1"), "accuracy", train=Columns(3, 4, 0),
                      test=Columns(3, 4, index=0), submission_names=("MRPC.tsv",), tfds_name="glue/mrpc",
                      tfds_fields=("sentence1", "sentence2"), unordered_pair=True),
     "STS-B": GlueSpec("STS-B", None, ("pearson", "spearman"), "spearman", train=Columns(-3, -2, -1),
                       test=Columns(-2, -1, index=0), submission_names=("STS-B.tsv",), tfds_name="glue/stsb",
                       tfds_fields=("sentence1", "sentence2"), unordered_pair=True),
-    "QQP": GlueSpec("QQP", ("0", "1"), ("f1", "accuracy"), "f1", train=Columns(3, 4, 5),
+    "QQP": GlueSpec("QQP", ("0", "1"), ("accuracy", "f1"), "accuracy", train=Columns(3, 4, 5),
                     test=Columns(1, 2, index=0), submission_names=("QQP.tsv",), tfds_name="glue/qqp",
                     tfds_fields=("question1", "question2")),
     "MNLI": GlueSpec("MNLI", ("contradiction", "entailment", "neutral"), ("accuracy",), "accuracy",
