@@ -38,6 +38,7 @@ flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig 
 flags.DEFINE_enum("objective", None, list(OBJECTIVES),
                   "rtd = ELECTRA; mlm = BERT-style masked LM only; the others are the paper's ablations "
                   "(see electra_tf/config.py).")
+flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
                   "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
@@ -52,6 +53,8 @@ flags.DEFINE_integer("shuffle_buffer", 1000, "Example shuffle buffer (saved in c
 flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
 flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
 flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
+flags.DEFINE_bool("skip_nonfinite_steps", False, "Skip (and count) steps whose loss or gradient norm is "
+                  "NaN/Inf instead of stopping there.")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 
 
@@ -83,7 +86,7 @@ def main(argv):
     config = get_config(
         model_size, FLAGS.hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
-        max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective,
+        max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
     )
     if FLAGS.init_checkpoint:
         from electra_tf.export import merge_architecture
@@ -104,6 +107,7 @@ def main(argv):
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
+        skip_nonfinite_steps=FLAGS.skip_nonfinite_steps,
     )
     logging.info("Config (%s): %s", precision, config.to_json())
     history = training.train(config, options, strategy)
@@ -127,3 +131,8 @@ if __name__ == "__main__":
     except ValueError as e:  # configuration and data errors: one clear line, no traceback
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except RuntimeError as e:  # NaN/Inf losses (loop.NonFiniteError): stopped without writing them
+        if type(e).__name__ != "NonFiniteError":
+            raise
+        print(f"run_pretraining.py: error: {e}", file=sys.stderr)
+        sys.exit(1)

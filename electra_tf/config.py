@@ -77,6 +77,7 @@ class ElectraConfig:
     embedding_sharing: str = "full"
 
     # Optimisation (shared by pre-training and fine-tuning).
+    optimizer: str = "adamw"  # "adamw" (official) or "lamb" (NVIDIA's large-batch recipe)
     learning_rate: float = 5e-4
     train_batch_size: int = 128
     num_train_steps: int = 1_000_000
@@ -123,6 +124,8 @@ class ElectraConfig:
             heads = getattr(self, name.replace("hidden_size", "num_heads"))
             if getattr(self, name) % heads:
                 problems.append(f"{name}={getattr(self, name)} is not divisible by its {heads} heads")
+        if self.optimizer not in ("adamw", "lamb"):
+            problems.append(f"optimizer must be 'adamw' or 'lamb', got {self.optimizer!r}")
         if self.finetune_loss_reduction not in ("sum", "mean"):
             problems.append(f"finetune_loss_reduction must be 'sum' or 'mean', got {self.finetune_loss_reduction!r}")
         if self.embedding_sharing not in ("full", "gdes"):

@@ -10,7 +10,10 @@ A model that trains here implements two methods (as `ElectraPretrainer` and
 
 `train_step(model, batch)` runs the one gradient-apply sequence: tape →
 zero-fill missing gradients → all-reduce over replicas → undo the fp16 loss
-scale → global-norm clip → optimizer. `make_step_driver` compiles
+scale → global-norm clip → optimizer. A step whose loss or gradient norm is
+not finite is not applied (outside fp16, whose loss-scale optimizer skips
+overflows itself) and is reported as `nonfinite = 1`; the driver stops its
+loop there unless told to skip such steps. `make_step_driver` compiles
 `steps_per_loop` steps into one `tf.function` (what TPUs need, and on CPU it
 traces the step once). `ScalarLogger` writes TensorBoard scalars plus a
 JSON-lines file, and `ProgressReporter` shows a progress bar on a terminal and
@@ -56,19 +59,30 @@ def loss_scale(optimizer) -> tf.Tensor:
     return tf.constant(1.0)
 
 
-def apply_gradients(optimizer, tape, scaled_loss, variables, clip_norm: float) -> tf.Tensor:
-    """Reduces, unscales, clips (global norm, after the all-reduce) and applies; returns the norm.
+def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Reduces, unscales, clips (global norm, after the all-reduce) and applies.
 
     Gradients are summed over replicas *before* the clip, so N replicas clip what one
-    device would (Keras would clip each replica's partial gradient).
+    device would (Keras would clip each replica's partial gradient). Returns the
+    pre-clip norm and whether the step was skipped as non-finite (1.0) or applied (0.0).
     """
-    grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-             for g, v in zip(tape.gradient(scaled_loss, variables), variables)]
+    grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
     grads = distribution.all_reduce_sum(grads)
     scale = loss_scale(optimizer)
     grads, grad_norm = tf.clip_by_global_norm(grads, clip_norm * scale)
-    optimizer.apply(grads, variables)
-    return grad_norm / scale
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer.apply(grads, variables)  # skips overflowed steps and lowers the scale itself
+        return grad_norm / scale, tf.constant(0.0)
+    finite = tf.math.is_finite(grad_norm)
+    if loss is not None:
+        finite = tf.logical_and(finite, tf.math.is_finite(distribution.all_reduce_sum(loss)))
+
+    def apply():
+        optimizer.apply(grads, variables)
+        return tf.constant(True)
+
+    tf.cond(finite, apply, lambda: tf.constant(False))
+    return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
 
 
 def train_step(model, batch, clip_norm: float) -> dict:
@@ -77,33 +91,58 @@ def train_step(model, batch, clip_norm: float) -> dict:
     with tf.GradientTape() as tape:
         outputs = model.compute_losses(batch, training=True)
         scaled_loss = model.optimizer.scale_loss(outputs["loss"])
-    outputs["grad_norm"] = apply_gradients(model.optimizer, tape, scaled_loss, variables, clip_norm)
+    outputs["grad_norm"], outputs["nonfinite"] = apply_gradients(
+        model.optimizer, tape.gradient(scaled_loss, variables), variables, clip_norm, loss=outputs["loss"])
     model.update_metrics(batch, outputs)
     return outputs
 
 
-def make_step_driver(strategy, step_fn, output_names, jit_compile=False):
-    """`run(iterator, num_steps)`: `num_steps` steps in one `tf.function`, returning the last
-    step's outputs summed over replicas (step functions return replica partials).
+def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True):
+    """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
+    step's outputs summed over replicas (step functions return replica partials) and
+    `nonfinite_steps`, the number of steps not applied because they were not finite.
 
     The step is traced once, inside the loop; the outputs ride along as loop variables.
+    With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     """
     step_fn = tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
+    output_names = [name for name in output_names if name != "nonfinite"]
 
     def one_step(iterator):
         batch = distribution.split_for_replicas(strategy, next(iterator))
         per_replica = strategy.run(step_fn, args=(batch,))
-        return {name: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
-                for name in output_names}
+        outputs = {name: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
+                   for name in output_names}
+        # The same on every replica (decided on all-reduced values): take one replica's.
+        nonfinite = strategy.experimental_local_results(per_replica["nonfinite"])[0]
+        return outputs, nonfinite
 
     @tf.function
     def run(iterator, num_steps):
         outputs = {name: tf.constant(0.0) for name in output_names}
+        skipped = tf.constant(0.0)
         for _ in tf.range(num_steps):
-            outputs = one_step(iterator)
-        return outputs
+            outputs, nonfinite = one_step(iterator)
+            skipped += nonfinite
+            if stop_on_nonfinite and nonfinite > 0:
+                break
+        return {**outputs, "nonfinite_steps": skipped}
 
     return run
+
+
+class NonFiniteError(RuntimeError):
+    """Training stopped at a step whose loss or gradient norm was NaN or infinite."""
+
+
+def check_finite_weights(model, step: int, what: str):
+    """Raises `NonFiniteError` if any weight is NaN/Inf: never checkpoint or export such weights."""
+    floats = [v for v in model.weights if "float" in str(v.dtype)]
+    finite = tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))) for v in floats]).numpy()
+    bad = [v.path for v, ok in zip(floats, finite) if not ok]
+    if bad:
+        raise NonFiniteError(f"step {step}: {len(bad)} weight(s) are not finite (e.g. {bad[0]}); "
+                             f"not writing the {what}")
 
 
 def current_step(optimizer) -> int:

@@ -128,6 +128,39 @@ class ElectraAdamW(keras.optimizers.AdamW):
         return config
 
 
+@keras.saving.register_keras_serializable(package="electra_tf")
+class ElectraLamb(ElectraAdamW):
+    """LAMB (You et al., 2020) as in NVIDIA's BERT/ELECTRA large-batch recipes.
+
+    Per variable: the bias-corrected Adam direction `u = m̂ / (√v̂ + ε) + wd · w`
+    (weight decay inside the update, only where AdamW decays), scaled by the trust
+    ratio `‖w‖ / ‖u‖` (1 where either norm is 0, and for the variables excluded from
+    weight decay: LayerNorm parameters and biases, as NVIDIA excludes them from
+    layer adaptation), then `w ← w − lr · ratio · u`. Layer-wise LR multipliers apply.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        lr = ops.cast(learning_rate, variable.dtype) * self._multiplier(variable)
+        gradient = ops.cast(gradient, variable.dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        step = ops.cast(self.iterations + 1, variable.dtype)
+        self.assign_add(m, (gradient - m) * (1.0 - self.beta_1))
+        self.assign_add(v, (ops.square(gradient) - v) * (1.0 - self.beta_2))
+        m_hat = m / (1.0 - ops.power(ops.cast(self.beta_1, variable.dtype), step))
+        v_hat = v / (1.0 - ops.power(ops.cast(self.beta_2, variable.dtype), step))
+        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self._settings[index][1] and self.weight_decay:
+            update = update + ops.cast(self.weight_decay, variable.dtype) * variable
+            w_norm, u_norm = ops.norm(ops.reshape(variable, [-1])), ops.norm(ops.reshape(update, [-1]))
+            ratio = ops.where((w_norm > 0) & (u_norm > 0), w_norm / ops.maximum(u_norm, 1e-30), 1.0)
+            update = update * ratio
+        self.assign_sub(variable, lr * update)
+
+
+OPTIMIZERS = {"adamw": ElectraAdamW, "lamb": ElectraLamb}
+
+
 def create_optimizer(config: ElectraConfig, learning_rate=None, num_train_steps=None, num_warmup_steps=None,
                      weight_decay=None, lr_multipliers=None) -> ElectraAdamW:
     """The pre-training optimizer of `config` (fine-tuning passes its own values)."""
@@ -137,7 +170,7 @@ def create_optimizer(config: ElectraConfig, learning_rate=None, num_train_steps=
         num_warmup_steps if num_warmup_steps is not None else config.num_warmup_steps,
         power=config.lr_decay_power,
     )
-    return ElectraAdamW(
+    return OPTIMIZERS[config.optimizer](
         learning_rate=schedule,
         weight_decay=weight_decay if weight_decay is not None else config.weight_decay,
         beta_1=config.adam_beta1,

@@ -273,6 +273,7 @@ class ElectraPretrainer(keras.Model):
         results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
+        results["nonfinite"] = out["nonfinite"]
         return results
 
     def update_metrics(self, batch, out):

@@ -50,6 +50,7 @@ class TrainOptions:
     init_checkpoint: str | None = None
     stop_after_steps: int | None = None  # stop this invocation early (like a pre-emption)
     export: bool = True
+    skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm
 
 
 def check_run_config(model_dir: str, config: ElectraConfig):
@@ -93,9 +94,10 @@ def rng_states(model) -> list:
     return [g.state.value for g in generators]
 
 
-def make_train_fn(strategy, model, jit_compile=False):
+def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True):
     """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`)."""
-    return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile)
+    return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
+                                 stop_on_nonfinite=stop_on_nonfinite)
 
 
 def initialize_from(model, init_checkpoint):
@@ -181,11 +183,32 @@ def _read_vocab(vocab_file) -> list[str]:
 
 
 def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint):
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, loop.current_step(optimizer))
-    elif init_checkpoint:
+    """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises."""
+    for path in reversed(manager.checkpoints):
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, ValueError, AssertionError, IndexError, RuntimeError) as e:  # truncated files
+            logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
+                            path, type(e).__name__, str(e).splitlines()[0][:200])
+            continue
+        logging.info("Resumed from %s at step %d", path, loop.current_step(optimizer))
+        return
+    if manager.checkpoints:
+        raise ValueError(f"no checkpoint in {manager.directory} can be read; move them away to start over")
+    if init_checkpoint:
         initialize_from(model, init_checkpoint)
+
+
+def check_writable(model_dir: str):
+    """Fails before any work if `model_dir` cannot be created or written."""
+    probe = os.path.join(model_dir, ".write_test")
+    try:
+        tf.io.gfile.makedirs(model_dir)
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("ok")
+        tf.io.gfile.remove(probe)
+    except (tf.errors.OpError, OSError) as e:
+        raise ValueError(f"--model_dir {model_dir} is not writable: {str(e).splitlines()[0]}") from None
 
 
 def _make_preview(model, options, manifest):
@@ -198,6 +221,7 @@ def _make_preview(model, options, manifest):
 
 def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.Strategy) -> list[dict]:
     """Trains to `config.num_train_steps` (resuming if possible); returns the logged scalars."""
+    check_writable(options.model_dir)
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     check_run_config(options.model_dir, config)
     keras.utils.set_random_seed(options.seed)
@@ -213,7 +237,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                                          step_counter=optimizer.iterations)
     _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint)
 
-    train_steps = make_train_fn(strategy, model, options.jit_compile)
+    train_steps = make_train_fn(strategy, model, options.jit_compile,
+                                stop_on_nonfinite=not options.skip_nonfinite_steps)
+    skipped_total = 0
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl")
     preview = _make_preview(model, options, manifest)
     history = []
@@ -229,13 +255,23 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps)
         outputs = train_steps(iterator, tf.constant(stop - step))
         previous, step = step, loop.current_step(optimizer)
-        if step == previous:  # fp16: every step of the call overflowed and was skipped
+        skipped = int(outputs["nonfinite_steps"])
+        if skipped and not options.skip_nonfinite_steps:
+            raise loop.NonFiniteError(
+                f"step {step + 1}: the loss or gradient norm is not finite; stopping (the step was not "
+                f"applied). Last good checkpoint: {manager.latest_checkpoint or 'none'}. Lower the "
+                "learning rate, or pass --skip_nonfinite_steps to skip such steps")
+        if skipped:
+            skipped_total += skipped
+            logging.warning("skipped %d non-finite step(s) (%d so far)", skipped, skipped_total)
+        if step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
             continue
         log_now = step % options.log_steps == 0 or step >= total
         scalars = {name: float(value) for name, value in model.metric_results().items()}
         if log_now:
             elapsed = time.time() - window_start
             scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
+                           nonfinite_steps_skipped=float(skipped_total),
                            examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
             logger.write(step, scalars)
             if preview is not None:
@@ -246,8 +282,10 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             window_start, window_step = time.time(), step
         progress.update(step, scalars, log=log_now)
         if step % options.save_checkpoints_steps == 0 or step >= total:
+            loop.check_finite_weights(model, step, "checkpoint")
             manager.save(checkpoint_number=step)
     if options.export and step >= config.num_train_steps:
+        loop.check_finite_weights(model, step, "export")
         export.export_pretrained(model, os.path.join(options.model_dir, "export"),
                                  vocab_file=manifest.get("vocab_file"), step=step)
     return history

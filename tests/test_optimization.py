@@ -107,3 +107,41 @@ def test_config_defaults_to_the_official_update_and_mini_opts_out():
 
     assert create_optimizer(get_config("small")).bias_correction is False
     assert create_optimizer(get_config("mini")).bias_correction is True
+
+
+def numpy_lamb(params, grads_per_step, lr, decays, wd, b1=0.9, b2=0.999, eps=1e-6):
+    """NVIDIA's LAMB (tensorflow_addons' LAMB with layer adaptation excluded where decay is)."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for t, grads in enumerate(grads_per_step, start=1):
+        for k in params:
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v2[k] = b2 * v2[k] + (1 - b2) * grads[k] ** 2
+            update = (m[k] / (1 - b1 ** t)) / (np.sqrt(v2[k] / (1 - b2 ** t)) + eps)
+            ratio = 1.0
+            if decays[k]:
+                update = update + wd * params[k]
+                w_norm, u_norm = np.linalg.norm(params[k]), np.linalg.norm(update)
+                ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            params[k] = params[k] - lr * ratio * update
+    return params
+
+
+def test_lamb_matches_numpy_and_excludes_layer_norm_and_biases():
+    from electra_tf.config import get_config
+    from electra_tf.optimization import ElectraLamb, create_optimizer
+
+    assert isinstance(create_optimizer(get_config("tiny", optimizer="lamb")), ElectraLamb)
+    rng = np.random.RandomState(1)
+    model = make_model()
+    for variable in model.weights:
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    start = {v.path: v.numpy() for v in model.trainable_variables}
+    optimizer = ElectraLamb(learning_rate=0.01, weight_decay=0.1)
+    grads_per_step = [{k: rng.normal(size=v.shape) for k, v in start.items()} for _ in range(4)]
+    for grads in grads_per_step:
+        after = step(model, optimizer, [grads[v.path].astype("float32") for v in model.trainable_variables])
+    expected = numpy_lamb(start, grads_per_step, 0.01, {k: k.endswith("kernel") for k in start}, wd=0.1)
+    for path, value in expected.items():
+        np.testing.assert_allclose(after[path], value, atol=1e-5, err_msg=path)

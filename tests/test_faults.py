@@ -1,0 +1,73 @@
+"""Faults in pre-training: non-finite steps, a corrupt newest checkpoint, an unwritable model_dir."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import loop, training
+from electra_tf.pretrainer import ElectraPretrainer
+from pretrain_testutil import tiny_config, write_shards
+from test_training import checkpoint_values, run, small
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("shards"))
+    write_shards(path, num_examples=96, num_shards=3)
+    return path
+
+
+@pytest.fixture
+def nan_at_step_3(monkeypatch):
+    """The 3rd training batch's loss is NaN, and so are its gradients (later batches are fine)."""
+    original = ElectraPretrainer.compute_losses
+    calls = tf.Variable(0)
+
+    def poisoned(self, batch, training=True, seeds=None):
+        out = original(self, batch, training=training, seeds=seeds)
+        if training:
+            calls.assign_add(1)
+            out["loss"] = out["loss"] * tf.where(tf.equal(calls, 3), np.nan, 1.0)
+        return out
+
+    monkeypatch.setattr(ElectraPretrainer, "compute_losses", poisoned)
+
+
+def test_a_nonfinite_step_stops_training_naming_the_step_and_the_last_good_checkpoint(
+        data_dir, tmp_path, nan_at_step_3):
+    model_dir = str(tmp_path / "run")
+    with pytest.raises(loop.NonFiniteError, match=r"step 3: .*not finite.*Last good checkpoint: .*ckpt-2"):
+        run(small(num_train_steps=6), data_dir, model_dir, steps_per_loop=6, save_checkpoints_steps=2)
+    assert sorted(os.path.basename(p) for p in glob.glob(f"{model_dir}/checkpoints/ckpt-*.index")) == ["ckpt-2.index"]
+    assert all(np.isfinite(v).all() for v in checkpoint_values(model_dir).values())
+    assert not os.path.exists(os.path.join(model_dir, "export"))
+
+
+def test_skip_nonfinite_steps_counts_them_and_finishes(data_dir, tmp_path, nan_at_step_3):
+    model_dir = str(tmp_path / "run")
+    history = run(small(num_train_steps=5), data_dir, model_dir, skip_nonfinite_steps=True, export=False)
+    assert history[-1]["step"] == 5 and history[-1]["nonfinite_steps_skipped"] == 1
+    assert all(np.isfinite(v).all() for v in checkpoint_values(model_dir).values())
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(data_dir, tmp_path, caplog):
+    model_dir = str(tmp_path / "run")
+    run(small(num_train_steps=4), data_dir, model_dir, export=False)
+    newest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    assert newest.endswith("ckpt-4")
+    data_file = glob.glob(newest + ".data-*")[0]
+    with open(data_file, "r+b") as f:
+        f.truncate(os.path.getsize(data_file) // 2)
+    history = run(small(num_train_steps=6), data_dir, model_dir, export=False)
+    assert [h["step"] for h in history] == [3, 4, 5, 6]  # resumed from ckpt-2
+    assert any("ckpt-4 cannot be read" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unwritable_model_dir_fails_before_the_first_step(data_dir, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ValueError, match="--model_dir .*a_file/run is not writable"):
+        run(small(), data_dir, str(blocker / "run"))
