@@ -97,13 +97,16 @@ def train_step(model, batch, clip_norm: float) -> dict:
     return outputs
 
 
-def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True):
+def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True,
+                     stop_requested=None):
     """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
     step's outputs summed over replicas (step functions return replica partials) and
     `nonfinite_steps`, the number of steps not applied because they were not finite.
 
     The step is traced once, inside the loop; the outputs ride along as loop variables.
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
+    `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
+    runs in another thread), ends the loop after the step in progress.
     """
     step_fn = tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
     output_names = [name for name in output_names if name != "nonfinite"]
@@ -125,6 +128,8 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
             outputs, nonfinite = one_step(iterator)
             skipped += nonfinite
             if stop_on_nonfinite and nonfinite > 0:
+                break
+            if stop_requested is not None and stop_requested:
                 break
         return {**outputs, "nonfinite_steps": skipped}
 

@@ -82,3 +82,19 @@ def test_progress_bar_on_a_terminal_and_log_lines_otherwise(monkeypatch, capsys)
     plain.update(10, {"loss": 2.5}, log=False)
     plain.update(20, {"loss": 2.0}, log=True)
     assert lines == ["step 20/100  loss=2"]
+
+
+def test_step_driver_stops_when_asked():
+    model = Quadratic()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1))
+    stop = tf.Variable(False)
+
+    def step(batch):
+        outputs = loop.train_step(model, batch, clip_norm=10.0)
+        stop.assign(model.optimizer.iterations >= 2)  # as a signal handler would, from outside
+        return outputs
+
+    data = tf.data.Dataset.from_tensors({"x": np.ones((4, 2), "float32"), "y": np.ones(4, "float32")}).repeat()
+    run = loop.make_step_driver(tf.distribute.get_strategy(), step, ["loss"], stop_requested=stop)
+    run(iter(data), tf.constant(10))
+    assert int(model.optimizer.iterations.numpy()) == 2
