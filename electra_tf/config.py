@@ -87,6 +87,9 @@ class ElectraConfig:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-6
     clip_norm: float = 1.0
+    # Split each batch into this many micro-batches and sum their gradients before one update:
+    # the same step as the whole batch (up to dropout draws), in less memory.
+    gradient_accumulation_steps: int = 1
     lr_decay_power: float = 1.0  # 1.0 = linear decay to zero
     # The official AdamWeightDecayOptimizer has no bias correction: lr · (m / (√v + ε) + wd · w).
     # True gives Keras' bias-corrected Adam step (smaller by (1 − β1^t) / √(1 − β2^t) early on).
@@ -124,6 +127,9 @@ class ElectraConfig:
             heads = getattr(self, name.replace("hidden_size", "num_heads"))
             if getattr(self, name) % heads:
                 problems.append(f"{name}={getattr(self, name)} is not divisible by its {heads} heads")
+        if self.gradient_accumulation_steps < 1 or self.train_batch_size % self.gradient_accumulation_steps:
+            problems.append(f"train_batch_size={self.train_batch_size} must be a multiple of "
+                            f"gradient_accumulation_steps={self.gradient_accumulation_steps}")
         if self.optimizer not in ("adamw", "lamb"):
             problems.append(f"optimizer must be 'adamw' or 'lamb', got {self.optimizer!r}")
         if self.finetune_loss_reduction not in ("sum", "mean"):

@@ -85,16 +85,46 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
 
 
-def train_step(model, batch, clip_norm: float) -> dict:
-    """One optimisation step of `model` on this replica's slice of the batch; returns its outputs."""
+def train_step(model, batch, clip_norm: float, accumulation_steps: int = 1) -> dict:
+    """One optimisation step of `model` on this replica's slice of the batch; returns its outputs.
+
+    With `accumulation_steps` K > 1 the slice is cut into K micro-batches whose gradients are
+    summed before the one update; the model's `accumulation_context(batch)` supplies what makes
+    that equal to the whole batch's step (whole-batch loss normalisers, per-example seeds).
+    """
     variables = model.trainable_variables
-    with tf.GradientTape() as tape:
-        outputs = model.compute_losses(batch, training=True)
-        scaled_loss = model.optimizer.scale_loss(outputs["loss"])
+    if accumulation_steps > 1:
+        outputs, grads = _accumulated_gradients(model, batch, variables, accumulation_steps)
+    else:
+        with tf.GradientTape() as tape:
+            outputs = model.compute_losses(batch, training=True)
+            scaled_loss = model.optimizer.scale_loss(outputs["loss"])
+        grads = tape.gradient(scaled_loss, variables)
+        model.update_metrics(batch, outputs)
     outputs["grad_norm"], outputs["nonfinite"] = apply_gradients(
-        model.optimizer, tape.gradient(scaled_loss, variables), variables, clip_norm, loss=outputs["loss"])
-    model.update_metrics(batch, outputs)
+        model.optimizer, grads, variables, clip_norm, loss=outputs["loss"])
     return outputs
+
+
+def _accumulated_gradients(model, batch, variables, num_micro):
+    context = model.accumulation_context(batch)
+    sliced = {"batch": batch, **context["per_example"]}
+    micro = tf.nest.map_structure(
+        lambda t: tf.reshape(t, tf.concat([[num_micro, -1], tf.shape(t)[1:]], 0)), sliced)
+    names = [n for n in model.step_output_names if n not in ("grad_norm", "nonfinite")]
+    grads = [tf.zeros_like(v) for v in variables]
+    totals = {name: tf.constant(0.0) for name in names}
+    for k in tf.range(num_micro):
+        part = tf.nest.map_structure(lambda t: t[k], micro)
+        extra = {key: value for key, value in part.items() if key != "batch"}
+        with tf.GradientTape() as tape:
+            outputs = model.compute_losses(part["batch"], training=True, normalizers=context["normalizers"], **extra)
+            scaled_loss = model.optimizer.scale_loss(outputs["loss"])
+        step_grads = tape.gradient(scaled_loss, variables)
+        grads = [total if g is None else total + tf.convert_to_tensor(g) for total, g in zip(grads, step_grads)]
+        totals = {name: totals[name] + outputs[name] for name in names}
+        model.update_metrics(part["batch"], outputs)
+    return totals, grads
 
 
 def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True,

@@ -82,16 +82,24 @@ def scatter_to_sequence(values, positions, weights, seq_length):
     return tf.cast(scattered, values.dtype), written > 0
 
 
+def num_predictions(input_mask, candidates, mask_prob, max_predictions):
+    """`[B]` masked positions per sequence: round(mask_prob × real tokens), in [1, max], ≤ candidates.
+
+    Known before any random draw, so a loss normaliser over a whole batch can be
+    computed before the batch is split into micro-batches.
+    """
+    num_tokens = tf.reduce_sum(tf.cast(input_mask, tf.float32), axis=-1)
+    count = tf.clip_by_value(tf.cast(tf.round(num_tokens * mask_prob), tf.int32), 1, max_predictions)
+    return tf.minimum(count, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
+
+
 def mask_inputs(input_ids, input_mask, seeds, *, mask_id, special_ids, mask_prob=0.15,
                 max_predictions=None, mask_token_prob=0.85) -> MaskedBatch:
     seq_length = input_ids.shape[1] or tf.shape(input_ids)[1]
     if max_predictions is None:
         max_predictions = max_predictions_per_seq(mask_prob, input_ids.shape[1])
     candidates = candidate_positions(input_ids, input_mask, special_ids)
-    num_tokens = tf.reduce_sum(tf.cast(input_mask, tf.float32), axis=-1)
-    num_to_predict = tf.cast(tf.round(num_tokens * mask_prob), tf.int32)
-    num_to_predict = tf.clip_by_value(num_to_predict, 1, max_predictions)
-    num_to_predict = tf.minimum(num_to_predict, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
+    num_to_predict = num_predictions(input_mask, candidates, mask_prob, max_predictions)
 
     noise = per_example_uniform(seeds, _MASK_POSITIONS, [input_ids.shape[1]])
     scores = tf.where(candidates, noise, -1.0)

@@ -182,27 +182,50 @@ class ElectraPretrainer(keras.Model):
         )
         return masking.example_seeds(self.seed, self.optimizer.iterations if self.optimizer else 0, global_indices)
 
-    def compute_losses(self, batch, training=True, seeds=None):
-        """Masks, runs both networks and returns loss partials and metric inputs."""
+    def _special_id_tuple(self):
+        special = self._required_special_ids()
+        return special["pad"], special["cls"], special["sep"], special["mask"]
+
+    def accumulation_context(self, batch) -> dict:
+        """What micro-batches of `batch` need to compute exactly the whole batch's step.
+
+        `per_example` is sliced with the batch (the masking seeds of each example's
+        global index); `normalizers` are the whole batch's counts, all-reduced.
+        """
+        input_ids, input_mask = tf.cast(batch["input_ids"], tf.int32), tf.cast(batch["input_mask"], tf.int32)
+        candidates = masking.candidate_positions(input_ids, input_mask, self._special_id_tuple())
+        masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
+        counts = all_reduce_sum([tf.reduce_sum(tf.cast(masked, tf.float32)),
+                                 tf.reduce_sum(tf.cast(input_mask, tf.float32))])
+        return {"per_example": {"seeds": self._example_seeds(tf.shape(input_ids)[0])},
+                "normalizers": {"num_masked": counts[0], "num_tokens": counts[1]}}
+
+    def compute_losses(self, batch, training=True, seeds=None, normalizers=None):
+        """Masks, runs both networks and returns loss partials and metric inputs.
+
+        Loss partials are sums divided by global counts: this batch's, all-reduced over
+        replicas, or `normalizers` (a whole batch's, when this is one of its micro-batches).
+        """
         config = self.config
         input_ids = tf.cast(batch["input_ids"], tf.int32)
         input_mask = tf.cast(batch["input_mask"], tf.int32)
         batch = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": tf.cast(batch["segment_ids"], tf.int32)}
         if seeds is None:
             seeds = self._example_seeds(tf.shape(input_ids)[0])
-        special = self._required_special_ids()
         masked = masking.mask_inputs(
-            input_ids, input_mask, seeds, mask_id=special["mask"],
-            special_ids=(special["pad"], special["cls"], special["sep"], special["mask"]),
+            input_ids, input_mask, seeds, mask_id=self._required_special_ids()["mask"],
+            special_ids=self._special_id_tuple(),
             mask_prob=config.mask_prob, max_predictions=self.max_predictions,
             mask_token_prob=config.mask_token_prob,
         )
         gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
         gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
-        num_masked, num_tokens = all_reduce_sum(
-            [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))]
-        )
+        if normalizers is None:
+            num_masked, num_tokens = all_reduce_sum(
+                [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))])
+        else:
+            num_masked, num_tokens = normalizers["num_masked"], normalizers["num_tokens"]
         num_masked, num_tokens = tf.maximum(num_masked, 1.0), tf.maximum(num_tokens, 1.0)
         out = {"masked": masked, "gen_logits": gen_logits,
                "gen_loss": tf.reduce_sum(gen_losses * masked.weights) / num_masked}
@@ -268,26 +291,28 @@ class ElectraPretrainer(keras.Model):
 
     def train_step(self, batch):
         """One step (a Keras `train_step`); returns this replica's partials of the global values."""
-        out = loop.train_step(self, batch, self.config.clip_norm)
+        out = loop.train_step(self, batch, self.config.clip_norm, self.config.gradient_accumulation_steps)
         _, num_replicas = replica_context_info()
         results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
         results["nonfinite"] = out["nonfinite"]
+        # Summed over replicas: one global value per step (see update_metrics).
+        self.tracked["grad_norm"].update_state(out["grad_norm"], sample_weight=1.0 / num_replicas)
         return results
 
     def update_metrics(self, batch, out):
+        """Running metrics; `out` is one replica's (micro-)batch outputs."""
         _, num_replicas = replica_context_info()
-        share = 1.0 / num_replicas
+        parts = num_replicas * self.config.gradient_accumulation_steps  # partials that make one step's value
 
         def add_partial(name, partial):
-            # Summed over replicas: total += partial, count += 1 (one global value per step).
-            self.tracked[name].update_state(partial * num_replicas, sample_weight=share)
+            # Summed over replicas and micro-batches: total += partial, count += 1 per step.
+            self.tracked[name].update_state(partial * parts, sample_weight=1.0 / parts)
 
         masked = out["masked"]
         add_partial("loss", out["loss"])
         add_partial("gen_loss", out["gen_loss"])
-        add_partial("grad_norm", out["grad_norm"] / num_replicas)
         gen_correct = tf.cast(tf.equal(tf.argmax(out["gen_logits"], -1, output_type=tf.int32), masked.original_ids),
                               tf.float32)
         self.tracked["gen_accuracy"].update_state(gen_correct, sample_weight=masked.weights)
