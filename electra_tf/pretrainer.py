@@ -27,7 +27,7 @@ Example:
 >>> ids = np.random.RandomState(0).randint(5, 64, size=(4, 16)).astype("int32")
 >>> batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
 >>> sorted(model.train_step(batch))
-['disc_loss', 'gen_loss', 'grad_norm', 'loss']
+['disc_loss', 'gen_loss', 'grad_norm', 'loss', 'nonfinite']
 """
 
 import keras

@@ -165,7 +165,7 @@ def test_mlm_objective(mlm_encoder, hidden):
     assert model.generator.hidden_size == hidden
     model.compile(optimizer=create_optimizer(model.config))
     out = model.train_step(make_batch())
-    assert set(out) == {"loss", "gen_loss", "grad_norm"}
+    assert set(out) == {"loss", "gen_loss", "grad_norm", "nonfinite"} and float(out["nonfinite"]) == 0.0
     np.testing.assert_allclose(out["loss"].numpy(), out["gen_loss"].numpy())
     assert "disc_auc" not in model.metric_results()
 
