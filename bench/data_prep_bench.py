@@ -3,7 +3,8 @@ r"""Benchmark: MB of raw text per second turned into ELECTRA TFRecords.
 Three tokenizers run through the SAME pipeline (reading, sentence splitting,
 official ELECTRA packing, protobuf serialisation, ``tf.io.TFRecordWriter``,
 sharding and worker processes of ``data_prep.builder``), so only tokenisation
-differs:
+differs (``preload_tokenizer`` installs each one in the workers with
+``data_prep.shard_writer.cache_tokenizer``):
 
 * ``data_prep``  - ``data_prep.tokenization.WordPieceTokenizer`` (tensorflow-text C++);
 * ``hf-rust``    - HuggingFace ``tokenizers.BertWordPieceTokenizer`` (Rust,
@@ -42,10 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "data"
 
-from data_prep import builder  # noqa: E402
+from data_prep import shard_writer  # noqa: E402
 from data_prep.builder import BuildOptions, make_plan, run_build  # noqa: E402
+from data_prep.manifest import SPECIAL_TOKENS  # noqa: E402
+from data_prep.pool import make_pool  # noqa: E402
 from data_prep.reference_tokenizer import ReferenceTokenizer  # noqa: E402
-from data_prep.tokenization import SPECIAL_TOKENS, WordPieceTokenizer, read_vocab  # noqa: E402
+from data_prep.tokenization import WordPieceTokenizer, read_vocab  # noqa: E402
 
 
 class _SpecialIdsMixin:
@@ -96,6 +99,24 @@ BACKENDS = {
 }
 
 
+def preload_tokenizer(vocab_file, do_lower_case=True, strip_accents=None,
+                      factory=WordPieceTokenizer) -> None:
+    """Build, warm up and install this process's tokenizer before the clock starts.
+
+    A ``make_pool`` initializer: the workers' timings then exclude TensorFlow's
+    import and the tokenizer's construction.  ``factory(vocab_file,
+    do_lower_case, strip_accents)`` returns an object with the
+    ``WordPieceTokenizer`` interface (``tokenize_flat``, ``special_ids``,
+    ``unk_id``); ``shard_writer.cache_tokenizer`` makes the builder use it.
+    """
+    vocab_file = os.path.abspath(vocab_file)
+    tokenizer = factory(vocab_file, do_lower_case, strip_accents)
+    tokenizer.tokenize_flat(["Warm up: é 中文 " + "x" * 120, "second line."])
+    import tensorflow as tf  # the shard writer needs it; import it now
+    tf.io.TFRecordWriter  # noqa: B018
+    shard_writer.cache_tokenizer(tokenizer, vocab_file, do_lower_case, strip_accents)
+
+
 def time_build(factory, inputs, vocab, processes, out_dir, max_seq_length, num_shards, repeats):
     """Best of ``repeats`` wall times to build all shards with warm workers; the manifest."""
     quiet = lambda message: None  # noqa: E731
@@ -111,11 +132,10 @@ def time_build(factory, inputs, vocab, processes, out_dir, max_seq_length, num_s
         return elapsed, manifest
 
     if processes == 1:
-        builder.preload_tokenizer(vocab, True, None, factory)
+        preload_tokenizer(vocab, True, None, factory)
         runs = [one_run(i) for i in range(repeats)]
     else:
-        with builder.make_pool(processes, builder.preload_tokenizer,
-                               (vocab, True, None, factory)) as pool:
+        with make_pool(processes, preload_tokenizer, (vocab, True, None, factory)) as pool:
             pool.pool.map(time.sleep, [1.0] * processes, chunksize=1)  # all workers initialised
             runs = [one_run(i, pool) for i in range(repeats)]
     return min(r[0] for r in runs), runs[0][1]

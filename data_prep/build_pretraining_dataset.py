@@ -12,8 +12,13 @@ Re-running the same command resumes: finished shards are kept (verified by
 their ``.done.json`` sidecars), the rest are rebuilt, and the result is
 byte-identical to an uninterrupted build with any ``--num_processes``.
 
-Policies: invalid UTF-8 lines are skipped and counted (``num_skipped_lines``);
-lines over 256 KiB are cut at spaces; see ``data_prep/corpus.py``.
+Policies (see ``data_prep/corpus.py``): invalid UTF-8 lines are skipped and
+counted (``num_skipped_lines``); stray NUL bytes are removed and counted
+(``num_nul_bytes_removed``), a file with more than 1 % NULs in its first
+64 KiB is rejected as binary; lines over 256 KiB are cut at spaces.  Tokens
+cut off when an example is truncated to ``--max_seq_length`` (as in the
+official code) are counted (``num_truncated_tokens``).  The last line on
+stderr sums these up.
 
 Example:
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 
@@ -73,28 +78,17 @@ def define_flags() -> None:
     flags.DEFINE_string("tfds_text_field", "text", "TFDS feature holding the text.")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def run() -> None:
+    """Plan and build (the flags are parsed; see ``data_prep.cli``)."""
     from data_prep.builder import make_plan, run_build
-    from data_prep.corpus import CorpusError
-    if not FLAGS.vocab_file or not FLAGS.output_dir:
-        print("error: --vocab_file and --output_dir are required", file=sys.stderr)
-        return 2
     num_processes = FLAGS.num_processes or os.cpu_count() or 1
-    try:
-        plan = make_plan(options_from_flags())
-        if num_processes > plan.num_shards:
-            print(f"[build_pretraining_dataset] note: {num_processes} processes but only "
-                  f"{plan.num_shards} shards; pass --num_shards to use them all", file=sys.stderr)
-        run_build(plan, num_processes)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    plan = make_plan(options_from_flags())
+    if num_processes > plan.num_shards:
+        print(f"[build_pretraining_dataset] note: {num_processes} processes but only "
+              f"{plan.num_shards} shards; pass --num_shards to use them all", file=sys.stderr)
+    run_build(plan, num_processes)
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    from data_prep.cli import run_cli
+    run_cli(run, define_flags, required=("vocab_file", "output_dir"))

@@ -34,16 +34,16 @@ from __future__ import annotations
 import collections
 import os
 import sys
-import tempfile
 import time
 from typing import Callable, Iterable, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from data_prep import corpus
 from data_prep.corpus import CorpusError
+from data_prep.manifest import SPECIAL_TOKENS, write_text_atomic
 
-DEFAULT_RESERVED = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+DEFAULT_RESERVED = tuple(SPECIAL_TOKENS.values())  # [PAD] [UNK] [CLS] [SEP] [MASK]
 REQUIRED = DEFAULT_RESERVED
 JOINER = "##"
 MAX_TOKEN_LENGTH = 50
@@ -72,17 +72,12 @@ def iter_paragraph_batches(paths: Sequence[str], input_format: str = "auto",
     """Batches of paragraphs from whole input files."""
     files = corpus.inspect_inputs(list(paths), input_format)
     stats = stats or corpus.RangeStats()
-    batch: list[str] = []
-    for index, file in enumerate(files):
-        whole = corpus.ByteRange(index, 0, None)
-        for docs in corpus.iter_documents(file, whole, stats, text_field):
-            for paragraphs in docs:
-                batch.extend(paragraphs)
-            if len(batch) >= BATCH_PARAGRAPHS:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+    paragraphs = (paragraph
+                  for index, file in enumerate(files)
+                  for docs in corpus.iter_documents(file, corpus.ByteRange(index, 0, None), stats,
+                                                    text_field)
+                  for document in docs for paragraph in document)
+    yield from corpus.batched(paragraphs, BATCH_PARAGRAPHS)
 
 
 def learn_vocab(counts: collections.Counter, vocab_size: int,
@@ -147,18 +142,9 @@ def _pad(tokens: list[str], vocab_size: int) -> list[str]:
 
 
 def write_vocab_atomic(tokens: Sequence[str], path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("\n".join(tokens) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write one token per line to ``path`` atomically (creating its directory)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_text_atomic(path, "\n".join(tokens) + "\n")
 
 
 def build_vocab(inputs: str, output: str, vocab_size: int = 30522, do_lower_case: bool = True,
@@ -181,6 +167,7 @@ def build_vocab(inputs: str, output: str, vocab_size: int = 30522, do_lower_case
         raise CorpusError(f"input {', '.join(paths[:3])}: contains no words")
     log(f"counted {sum(counts.values()):,} words ({len(counts):,} distinct) in "
         f"{stats.bytes_read / 1e6:.1f} MB, {stats.skipped_lines} invalid lines skipped, "
+        f"{stats.nul_bytes} NUL bytes removed, "
         f"{time.time() - start:.1f} s")
     tokens = learn_vocab(counts, vocab_size, reserved_tokens, max_unique_chars,
                          max_search_steps, log)
@@ -212,25 +199,15 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_search_steps", 4, "Learner runs spent on the threshold search.")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if not FLAGS.input or not FLAGS.output:
-        print("error: --input and --output are required", file=sys.stderr)
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def run() -> None:
+    """Learn and write the vocab (the flags are parsed; see ``data_prep.cli``)."""
     strip = None if FLAGS.strip_accents is None else FLAGS.strip_accents == "true"
-    try:
-        build_vocab(FLAGS.input, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case, strip,
-                    FLAGS.reserved_tokens, FLAGS.input_format, FLAGS.text_field,
-                    FLAGS.max_unique_chars, FLAGS.max_search_steps,
-                    log=lambda m: print(f"[build_vocab] {m}", file=sys.stderr, flush=True))
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    build_vocab(FLAGS.input, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case, strip,
+                FLAGS.reserved_tokens, FLAGS.input_format, FLAGS.text_field,
+                FLAGS.max_unique_chars, FLAGS.max_search_steps,
+                log=lambda m: print(f"[build_vocab] {m}", file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    from data_prep.cli import run_cli
+    run_cli(run, define_flags, required=("input", "output"))

@@ -11,12 +11,22 @@ Formats (``--input_format``, ``auto`` detects them per file):
 
 Any of them may be ``.gz`` or ``.bz2`` compressed.
 
-Policies (decided here, documented in the README):
+Policies (decided here, documented in docs/data_prep.md):
 
 * **Invalid UTF-8**: a line that is not valid UTF-8 is skipped and counted
   (``num_skipped_lines`` in the manifest); the same for a JSON Lines line that
-  is not valid JSON.  A file whose start contains NUL bytes, or in which more
-  than 20 % of the lines of a block are invalid, is rejected as binary.
+  is not valid JSON.  A file in which more than 20 % of the lines of a block
+  are invalid is rejected as binary.
+* **NUL bytes**: a text file with stray NUL (``\\x00``) bytes is cleaned, not
+  rejected: every NUL byte is deleted while reading (UTF-8 never uses the
+  byte 0 inside a character, so this cannot break one) and counted
+  (``num_nul_bytes_removed`` in the manifest and the build's last line).
+  BERT's tokenizer deletes NUL characters anyway, so the ids are those of the
+  text without them.  A file is rejected as binary when NUL bytes make up
+  more than 1 % (``BINARY_NUL_FRACTION``) of its first 64 KiB (and number
+  more than ``MAX_STRAY_NULS``, so that a tiny file may hold a few): UTF-16
+  text, images, archives and executables are far above that, text with a
+  stray NUL far below.
 * **Very long lines**: lines longer than ``MAX_LINE_BYTES`` (256 KiB) are cut
   into pieces at the last space before the limit (or at a character boundary
   if there is none), each piece acting as a paragraph of the same document.
@@ -53,7 +63,7 @@ import gzip
 import json
 import os
 import re
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 FORMATS = ("auto", "text", "wikiextractor", "jsonl")
 TEXT, WIKI, JSONL = "text", "wikiextractor", "jsonl"
@@ -62,6 +72,9 @@ MAX_JSON_LINE_BYTES = 64 << 20
 BLOCK_BYTES = 4 << 20
 SNIFF_BYTES = 64 * 1024
 BINARY_LINE_FRACTION = 0.2
+BINARY_NUL_FRACTION = 0.01
+MAX_STRAY_NULS = 10  # up to this many NULs never make a file binary
+NUL = b"\x00"
 _COMPRESSED_SUFFIXES = (".gz", ".bz2")
 
 
@@ -153,17 +166,33 @@ def _invalid_line_count(lines: list[bytes]) -> int:
     return bad
 
 
-def _check_not_binary(path: str, head: bytes) -> None:
-    if b"\x00" in head:
-        raise CorpusError(f"input {path}: looks like a binary file (NUL bytes in its first "
-                          f"{len(head)} bytes), not UTF-8 text")
+def remove_nuls(data: bytes) -> tuple[bytes, int]:
+    """``data`` without NUL bytes and how many there were."""
+    if NUL not in data:  # memchr: the common case costs almost nothing
+        return data, 0
+    count = data.count(NUL)
+    return data.replace(NUL, b""), count
+
+
+def check_not_binary(path: str, head: bytes) -> bytes:
+    """Reject a file whose first bytes ``head`` look binary; return them without NULs.
+
+    Binary: NUL bytes are more than ``BINARY_NUL_FRACTION`` of ``head`` (and
+    more than ``MAX_STRAY_NULS``), or many lines are not valid UTF-8.
+    """
+    size = len(head)
+    head, nuls = remove_nuls(head)
+    if nuls > max(MAX_STRAY_NULS, BINARY_NUL_FRACTION * size):
+        raise CorpusError(f"input {path}: looks like a binary file ({nuls} NUL bytes in its first "
+                          f"{size} bytes), not UTF-8 text")
     lines = head.split(b"\n")
-    if len(head) == SNIFF_BYTES and len(lines) > 1:
+    if size == SNIFF_BYTES and len(lines) > 1:
         lines = lines[:-1]  # the last line may be cut in the middle of a character
     bad = _invalid_line_count(lines)
     if bad and bad >= max(2, BINARY_LINE_FRACTION * len(lines)):
         raise CorpusError(f"input {path}: looks like a binary file ({bad} of the first "
                           f"{len(lines)} lines are not valid UTF-8)")
+    return head
 
 
 def detect_format(path: str, head: bytes) -> str:
@@ -197,8 +226,7 @@ def inspect_inputs(paths: list[str], input_format: str = "auto") -> list[InputFi
     files, empty = [], []
     for path in paths:
         stat = os.stat(path)
-        head = _read_head(path)
-        _check_not_binary(path, head)
+        head = check_not_binary(path, _read_head(path))
         if not head.strip():
             empty.append(path)
             if len(head) < SNIFF_BYTES:
@@ -326,8 +354,11 @@ def _cut_long_line(line: bytes, limit: int = MAX_LINE_BYTES) -> list[bytes]:
 
 
 def iter_line_blocks(path: str, start: int = 0, end: Optional[int] = None,
-                     cut_long_lines: bool = True) -> Iterator[tuple[list[bytes], int]]:
-    """Yield (lines without '\\n', raw bytes consumed) for bytes [start, end)."""
+                     cut_long_lines: bool = True) -> Iterator[tuple[list[bytes], int, int]]:
+    """Yield (lines without '\\n', raw bytes consumed, NULs removed) for bytes [start, end).
+
+    NUL bytes are deleted from the lines (see the module docstring).
+    """
     with open_binary(path) as f:
         if start:
             f.seek(start)
@@ -343,6 +374,8 @@ def iter_line_blocks(path: str, start: int = 0, end: Optional[int] = None,
                 break
             if remaining is not None:
                 remaining -= len(block)
+            consumed = len(block)
+            block, nuls = remove_nuls(block)
             data = pending + block
             last_newline = data.rfind(b"\n")
             if last_newline < 0:
@@ -350,20 +383,20 @@ def iter_line_blocks(path: str, start: int = 0, end: Optional[int] = None,
                 if len(pending) > MAX_LINE_BYTES and cut_long_lines:
                     pieces = _cut_long_line(pending)
                     pending = pieces.pop()
-                    yield pieces, len(block)
+                    yield pieces, consumed, nuls
                 elif len(pending) > MAX_JSON_LINE_BYTES:
                     raise CorpusError(f"input {path}: a line near byte {start} is longer than "
                                       f"{MAX_JSON_LINE_BYTES >> 20} MiB")
                 else:
-                    yield [], len(block)
+                    yield [], consumed, nuls
                 continue
             pending = data[last_newline + 1:]
             lines = data[:last_newline].split(b"\n")
             if cut_long_lines and any(len(line) > MAX_LINE_BYTES for line in lines):
                 lines = [piece for line in lines for piece in _cut_long_line(line)]
-            yield lines, len(block)
+            yield lines, consumed, nuls
         if pending:
-            yield (_cut_long_line(pending) if cut_long_lines else [pending]), 0
+            yield (_cut_long_line(pending) if cut_long_lines else [pending]), 0, 0
 
 
 def decode_lines(path: str, lines: list[bytes]) -> tuple[list[str], int]:
@@ -490,8 +523,22 @@ def text_to_paragraphs(text: str) -> list[str]:
 
 @dataclasses.dataclass
 class RangeStats:
+    """What reading cost and cleaned: raw bytes, invalid lines dropped, NUL bytes deleted."""
     bytes_read: int = 0
     skipped_lines: int = 0
+    nul_bytes: int = 0
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of ``size`` items (the last may be shorter)."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def iter_documents(file: InputFile, byte_range: ByteRange, stats: RangeStats,
@@ -499,10 +546,12 @@ def iter_documents(file: InputFile, byte_range: ByteRange, stats: RangeStats,
     """Yield batches of documents of one byte range."""
     parser = DocumentParser(file.path, file.format, text_field)
     cut = file.format != JSONL
-    for raw_lines, consumed in iter_line_blocks(file.path, byte_range.start, byte_range.end, cut):
+    for raw_lines, consumed, nuls in iter_line_blocks(file.path, byte_range.start, byte_range.end,
+                                                      cut):
         lines, bad = decode_lines(file.path, raw_lines)
         stats.bytes_read += consumed
         stats.skipped_lines += bad
+        stats.nul_bytes += nuls
         docs = parser.feed(lines)
         if docs:
             yield docs

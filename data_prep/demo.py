@@ -16,11 +16,13 @@ Takes well under a minute on 2 cores.
 
 Example:
 
->>> from data_prep.demo import build_demo_dataset       # doctest: +SKIP
->>> data_dir = build_demo_dataset("/tmp/electra_demo")  # doctest: +SKIP
->>> from data_prep.manifest import load_manifest        # doctest: +SKIP
->>> load_manifest(data_dir)["vocab_size"]               # doctest: +SKIP
-8192
+>>> import tempfile
+>>> from data_prep.demo import build_demo_dataset
+>>> from data_prep.manifest import load_manifest
+>>> data_dir = build_demo_dataset(tempfile.mkdtemp() + "/demo", log=lambda m: None)
+>>> manifest = load_manifest(data_dir)
+>>> manifest["vocab_size"], manifest["max_seq_length"], manifest["num_examples"] > 1000
+(8192, 128, True)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import sys
 import warnings
 from typing import Callable, Iterator
 
-from data_prep.manifest import load_manifest, sha256_file
+from data_prep.manifest import load_manifest, sha256_file, write_text_atomic
 
 CORPUS_NAME = os.path.join("corpus", "python_docs.txt")
 VOCAB_NAME = "vocab.txt"
@@ -119,10 +121,7 @@ def write_corpus(path: str) -> int:
     """Write the demo corpus; return its size in bytes."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = "\n\n".join("\n".join(doc) for doc in iter_documents()) + "\n"
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
     return len(text.encode("utf-8"))
 
 

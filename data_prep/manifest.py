@@ -6,6 +6,19 @@ Training code calls ``load_manifest`` + ``validate_manifest`` so that a
 mismatch between the data and the model (sequence length, vocabulary) fails
 at start-up with an actionable message instead of producing garbage.
 
+This module owns the names both sides must agree on: the TFRecord feature
+names (``FEATURE_NAMES``: ``input_ids``, ``input_mask``, ``segment_ids``, each
+an int64 list of ``max_seq_length`` values), the special-token keys of the
+manifest's ``special_token_ids`` (``SPECIAL_TOKENS``: ``pad``, ``unk``,
+``cls``, ``sep``, ``mask`` and their vocab strings) and the shard file names.
+Import them from here rather than repeating the strings.
+
+Versioning: ``format_version`` changes only when a reader must change (a key
+renamed, removed or re-typed, or a different shard layout).  New keys are
+added without a bump (readers ignore keys they do not know); e.g. the
+cleaning/truncation counters ``num_nul_bytes_removed``,
+``num_truncated_tokens`` and ``num_long_sentences`` came without one.
+
 Example:
 
 >>> import tempfile
@@ -14,10 +27,13 @@ Example:
 >>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 128,
 ...     "vocab_size": 30522, "shards": [], "num_shards": 0, "num_examples": 10})
 >>> validate_manifest(load_manifest(d), max_seq_length=128, vocab_size=30522)
->>> validate_manifest(load_manifest(d), max_seq_length=512)
-Traceback (most recent call last):
-...
-ValueError: data in ... has max_seq_length=128 but the model expects max_seq_length=512: rebuild the data with `python -m data_prep.build_pretraining_dataset ... --max_seq_length=512` or pass --max_seq_length=128 to training
+>>> try:
+...     validate_manifest(load_manifest(d), max_seq_length=512, data_dir="data/")
+... except ValueError as e:
+...     print(e)
+data in data/ has max_seq_length=128 but the model expects max_seq_length=512: rebuild the data with `python -m data_prep.build_pretraining_dataset ... --max_seq_length=512` or pass --max_seq_length=128 to training
+>>> FEATURE_NAMES
+('input_ids', 'input_mask', 'segment_ids')
 """
 
 from __future__ import annotations
@@ -32,6 +48,22 @@ MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 SHARD_PREFIX = "pretrain_data.tfrecord"
 CREATED_BY = "data_prep.build_pretraining_dataset"
+
+# TFRecord features of every example (tf.train.Example, int64 lists of
+# max_seq_length values); this order is also the byte order of a serialised
+# example (protobuf map keys sorted).
+INPUT_IDS, INPUT_MASK, SEGMENT_IDS = "input_ids", "input_mask", "segment_ids"
+FEATURE_NAMES = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)
+
+# Keys of the manifest's ``special_token_ids`` -> the vocab token they name.
+SPECIAL_TOKENS = {
+    "pad": "[PAD]",
+    "unk": "[UNK]",
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+}
+SPECIAL_TOKEN_KEYS = tuple(SPECIAL_TOKENS)
 REQUIRED_KEYS = (
     "format_version", "max_seq_length", "vocab_size", "shards", "num_shards", "num_examples",
 )
@@ -42,22 +74,29 @@ def shard_name(index: int, num_shards: int) -> str:
     return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}"
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temp file + ``os.replace``."""
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` via a temp file + ``os.replace``.
+
+    A reader sees the old file or the complete new one, never a torn write;
+    the temp file is removed if writing fails.
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 
 
 def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:

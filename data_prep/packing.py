@@ -11,7 +11,10 @@
   otherwise a sentence goes to segment A while A is empty or the sentence fits
   into A's budget ``(target - 3) // 2`` (or, 50 % of the time, when B is still
   empty and A is under budget), else to B;
-* A is truncated to ``max - 2`` tokens, B to ``max - len(A) - 3``;
+* A is truncated to ``max - 2`` tokens, B to ``max - len(A) - 3``; the cut-off
+  tokens are lost, as in the official code (a sentence longer than the
+  example is never split over two examples).  ``ExampleSpec`` holds the kept
+  lengths, so the builder counts the loss (``num_truncated_tokens``);
 * the example is ``[CLS] A [SEP] B [SEP]`` (``[CLS] A [SEP]`` if B is empty),
   segment ids 0 up to and including the first [SEP], 1 after; padded with 0.
 
@@ -41,6 +44,8 @@ import random
 from typing import NamedTuple, Sequence
 
 import numpy as np
+
+from data_prep.manifest import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
 
 SINGLE_SEGMENT_TARGET = 100000  # "infinite" first-segment budget, as in the official code
 MIN_SHORT_TARGET = 5
@@ -203,17 +208,22 @@ def _map_entry(key: str, feature: bytes) -> bytes:
 
 
 class ExampleSerializer:
-    """Serialises {input_ids, input_mask, segment_ids} rows to Example bytes."""
+    """Serialises {input_ids, input_mask, segment_ids} rows to Example bytes.
+
+    The feature names are ``data_prep.manifest``'s; protobuf's deterministic
+    serialisation writes map entries in key order, which is this order.
+    """
 
     MAX_ID = (1 << 28) - 1  # ids are encoded with at most 4 varint bytes
 
     def __init__(self, max_seq_length: int):
         self.max_seq_length = max_seq_length
         zeros = bytes(max_seq_length)
-        self._mask_entry_len = len(_map_entry("input_mask", _int64_feature(zeros)))
-        self._seg_entry_len = len(_map_entry("segment_ids", _int64_feature(zeros)))
-        self._mask_head = _map_entry("input_mask", _int64_feature(zeros))[:-max_seq_length]
-        self._seg_head = _map_entry("segment_ids", _int64_feature(zeros))[:-max_seq_length]
+        mask_entry = _map_entry(INPUT_MASK, _int64_feature(zeros))
+        seg_entry = _map_entry(SEGMENT_IDS, _int64_feature(zeros))
+        self._mask_entry_len, self._seg_entry_len = len(mask_entry), len(seg_entry)
+        self._mask_head = mask_entry[:-max_seq_length]
+        self._seg_head = seg_entry[:-max_seq_length]
         self._prefix_cache: dict[int, bytes] = {}
 
     def _prefix(self, payload_length: int) -> bytes:
@@ -221,7 +231,7 @@ class ExampleSerializer:
         prefix = self._prefix_cache.get(payload_length)
         if prefix is None:
             dummy = bytes(payload_length)
-            entry = _map_entry("input_ids", _int64_feature(dummy))
+            entry = _map_entry(INPUT_IDS, _int64_feature(dummy))
             features_len = len(entry) + self._mask_entry_len + self._seg_entry_len
             prefix = bytes([0x0A]) + _varint(features_len) + entry[:-payload_length]
             self._prefix_cache[payload_length] = prefix

@@ -54,15 +54,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from data_prep.manifest import SPECIAL_TOKENS  # noqa: F401  (re-exported: the manifest owns it)
 from data_prep.reference_tokenizer import _CJK_RANGES
 
-SPECIAL_TOKENS = {
-    "pad": "[PAD]",
-    "unk": "[UNK]",
-    "cls": "[CLS]",
-    "sep": "[SEP]",
-    "mask": "[MASK]",
-}
 REQUIRED_SPECIALS = tuple(SPECIAL_TOKENS.values())
 
 _MAX_UNICODE = 0x10FFFF

@@ -15,7 +15,8 @@ import pytest
 
 from data_prep.builder import BuildOptions, make_plan, run_build
 from data_prep.corpus import CorpusError
-from data_prep.manifest import load_manifest, validate_manifest
+from data_prep.corpus import split_sentences
+from data_prep.manifest import FEATURE_NAMES, FORMAT_VERSION, load_manifest, validate_manifest
 from data_prep.reference_tokenizer import BasicTokenizer, ReferenceTokenizer
 
 try:
@@ -36,12 +37,12 @@ ONE_LINE_DOCS = [
 ]
 
 
-def build(tmp_path, inputs, name="out", **overrides):
+def build(tmp_path, inputs, name="out", log=QUIET, **overrides):
     options = dict(inputs=str(inputs), output_dir=str(tmp_path / name),
                    vocab_file=str(write_vocab(tmp_path)), max_seq_length=64, num_shards=1)
     options.update(overrides)
     plan = make_plan(BuildOptions(**options))
-    return plan, run_build(plan, num_processes=1, log=QUIET)
+    return plan, run_build(plan, num_processes=1, log=log)
 
 
 def shard_bytes(directory):
@@ -81,8 +82,11 @@ def test_manifest_contract(tmp_path):
     for key in ("format_version", "max_seq_length", "vocab_file", "vocab_size", "vocab_sha256",
                 "do_lower_case", "strip_accents", "special_token_ids", "shards", "num_shards",
                 "num_documents", "num_examples", "num_tokens", "num_unk_tokens", "unk_rate",
-                "examples_per_shard", "inputs", "created_by", "num_skipped_lines"):
+                "examples_per_shard", "inputs", "created_by", "num_skipped_lines",
+                "num_nul_bytes_removed", "num_truncated_tokens", "truncated_token_rate",
+                "num_long_sentences"):
         assert key in manifest, key
+    assert manifest["format_version"] == FORMAT_VERSION == 1  # new keys are additive
     assert manifest["shards"] == ["pretrain_data.tfrecord-00000-of-00002",
                                   "pretrain_data.tfrecord-00001-of-00002"]
     assert manifest["special_token_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
@@ -92,6 +96,7 @@ def test_manifest_contract(tmp_path):
     assert os.path.isabs(manifest["vocab_file"])
     examples = read_examples(tmp_path / "out")
     assert manifest["num_tokens"] == sum(sum(e["input_mask"]) for e in examples)
+    assert all(sorted(e) == sorted(FEATURE_NAMES) for e in examples)
 
 
 def _docs_text(num_docs=30, sentences=12):
@@ -148,6 +153,82 @@ def test_invalid_utf8_lines_are_skipped_and_counted(tmp_path):
     _, manifest = build(tmp_path, corpus, max_seq_length=128)
     assert manifest["num_skipped_lines"] == 2
     assert manifest["num_text_tokens"] == 10 * 7
+
+
+def test_stray_nul_bytes_are_removed_and_counted(tmp_path):
+    filler = "\n\n".join(["The cat sat on the mat."] * 3000)  # ~75 KB: past the 64 KiB sniff
+    clean = f"The cat sat on the mat.\n\n{filler}\n\nHello World; the dog ran!\n"
+    dirty = (f"The c\x00at sat on the\x00 mat.\n\n{filler}\n\n"
+             f"Hello\x00\x00\x00 World; the dog ran!\x00\n")
+    assert dirty.replace("\x00", "") == clean and dirty.index("Hello") > 64 * 1024
+    messages = []
+    _, reference = build(tmp_path, write_text(tmp_path / "clean.txt", clean), name="clean")
+    _, manifest = build(tmp_path, write_text(tmp_path / "dirty.txt", dirty), name="dirty",
+                        log=messages.append)
+    assert manifest["num_nul_bytes_removed"] == 6 and reference["num_nul_bytes_removed"] == 0
+    assert "6 NUL bytes removed" in messages[-1], messages[-1]
+    assert manifest["num_skipped_lines"] == 0
+    # The shards hold the text without the NULs ("c\0at" is "cat", not two words).
+    assert shard_bytes(tmp_path / "dirty") == shard_bytes(tmp_path / "clean")
+    first = read_examples(tmp_path / "dirty")[0]
+    words = [TINY_VOCAB[i] for i in first["input_ids"] if i > 4]
+    assert words == ["the", "cat", "sat", "on", "the", "mat", "."]
+    # JSON Lines: a raw NUL inside a string would make the record invalid JSON.
+    records = [json.dumps({"text": d}) for d in clean.strip().split("\n\n")]
+    records[0], records[-1] = records[0].replace("c", "c\x00"), records[-1].replace("W", "\x00W")
+    jsonl = write_text(tmp_path / "dirty.jsonl", "\n".join(records) + "\n")
+    _, manifest = build(tmp_path, jsonl, name="jsonl")
+    assert manifest["num_skipped_lines"] == 0 and manifest["num_nul_bytes_removed"] == 2
+    assert shard_bytes(tmp_path / "jsonl") == shard_bytes(tmp_path / "clean")
+    # A tiny file may hold a few (up to 10) NULs although they are over 1 % of it.
+    _, manifest = build(tmp_path, write_text(tmp_path / "tiny.txt", "The\x00 cat\x00\x00 sat.\n"),
+                        name="tiny")
+    assert manifest["num_nul_bytes_removed"] == 3 and manifest["num_text_tokens"] == 4
+
+
+def test_mostly_nul_file_is_still_rejected_as_binary(tmp_path):
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes(("The cat sat on the mat.\n\n" * 100).encode("utf-16-le"))
+    with pytest.raises(CorpusError, match=r"utf16.txt: looks like a binary file \(2500 NUL bytes "
+                                          r"in its first 5000 bytes\), not UTF-8 text"):
+        build(tmp_path, utf16)
+    many = write_text(tmp_path / "many.txt", "The cat sat.\x00" * 11 + "\n")
+    with pytest.raises(CorpusError, match="many.txt: looks like a binary file"):
+        build(tmp_path, many)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _tokens_per_sentence(docs):
+    reference = ReferenceTokenizer(TINY_VOCAB)
+    return [len(reference.tokenize_to_ids(s)) for d in docs for s in split_sentences(d)]
+
+
+def test_truncated_tokens_are_counted(tmp_path):
+    docs = ["the cat sat on the mat the dog ran on",   # 1 sentence of 10 tokens
+            "The cat sat. The dog ran.",              # 4 + 4 tokens
+            "A cat."]                                 # 3 tokens
+    assert _tokens_per_sentence(docs) == [10, 4, 4, 3]
+    corpus = write_text(tmp_path / "c.txt", "\n\n".join(docs) + "\n")
+    messages = []
+    _, manifest = build(tmp_path, corpus, max_seq_length=8, single_segment_prob=1.0,
+                        short_seq_prob=0.0, log=messages.append)
+    # By hand, with room for 8 - 2 = 6 text tokens per example (one segment):
+    # doc 1: 10 tokens >= 8 -> an example of 6, 4 dropped (a sentence longer than 6);
+    # doc 2: 4 + 4 = 8 >= 8 -> an example of 6, 2 dropped; doc 3: 3 tokens, none dropped.
+    assert manifest["num_examples"] == 3
+    assert manifest["num_text_tokens"] == 6 + 6 + 3
+    assert manifest["num_truncated_tokens"] == 4 + 2
+    assert manifest["num_long_sentences"] == 1
+    assert manifest["truncated_token_rate"] == pytest.approx(6 / 21)
+    assert ("6 tokens dropped by truncation to max_seq_length=8 (28.57% of the text's tokens, "
+            "1 sentences longer than 6 tokens)") in messages[-1], messages[-1]
+    # Two segments and random short targets: kept + dropped = every token of the text.
+    docs = _docs_text()
+    corpus = write_text(tmp_path / "d.txt", "\n\n".join(docs) + "\n")
+    _, manifest = build(tmp_path, corpus, name="two", max_seq_length=16, short_seq_prob=0.3)
+    assert manifest["num_truncated_tokens"] > 0 and manifest["num_long_sentences"] == 0
+    assert manifest["num_text_tokens"] + manifest["num_truncated_tokens"] == \
+        sum(_tokens_per_sentence(docs))
 
 
 def test_ten_megabyte_single_line_is_cut_not_fatal(tmp_path):
@@ -246,6 +327,9 @@ def test_cli_bad_inputs(tmp_path):
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 200_000, dtype=np.uint8).tobytes())
     cases.append((_cli_args(tmp_path, garbage), "garbage.bin: looks like a binary file"))
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("The cat sat.\n".encode("utf-16"))
+    cases.append((_cli_args(tmp_path, utf16), "utf16.txt: looks like a binary file (13 NUL bytes"))
     no_mask = write_vocab(tmp_path, [t for t in TINY_VOCAB if t != "[MASK]"], name="nomask.txt")
     cases.append((_cli_args(tmp_path, good, "cli_out", no_mask), "nomask.txt: missing special token(s) [MASK]"))
     cases.append((_cli_args(tmp_path, good, "cli_out", None, "--max_seq_length=1024"),

@@ -1,4 +1,4 @@
-"""Tests for build_vocab, inspect and the demo dataset."""
+"""Tests for build_vocab, inspect_shards, the shared CLI handling and the demo dataset."""
 
 import io
 import time
@@ -69,7 +69,7 @@ def test_inspect_reports_stats_and_decodes(tmp_path):
     plan = make_plan(BuildOptions(inputs=str(corpus), output_dir=str(tmp_path / "data"),
                                   vocab_file=str(vocab), max_seq_length=32, num_shards=2))
     manifest = run_build(plan, log=lambda m: None)
-    from data_prep.inspect import summarize
+    from data_prep.inspect_shards import summarize
     out = io.StringIO()
     stats = summarize(str(tmp_path / "data"), num_examples=2, out=out)
     report = out.getvalue()
@@ -77,7 +77,34 @@ def test_inspect_reports_stats_and_decodes(tmp_path):
     assert stats["single_segment"] == manifest["num_single_segment_examples"]
     assert "length histogram" in report and "#" in report
     assert report.count("[CLS] ") == 2 and "example 1" in report
-    assert f"num_examples    {manifest['num_examples']}" in report
+    assert f"num_examples          {manifest['num_examples']}" in report
+    assert f"num_truncated_tokens  {manifest['num_truncated_tokens']}" in report
+    assert "num_nul_bytes_removed 0" in report
+
+
+def test_no_data_prep_module_shadows_the_standard_library():
+    import sys
+    from pathlib import Path
+    import data_prep
+    names = {p.stem for p in Path(data_prep.__file__).parent.glob("*.py")}
+    assert "inspect_shards" in names
+    assert not names & set(sys.stdlib_module_names)
+
+
+def test_cli_errors_are_one_line_with_exit_status(capsys):
+    from data_prep.cli import make_main
+
+    def fails():
+        raise CorpusError("input x.txt: is empty")
+
+    def bug():
+        raise KeyError("not an expected error")
+
+    assert make_main(fails)(["prog"]) == 1
+    assert capsys.readouterr().err == "error: input x.txt: is empty\n"
+    assert make_main(lambda: None)(["prog"]) == 0
+    with pytest.raises(KeyError):   # unexpected errors keep their traceback
+        make_main(bug)(["prog"])
 
 
 def test_demo_dataset_builds_validates_and_is_idempotent(tmp_path):

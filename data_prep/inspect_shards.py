@@ -1,13 +1,24 @@
 r"""Summarise and decode a pre-training data directory.
 
-Prints the manifest summary, a text histogram of real example lengths, the
-[UNK] rate, segment statistics (single-segment share, mean A/B lengths) and
-decodes ``--num_examples`` examples back to text.  Reads at most
-``--max_scan`` examples for the statistics.
+Prints the manifest summary (including what cleaning and truncation cost:
+invalid lines skipped, NUL bytes removed, tokens dropped by truncation), a
+text histogram of real example lengths, the [UNK] rate, segment statistics
+(single-segment share, mean A/B lengths) and decodes ``--num_examples``
+examples back to text.  Reads at most ``--max_scan`` examples for the
+statistics.  (Named ``inspect_shards``, not ``inspect``, so that it never
+shadows the standard library's ``inspect``.)
+
+Command line:
+
+    python -m data_prep.inspect_shards --data_dir=/tmp/enwiki_128 --num_examples=3
 
 Example:
 
-    python -m data_prep.inspect --data_dir=/tmp/enwiki_128 --num_examples=3
+>>> import numpy as np
+>>> from data_prep.inspect_shards import length_histogram
+>>> print(length_histogram(np.array([3, 4, 16, 16]), max_len=16, bins=2, width=4))
+     1-8           2 ####
+     9-16          2 ####
 """
 
 from __future__ import annotations
@@ -17,25 +28,25 @@ import sys
 from typing import Iterator
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from data_prep.manifest import load_manifest
+from data_prep.manifest import FEATURE_NAMES, load_manifest
 
-FEATURES = ("input_ids", "input_mask", "segment_ids")
+LABEL_WIDTH = 21
 
 
 def iter_examples(data_dir: str, manifest: dict, limit: int) -> Iterator[dict]:
     """Examples as dicts of numpy arrays, shard by shard, at most ``limit``."""
     import tensorflow as tf
     length = manifest["max_seq_length"]
-    spec = {name: tf.io.FixedLenFeature([length], tf.int64) for name in FEATURES}
+    spec = {name: tf.io.FixedLenFeature([length], tf.int64) for name in FEATURE_NAMES}
     files = [os.path.join(data_dir, s) for s in manifest["shards"]]
     dataset = tf.data.TFRecordDataset(files).take(limit).batch(1024)
     for batch in dataset:
         parsed = tf.io.parse_example(batch, spec)
         arrays = {k: v.numpy() for k, v in parsed.items()}
         for i in range(len(arrays["input_ids"])):
-            yield {k: arrays[k][i] for k in FEATURES}
+            yield {k: arrays[k][i] for k in FEATURE_NAMES}
 
 
 def length_histogram(lengths: np.ndarray, max_len: int, bins: int = 8, width: int = 40) -> str:
@@ -72,21 +83,23 @@ def summarize(data_dir: str, num_examples: int = 3, max_scan: int = 100000,
     """Print the report; return the computed statistics."""
     manifest = load_manifest(data_dir)
     p = lambda *a: print(*a, file=out)  # noqa: E731
-    p(f"data_dir        {os.path.abspath(data_dir)}")
-    for key in ("num_shards", "num_documents", "num_examples", "num_tokens", "max_seq_length",
-                "vocab_file", "vocab_size", "do_lower_case", "strip_accents",
-                "num_skipped_lines"):
-        p(f"{key:<15} {manifest.get(key)}")
-    p(f"unk_rate        {manifest.get('unk_rate', 0.0):.4%} "
-      f"({manifest.get('num_unk_tokens')} [UNK] tokens)")
-    p(f"inputs          {', '.join(manifest.get('inputs', [])[:3])}"
-      f"{' ...' if len(manifest.get('inputs', [])) > 3 else ''}")
+    inputs = manifest.get("inputs", [])
+    rows = [("data_dir", os.path.abspath(data_dir))]
+    rows += [(key, manifest.get(key)) for key in (
+        "num_shards", "num_documents", "num_examples", "num_tokens", "max_seq_length",
+        "vocab_file", "vocab_size", "do_lower_case", "strip_accents", "num_skipped_lines",
+        "num_nul_bytes_removed", "num_truncated_tokens", "num_long_sentences")]
+    rows.append(("unk_rate", f"{manifest.get('unk_rate', 0.0):.4%} "
+                             f"({manifest.get('num_unk_tokens')} [UNK] tokens)"))
+    rows.append(("inputs", ", ".join(inputs[:3]) + (" ..." if len(inputs) > 3 else "")))
+    for key, value in rows:
+        p(f"{key:<{LABEL_WIDTH}} {value}")
     examples = list(iter_examples(data_dir, manifest, max_scan))
     stats = segment_stats(examples)
     lengths = stats["lengths"]
     p(f"\nscanned {len(examples):,} examples: mean length {lengths.mean():.1f}, "
       f"{(lengths == manifest['max_seq_length']).mean():.1%} full")
-    p(f"single-segment  {stats['single_segment'] / max(1, len(examples)):.1%}; mean A "
+    p(f"{'single-segment':<{LABEL_WIDTH}} {stats['single_segment'] / max(1, len(examples)):.1%}; mean A "
       f"{stats['mean_a']:.1f} tokens, mean B {stats['mean_b_when_present']:.1f} tokens")
     p("length histogram (real tokens incl. [CLS]/[SEP]):")
     p(length_histogram(lengths, manifest["max_seq_length"]))
@@ -110,21 +123,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_scan", 100000, "Examples read for the statistics.")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if not FLAGS.data_dir:
-        print("error: --data_dir is required", file=sys.stderr)
-        return 2
-    try:
-        summarize(FLAGS.data_dir, FLAGS.num_examples, FLAGS.max_scan)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+def run() -> None:
+    """Print the report (the flags are parsed; see ``data_prep.cli``)."""
+    summarize(FLAGS.data_dir, FLAGS.num_examples, FLAGS.max_scan)
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    from data_prep.cli import run_cli
+    run_cli(run, define_flags, required=("data_dir",), errors=(ValueError,))

@@ -1,0 +1,162 @@
+"""The build plan: validated options, inputs and the fixed contents of each shard.
+
+``make_plan`` turns ``BuildOptions`` (the command-line flags) into an
+immutable ``BuildPlan``: the vocabulary, the input files (or a TFDS split),
+per shard a fixed list of byte ranges (``corpus.plan_byte_ranges``) or TFDS
+example ranges, and a ``fingerprint`` of everything that influences the bytes
+written.  The number of shards depends on the input size, never on the number
+of processes, so the output is the same whatever the parallelism.
+
+Example:
+
+>>> import tempfile
+>>> from data_prep.plan import BuildOptions, make_plan
+>>> d = tempfile.mkdtemp()
+>>> _ = open(d + "/corpus.txt", "w").write("The cat sat.\\n\\nThe dog ran.\\n")
+>>> _ = open(d + "/vocab.txt", "w").write("[PAD]\\n[UNK]\\n[CLS]\\n[SEP]\\n[MASK]\\nthe\\n")
+>>> plan = make_plan(BuildOptions(inputs=d + "/corpus.txt", output_dir=d + "/out",
+...                               vocab_file=d + "/vocab.txt", num_shards=2))
+>>> plan.num_shards, [f.format for f in plan.files], len(plan.fingerprint)
+(2, ['text'], 64)
+>>> make_plan(BuildOptions(inputs=d + "/corpus.txt", output_dir=d + "/out",
+...                        vocab_file=d + "/vocab.txt", max_seq_length=1024))
+Traceback (most recent call last):
+data_prep.corpus.CorpusError: --max_seq_length=1024 exceeds --max_position_embeddings=512 (the model's position table); use --max_seq_length<=512 or a model with a larger table
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from typing import Optional
+
+from data_prep import corpus
+from data_prep.corpus import CorpusError
+from data_prep.manifest import sha256_file, shard_name
+from data_prep.tokenization import validate_vocab
+
+# Bump when the bytes written for the same plan, or the shards' sidecar
+# records, change: finished shards of an older version are then rebuilt.
+# 2: sidecars count NUL bytes removed and tokens dropped by truncation.
+CODE_VERSION = 2
+SHARD_TARGET_BYTES = 32 << 20
+MIN_SHARDS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """User options (the command-line flags)."""
+    output_dir: str
+    vocab_file: str
+    inputs: str = ""
+    do_lower_case: bool = True
+    strip_accents: Optional[bool] = None
+    max_seq_length: int = 128
+    max_position_embeddings: int = 512
+    short_seq_prob: float = 0.05
+    single_segment_prob: float = 0.1
+    num_shards: Optional[int] = None
+    seed: int = 12345
+    input_format: str = "auto"
+    text_field: str = "text"
+    tfds_name: str = ""
+    tfds_split: str = "train"
+    tfds_data_dir: Optional[str] = None
+    tfds_text_field: str = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    options: BuildOptions
+    vocab: tuple
+    vocab_sha256: str
+    files: tuple            # corpus.InputFile, empty for TFDS
+    shard_ranges: tuple     # per shard: tuple of corpus.ByteRange, or (lo, hi) for TFDS
+    num_shards: int
+    fingerprint: str
+
+    @property
+    def output_dir(self) -> str:
+        return self.options.output_dir
+
+    def shard_path(self, index: int) -> str:
+        return os.path.join(self.output_dir, shard_name(index, self.num_shards))
+
+    def input_names(self) -> list[str]:
+        """The input files, or ``tfds:<name>/<split>``."""
+        if self.options.tfds_name:
+            return [f"tfds:{self.options.tfds_name}/{self.options.tfds_split}"]
+        return [f.path for f in self.files]
+
+
+def check_options(options: BuildOptions) -> None:
+    """Reject impossible flag combinations with a one-line message."""
+    if options.max_seq_length > options.max_position_embeddings:
+        raise CorpusError(
+            f"--max_seq_length={options.max_seq_length} exceeds --max_position_embeddings="
+            f"{options.max_position_embeddings} (the model's position table); use "
+            f"--max_seq_length<={options.max_position_embeddings} or a model with a larger table")
+    if options.max_seq_length < 8:
+        raise CorpusError(f"--max_seq_length={options.max_seq_length} is too small (minimum 8)")
+    for name in ("short_seq_prob", "single_segment_prob"):
+        value = getattr(options, name)
+        if not 0.0 <= value <= 1.0:
+            raise CorpusError(f"--{name}={value} must be in [0, 1]")
+    if options.num_shards is not None and options.num_shards < 1:
+        raise CorpusError(f"--num_shards={options.num_shards} must be >= 1")
+    if bool(options.inputs) == bool(options.tfds_name):
+        raise CorpusError("pass exactly one of --input and --tfds_name")
+    if not options.output_dir:
+        raise CorpusError("--output_dir is required")
+
+
+def default_num_shards(total_bytes: int) -> int:
+    """One shard per 32 MiB of input, but at least min(8, input MiB).
+
+    Deliberately independent of --num_processes so that the output is the
+    same whatever the parallelism.
+    """
+    mib = max(1, math.ceil(total_bytes / (1 << 20)))
+    return max(math.ceil(total_bytes / SHARD_TARGET_BYTES), min(MIN_SHARDS, mib), 1)
+
+
+def make_plan(options: BuildOptions) -> BuildPlan:
+    """Validate inputs and vocab; fix the shards' contents."""
+    check_options(options)
+    options = dataclasses.replace(options, output_dir=os.path.abspath(options.output_dir),
+                                  vocab_file=os.path.abspath(options.vocab_file))
+    try:
+        vocab = validate_vocab(options.vocab_file)
+    except ValueError as e:
+        raise CorpusError(str(e)) from None
+    vocab_sha = sha256_file(options.vocab_file)
+    if options.tfds_name:
+        from data_prep.tfds_input import plan_tfds
+        files, shard_ranges = (), plan_tfds(options, MIN_SHARDS)
+    else:
+        paths = corpus.expand_inputs(options.inputs, exclude_dir=options.output_dir)
+        files = tuple(corpus.inspect_inputs(paths, options.input_format))
+        total = sum(f.size for f in files)
+        num_shards = options.num_shards or default_num_shards(total)
+        if not options.num_shards and all(f.compressed for f in files):
+            num_shards = min(num_shards, len(files))  # a compressed file is never split
+        shard_ranges = tuple(tuple(r) for r in corpus.plan_byte_ranges(list(files), num_shards))
+    fingerprint = _fingerprint(options, vocab_sha, files, shard_ranges)
+    return BuildPlan(options, tuple(vocab), vocab_sha, files, shard_ranges, len(shard_ranges),
+                     fingerprint)
+
+
+def _fingerprint(options, vocab_sha, files, shard_ranges) -> str:
+    relevant = dataclasses.asdict(options)
+    for key in ("output_dir", "vocab_file", "max_position_embeddings", "inputs"):
+        relevant.pop(key)
+    payload = {
+        "code_version": CODE_VERSION, "options": relevant, "vocab_sha256": vocab_sha,
+        "files": [f.fingerprint() for f in files],
+        "shards": [[dataclasses.astuple(r) for r in ranges] if options.inputs else list(ranges)
+                   for ranges in shard_ranges],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
