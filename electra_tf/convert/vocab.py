@@ -18,10 +18,10 @@ import tempfile
 
 from absl import logging
 
+from data_prep.manifest import SPECIAL_TOKENS  # the one table of special tokens (data contract)
 from electra_tf.convert.errors import ConversionError
 
 VOCAB_NAMES = ("vocab.txt",)
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
 def read_tokens(path: str) -> list:
