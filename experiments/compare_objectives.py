@@ -416,7 +416,8 @@ def plot(results: dict, work_dir: Path, out_dir: Path) -> list[Path]:
                 ax.plot(*zip(*points), label=arm)
             ax.set_title(title)
             ax.set_xlabel("step")
-    axes[0].legend()
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend()
     fig.tight_layout()
     paths.append(out_dir / "compare_objectives_pretraining.png")
     fig.savefig(paths[-1], dpi=100)

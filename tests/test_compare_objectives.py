@@ -1,0 +1,55 @@
+"""The objectives experiment's bookkeeping: equal compute, caching, learning-rate choice, the report."""
+
+import json
+
+import pytest
+
+from experiments import compare_objectives as co
+
+
+def test_equal_compute_steps_never_fewer_than_rtd():
+    budget = co.BUDGETS["cpu"]
+    assert co.arm_steps(budget, "rtd") == 1500
+    mlm = co.arm_compute(budget, "mlm")
+    rtd = co.arm_compute(budget, "rtd")
+    assert mlm["steps"] > 1500 and rtd["pretrain_flops"] <= mlm["pretrain_flops"] < rtd["pretrain_flops"] * 1.001
+    assert co.arm_steps(budget, "all_tokens_mlm") == 1500  # costlier per step: same examples, more FLOPs
+    assert co.arm_compute(budget, "none")["pretrain_flops"] == 0
+    assert rtd["examples"] == 192_000
+
+
+def write_result(work_dir, arm, task, lr, seed, value):
+    done = co.finetune_dir(work_dir, arm, task, lr, seed) / "result.json"
+    co.write_json_atomic(done, {"metric": value})
+
+
+def test_cached_runs_are_collected_and_the_better_stsb_median_picks_the_lr(tmp_path):
+    budget = co.BUDGETS["cpu"]
+    for seed, (low, high) in enumerate([(60.0, 70.0), (62.0, 50.0), (61.0, 71.0)]):
+        write_result(tmp_path, "rtd", "STS-B", 1e-4, seed, low)
+        write_result(tmp_path, "rtd", "STS-B", 3e-4, seed, high)
+    results = co.collect_finetune(budget, "rtd", tmp_path)
+    assert results["STS-B"] == {"0.0001": [60.0, 62.0, 61.0], "0.0003": [70.0, 50.0, 71.0]}
+    assert co.chosen_lr(results) == 3e-4  # medians 61 vs 70
+    assert co.finetune(budget, "rtd", None, "STS-B", 1e-4, 1, tmp_path) == 62.0  # cached: no subprocess
+    with pytest.raises(ValueError, match="no STS-B results"):
+        co.chosen_lr({})
+
+
+def test_report_writes_the_table_and_the_json_schema(tmp_path):
+    budget = co.BUDGETS["cpu"]
+    for arm, base in (("rtd", 70.0), ("mlm", 60.0), ("none", 50.0)):
+        for task in co.TASKS:
+            for seed in budget.seeds:
+                write_result(tmp_path / "work", arm, task, 1e-4, seed, base + seed)
+    out = tmp_path / "results"
+    out.mkdir()
+    results = co.report(budget, tmp_path / "work", ("rtd", "mlm", "none"), out, "python -m experiments.compare_objectives")
+    saved = json.loads((out / "compare_objectives.json").read_text())
+    assert set(saved["arms"]) == {"rtd", "mlm", "none"}
+    rtd = saved["arms"]["rtd"]
+    assert rtd["finetune"]["STS-B"]["0.0001"] == [70.0, 71.0, 72.0] and rtd["chosen_lr"] == 1e-4
+    assert {"pretrain_flops", "examples", "finetune", "chosen_lr"} <= set(rtd)
+    assert co.headline(results["arms"]["rtd"], "STS-B") == 71.0
+    table = (out / "compare_objectives.md").read_text()
+    assert "| rtd |" in table and "**71.0** [70.0, 71.0, 72.0]" in table
