@@ -16,8 +16,21 @@ Examples:
 
 Hyper-parameters left unset come from `electra_tf.config.get_config(--model_size, --hparams)`
 (`finetune_learning_rate`, `finetune_layerwise_lr_decay`, `finetune_batch_size`, ...), with the
-official per-task epochs (10 for RTE and STS-B, 2 for SQuAD). `--num_seeds=N` trains N times and
-reports every run and the median of each metric in `<output_dir>/metrics.json`.
+official per-task epochs (10 for RTE and STS-B, 2 for SQuAD). With `--init_checkpoint` the
+architecture always comes from the checkpoint, and `--model_size` defaults to the checkpoint's size
+(an export's recorded size and `finetune_*` values; for Hugging Face / official checkpoints the
+size with the same width and depth, else small), so a tiny export is fine-tuned with tiny's
+learning rate and layer decay.
+
+As in the official code the loss is summed over the batch before the global-norm clip at 1.0
+(`finetune_loss_reduction`), the layer-wise decay keeps the official off-by-one
+(`finetune_official_layerwise_lr_bug`; `--noofficial_layerwise_lr_bug` corrects it), and test
+predictions and the reported metrics come from the final weights (`--select_best_epoch` picks the
+best dev evaluation instead). Batches are cut to their longest example (`--dynamic_padding`) and
+training batches are drawn from similar lengths (`--length_bucketing`).
+
+`--num_seeds=N` trains N times and reports every run and the median of each metric in
+`<output_dir>/metrics.json` ("median": of the selected evaluations, "selection" says which).
 """
 
 from __future__ import annotations
@@ -36,7 +49,9 @@ flags.DEFINE_string("data_dir", None, "Folder with the task's files (a GLUE root
 flags.DEFINE_string("output_dir", None, "Where metrics, logs, checkpoints and predictions go.")
 flags.DEFINE_string("init_checkpoint", None, "Pre-trained model (export dir of run_pretraining.py, or "
                     "another format electra_tf.export can load). Unset: random initialisation.")
-flags.DEFINE_string("model_size", "small", "tiny | small | base | large: defaults of electra_tf.config.")
+flags.DEFINE_string("model_size", None, "tiny | mini | small | base | large: defaults of electra_tf.config "
+                    "(default: the --init_checkpoint's size, else small). The architecture of a "
+                    "checkpoint always wins.")
 flags.DEFINE_string("hparams", None, "JSON object or JSON file of get_config overrides.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab (defaults to the checkpoint's vocab.txt).")
 flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and strip accents) before WordPiece.")
@@ -47,7 +62,15 @@ flags.DEFINE_float("num_train_epochs", None, "Epochs (config: finetune_epochs; R
 flags.DEFINE_float("warmup_fraction", None, "Linear warm-up share of the steps (config: 0.1).")
 flags.DEFINE_float("weight_decay", None, "Decoupled weight decay (config: finetune_weight_decay).")
 flags.DEFINE_float("layerwise_lr_decay", None, "Per-layer LR decay; <=0 or 1 disables it.")
-flags.DEFINE_boolean("official_layerwise_lr_bug", False, "Reproduce the official code's extra decay factor.")
+flags.DEFINE_boolean("official_layerwise_lr_bug", None, "Reproduce the official code's extra layer-wise decay "
+                     "factor (default: the config's finetune_official_layerwise_lr_bug, true); "
+                     "--noofficial_layerwise_lr_bug gives the corrected formula.")
+flags.DEFINE_boolean("select_best_epoch", False, "Predict and report with the weights of the best dev "
+                     "evaluation (best.weights.h5) instead of the final weights.")
+flags.DEFINE_boolean("dynamic_padding", True, "Cut each batch to its longest example (rounded up to 16 "
+                     "tokens per 128); false pads every batch to --max_seq_length (always on TPU).")
+flags.DEFINE_boolean("length_bucketing", True, "Fill each training batch with examples of similar length "
+                     "(deterministic per seed; with --dynamic_padding).")
 flags.DEFINE_integer("max_seq_length", None, "Tokens per example (default 128; SQuAD 512, capped at "
                      "the model's max_position_embeddings).")
 flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (quick runs).")
@@ -90,19 +113,75 @@ class UsageError(ValueError):
     """A problem with the flags or input files: reported as one line."""
 
 
-def build_config(task):
-    """The ElectraConfig: --model_size/--hparams, then the fine-tuning flags."""
+def read_checkpoint():
+    """`(config, recorded fine-tuning fields)` of --init_checkpoint, or None without one."""
+    if not FLAGS.init_checkpoint:
+        return None
+    if not os.path.exists(FLAGS.init_checkpoint):
+        raise UsageError(f"--init_checkpoint: {FLAGS.init_checkpoint} does not exist")
+    from electra_tf.export import pretrained_config
+
+    try:
+        return pretrained_config(FLAGS.init_checkpoint)
+    except ValueError as e:  # convert.ConversionError: an unknown format or inconsistent files
+        raise UsageError(f"--init_checkpoint: {e}") from None
+
+
+def checkpoint_model_size(checkpoint_config) -> str:
+    """The checkpoint's size: recorded (our exports), else the known size of its width and depth, else small."""
+    from electra_tf.config import MODEL_SIZES, get_config
+
+    if checkpoint_config.model_size in MODEL_SIZES:
+        return checkpoint_config.model_size
+    shape = (checkpoint_config.hidden_size, checkpoint_config.num_layers)
+    for size in MODEL_SIZES:
+        candidate = get_config(size)
+        if (candidate.hidden_size, candidate.num_layers) == shape:
+            return size
+    logging.warning("--init_checkpoint: no model size has hidden_size %d and %d layers; using the fine-tuning "
+                    "defaults of 'small' (set --model_size or --hparams to change them)", *shape)
+    return "small"
+
+
+def choose_model_size(checkpoint) -> tuple[str, dict]:
+    """(size whose defaults apply, fine-tuning fields recorded by the checkpoint for that size)."""
+    if checkpoint is None:
+        return FLAGS.model_size or "small", {}
+    checkpoint_config, recorded = checkpoint
+    size = checkpoint_model_size(checkpoint_config)
+    if FLAGS.model_size is None:
+        logging.info("--model_size=%s, from --init_checkpoint", size)
+        return size, recorded if size == checkpoint_config.model_size else {}
+    if FLAGS.model_size != size:
+        logging.warning("--model_size=%s but --init_checkpoint is a %s model: the architecture comes from the "
+                        "checkpoint, the fine-tuning hyper-parameters from %s", FLAGS.model_size, size,
+                        FLAGS.model_size)
+    return FLAGS.model_size, {}
+
+
+def build_config(task, checkpoint=None):
+    """The ElectraConfig: size defaults, --hparams, then the fine-tuning flags; a checkpoint's architecture wins.
+
+    `checkpoint` is `read_checkpoint()`'s result: the size defaults to its size,
+    and fine-tuning fields it recorded count as that size's defaults.
+    """
     from electra_tf.config import get_config, parse_hparams
+    from electra_tf.export import merge_architecture
     from electra_tf.finetuning.tasks import default_epochs
 
     hparams = parse_hparams(FLAGS.hparams)
+    size, recorded = choose_model_size(checkpoint)
     epochs = FLAGS.num_train_epochs
     if epochs is None and "finetune_epochs" not in hparams:
-        epochs = default_epochs(task)
-    return get_config(FLAGS.model_size, hparams, finetune_learning_rate=FLAGS.learning_rate,
-                      finetune_batch_size=FLAGS.train_batch_size, finetune_epochs=epochs,
-                      finetune_warmup_fraction=FLAGS.warmup_fraction, finetune_weight_decay=FLAGS.weight_decay,
-                      finetune_layerwise_lr_decay=FLAGS.layerwise_lr_decay)
+        epochs = default_epochs(task)  # the official per-task epochs beat the size's generic default
+    config = get_config(size, {**recorded, **hparams}, finetune_learning_rate=FLAGS.learning_rate,
+                        finetune_batch_size=FLAGS.train_batch_size, finetune_epochs=epochs,
+                        finetune_warmup_fraction=FLAGS.warmup_fraction, finetune_weight_decay=FLAGS.weight_decay,
+                        finetune_layerwise_lr_decay=FLAGS.layerwise_lr_decay,
+                        finetune_official_layerwise_lr_bug=FLAGS.official_layerwise_lr_bug)
+    if checkpoint is not None:
+        config = merge_architecture(checkpoint[0], config, FLAGS.init_checkpoint)
+    return config
 
 
 def load_encoder(config):
@@ -113,8 +192,6 @@ def load_encoder(config):
         return new_encoder_fn(config), config, None
     from electra_tf.export import load_pretrained_encoder
 
-    if not os.path.exists(FLAGS.init_checkpoint):
-        raise UsageError(f"--init_checkpoint: {FLAGS.init_checkpoint} does not exist")
     _, config, vocab = load_pretrained_encoder(FLAGS.init_checkpoint, config)
 
     def build():  # a fresh copy of the pre-trained weights for every seed
@@ -214,13 +291,17 @@ def setup():
         from electra_tf.distribution import split_cpu
         split_cpu(FLAGS.num_cpu_devices)
     task = make_task()
-    config = build_config(task)
+    config = build_config(task, read_checkpoint())
     encoder_fn, config, checkpoint_vocab = load_encoder(config)
     tokenizer, config = make_tokenizer(config, checkpoint_vocab)
     if not FLAGS.init_checkpoint:
         from electra_tf.finetuning.trainer import new_encoder_fn
         encoder_fn = new_encoder_fn(config)
     strategy = make_strategy()
+    dynamic_padding = FLAGS.dynamic_padding
+    if dynamic_padding and "TPU" in type(strategy).__name__:
+        logging.info("TPU: batches padded to max_seq_length (XLA on TPU needs static shapes)")
+        dynamic_padding = False
     if config.finetune_batch_size % strategy.num_replicas_in_sync:
         raise UsageError(f"--train_batch_size={config.finetune_batch_size} is not divisible by the "
                          f"{strategy.num_replicas_in_sync} replicas")
@@ -231,8 +312,10 @@ def setup():
         num_train_epochs=float(config.finetune_epochs), warmup_fraction=config.finetune_warmup_fraction,
         weight_decay=config.finetune_weight_decay, layerwise_lr_decay=config.finetune_layerwise_lr_decay,
         max_seq_length=resolve_max_seq_length(task, config), seed=FLAGS.seed,
-        official_layerwise_lr_bug=FLAGS.official_layerwise_lr_bug, max_train_steps=FLAGS.max_train_steps,
+        official_layerwise_lr_bug=config.finetune_official_layerwise_lr_bug, max_train_steps=FLAGS.max_train_steps,
         do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
+        select_best_epoch=FLAGS.select_best_epoch, dynamic_padding=dynamic_padding,
+        length_bucketing=FLAGS.length_bucketing,
         mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, jit_compile=FLAGS.jit_compile)
     return task, config, encoder_fn, tokenizer, strategy, options, load_data(task, tokenizer, options)
 
@@ -267,14 +350,17 @@ def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
         run_dir = options.output_dir if FLAGS.num_seeds == 1 else os.path.join(
             options.output_dir, f"seed_{seed_options.seed}")
         result = run_single(task, config, encoder_fn, tokenizer, seed_options, strategy, run_dir, data)
-        logging.info("seed %d: %s", seed_options.seed, json.dumps(result.get("final", {})))
+        logging.info("seed %d: %s", seed_options.seed, json.dumps(result.get("selected", {})))
         runs.append(result)
-    summary = {"task": task.name, "main_metric": task.main_metric_key(), "runs": runs,
-               "median": median_metrics(runs, "final"), "median_best": median_metrics(runs, "best")}
+    selection = "best_epoch" if any(r.get("selection") == "best_epoch" for r in runs) else "final"
+    summary = {"task": task.name, "main_metric": task.main_metric_key(), "selection": selection, "runs": runs,
+               "median": median_metrics(runs, "selected"), "median_final": median_metrics(runs, "final"),
+               "median_best": median_metrics(runs, "best")}
     with open(os.path.join(options.output_dir, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)
     if summary["median"]:
-        logging.info("median over %d run(s): %s", len(runs),
+        what = "best dev epoch (--select_best_epoch)" if selection == "best_epoch" else "final weights"
+        logging.info("median over %d run(s), %s: %s", len(runs), what,
                      "  ".join(f"{k}={v:.2f}" for k, v in summary["median"].items()))
     return summary
 

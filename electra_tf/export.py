@@ -168,19 +168,46 @@ ARCHITECTURE_FIELDS = (
 )
 
 
-def merge_architecture(source: ElectraConfig, requested: ElectraConfig | None, source_name="checkpoint"):
-    """`requested` with the weight-shaping fields (and activation) of `source`.
+# Shape no weight but decide what the model computes: they follow the checkpoint too.
+BEHAVIOUR_FIELDS = ("hidden_act", "layer_norm_epsilon")
 
-    The checkpoint decides the architecture; differences from `requested` are logged.
+
+def merge_architecture(source: ElectraConfig, requested: ElectraConfig | None, source_name="checkpoint"):
+    """`requested` with the weight-shaping fields (and activation, LayerNorm epsilon) of `source`.
+
+    The checkpoint decides the architecture; differences from `requested` are
+    logged. `max_seq_length` is capped at the checkpoint's position embeddings.
     """
     if requested is None:
         return source
-    arch = {f: getattr(source, f) for f in ARCHITECTURE_FIELDS + ("hidden_act",)}
+    arch = {f: getattr(source, f) for f in ARCHITECTURE_FIELDS + BEHAVIOUR_FIELDS}
     changed = {f: (getattr(requested, f), v) for f, v in arch.items() if getattr(requested, f) != v}
     if changed:
         logging.warning("%s: architecture taken from the checkpoint: %s", source_name,
                         ", ".join(f"{f} {old}->{new}" for f, (old, new) in changed.items()))
+    if requested.max_seq_length > source.max_position_embeddings:
+        logging.warning("%s: max_seq_length %d capped at the checkpoint's max_position_embeddings %d",
+                        source_name, requested.max_seq_length, source.max_position_embeddings)
+        arch["max_seq_length"] = source.max_position_embeddings
     return requested.replace(**arch)
+
+
+def pretrained_config(init_checkpoint: str) -> tuple[ElectraConfig, dict]:
+    """`(config, recorded fine-tuning fields)` of a checkpoint, without loading its weights.
+
+    For an export of ours the config is the pre-training run's (its
+    `model_size` and every `finetune_*` field it recorded, returned as the
+    dict); for Hugging Face / official checkpoints the architecture is read
+    off the tensors' shapes and the config files (the dict is empty).
+    """
+    if is_export_dir(init_checkpoint):
+        values = read_export_metadata(init_checkpoint)["config"]
+        recorded = {k: v for k, v in values.items() if k.startswith("finetune_")}
+        return ElectraConfig.from_dict(values), recorded
+    from electra_tf.convert import api
+
+    opened = api.open_foreign(init_checkpoint, api.detect_format(init_checkpoint))
+    return opened.resolve(None, strict=False), {}
 
 
 def _load_foreign(path: str, config, name):

@@ -57,8 +57,9 @@ def test_every_variable_matches_the_formula(official_bug, head):
 
 
 def test_exponent_table_and_disabled_decay():
-    assert layer_depth_exponents(3) == {"embeddings": 4, "layer_0": 3, "layer_1": 2, "layer_2": 1, "head": 0}
-    assert layer_depth_exponents(3, official_bug=True) == {
+    assert layer_depth_exponents(3, official_bug=False) == {
+        "embeddings": 4, "layer_0": 3, "layer_1": 2, "layer_2": 1, "head": 0}
+    assert layer_depth_exponents(3) == layer_depth_exponents(3, official_bug=True) == {
         "embeddings": 5, "layer_0": 4, "layer_1": 3, "layer_2": 2, "head": 0}
     model, _ = _model(ClassificationHead(2), num_layers=1)
     for decay in (1.0, 0.0, -1.0):
@@ -66,7 +67,8 @@ def test_exponent_table_and_disabled_decay():
 
 
 def test_optimizer_step_is_scaled_per_variable():
-    """First Adam step with unit gradients moves each variable by lr × its multiplier."""
+    """The first (official, uncorrected) Adam step with unit gradients moves each variable by
+    lr × its multiplier × (1 − β1) / (√(1 − β2) + ε)."""
     model, num_layers = _model(ClassificationHead(2), num_layers=2)
     multipliers = layerwise_lr_multipliers(model.encoder, model.head.trainable_weights, DECAY)
     variables = model.trainable_variables
@@ -76,4 +78,24 @@ def test_optimizer_step_is_scaled_per_variable():
     optimizer.apply([tf.ones_like(v) for v in variables], variables)
     for variable, old in zip(variables, before):
         step = old - variable.numpy()
-        np.testing.assert_allclose(step, 0.01 * multipliers[variable.path], rtol=1e-4, err_msg=variable.path)
+        unit_step = (1 - 0.9) / (np.sqrt(1 - 0.999) + 1e-6)
+        np.testing.assert_allclose(step, 0.01 * multipliers[variable.path] * unit_step, rtol=1e-4,
+                                   err_msg=variable.path)
+
+
+@pytest.mark.parametrize("config_bug, option, expected", [
+    (True, None, True), (False, None, False), (True, False, False), (False, True, True)])
+def test_optimizer_takes_the_default_from_the_config(config_bug, option, expected):
+    """`RunOptions.official_layerwise_lr_bug=None` means the config's `finetune_official_layerwise_lr_bug`."""
+    from electra_tf.finetuning.trainer import RunOptions, make_optimizer
+
+    model, num_layers = _model(ClassificationHead(2), num_layers=2)
+    config = get_config("tiny", finetune_official_layerwise_lr_bug=config_bug)
+    options = RunOptions(output_dir="unused", learning_rate=0.01, train_batch_size=2, eval_batch_size=2,
+                         num_train_epochs=1, warmup_fraction=0.0, weight_decay=0.0, layerwise_lr_decay=DECAY,
+                         max_seq_length=8, official_layerwise_lr_bug=option)
+    optimizer = make_optimizer(model, options, config, total_steps=10)
+    for variable in model.trainable_variables:
+        exponent = _expected_exponent(variable.path, num_layers, expected)
+        assert optimizer.lr_multipliers[variable.path] == pytest.approx(DECAY ** exponent), variable.path
+    assert get_config("small").finetune_official_layerwise_lr_bug  # the official behaviour by default

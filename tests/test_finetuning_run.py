@@ -95,7 +95,8 @@ def test_sst2_two_steps_with_predictions(tmp_path, vocab_file, glue_dir):
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["main_metric"] == "accuracy"
     assert summary["runs"][0]["train_steps"] == 2 and 0 <= summary["median"]["accuracy"] <= 100
-    assert (out / "best.weights.h5").exists()
+    assert summary["selection"] == "final" and summary["median"] == summary["runs"][0]["final"]
+    assert (out / "final.weights.h5").exists() and not (out / "best.weights.h5").exists()
     assert any(name.startswith("events") for name in os.listdir(out / "tensorboard"))
     logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged if "train" in e] == [1, 2]
@@ -187,14 +188,14 @@ def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_d
     export.export_pretrained(pretrainer, export_dir, vocab_file=vocab_file, keras_hub_preset=False)
     exported = {v.path: v.numpy() for v in pretrainer.discriminator.weights}
 
-    # A learning rate of 0 keeps the encoder as loaded; the best checkpoint then holds it unchanged.
+    # A learning rate of 0 keeps the encoder as loaded; the final weights then hold it unchanged.
     run_main(_common(tmp_path, vocab_file) + ["--task=SST-2", f"--data_dir={glue_dir}", "--max_train_steps=1",
                                               f"--init_checkpoint={export_dir}", "--learning_rate=0"])
     encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))
     encoder.build()
     model = FinetuningModel(encoder, ClassificationHead(2, name="classification_head"))
     model.build_all(16)
-    model.load_weights(str(tmp_path / "out" / "best.weights.h5"))
+    model.load_weights(str(tmp_path / "out" / "final.weights.h5"))
     assert len(encoder.weights) == len(exported)
     for variable in encoder.weights:
         np.testing.assert_array_equal(variable.numpy(), exported[variable.path], err_msg=variable.path)
@@ -232,3 +233,86 @@ def test_tfds_end_to_end(tmp_path, vocab_file):
     rows = _read_tsv(tmp_path / "out" / "RTE.tsv")
     assert rows[0] == ["index", "prediction"] and len(rows) == 9
     assert {r[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
+
+
+@pytest.fixture
+def first_evaluation_is_best(monkeypatch):
+    """The task's main metric falls with every evaluation, so the best dev epoch is the first."""
+    from electra_tf.finetuning import tasks
+
+    original, calls = tasks.GlueTask.score, []
+
+    def score(self, eval_set, outputs, output_dir=None):
+        result = original(self, eval_set, outputs, output_dir)
+        calls.append(step := len(calls))
+        result[self.main_metric_key()] = 100.0 - step
+        return result
+
+    monkeypatch.setattr(tasks.GlueTask, "score", score)
+
+
+@pytest.fixture
+def written_outputs(monkeypatch):
+    """The model outputs each `write_predictions` call receives (what the test predictions come from)."""
+    from electra_tf.finetuning import tasks
+
+    original, captured = tasks.GlueTask.write_predictions, []
+
+    def write_predictions(self, eval_set, outputs, output_dir):
+        captured.append((eval_set.features, {k: np.array(v) for k, v in outputs.items()}))
+        return original(self, eval_set, outputs, output_dir)
+
+    monkeypatch.setattr(tasks.GlueTask, "write_predictions", write_predictions)
+    return captured
+
+
+def _stsb_predictions(weights_path, features):
+    from electra_tf.config import get_config
+    from electra_tf.finetuning.heads import ClassificationHead
+    from electra_tf.finetuning.trainer import FinetuningModel, predict
+    from electra_tf.modeling import ElectraEncoder
+
+    encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))
+    model = FinetuningModel(encoder, ClassificationHead(1, name="classification_head")).build_all(16)
+    model.load_weights(str(weights_path))
+    return predict(model, features, 4)["predictions"]
+
+
+def test_final_weights_by_default_best_epoch_on_request(tmp_path, vocab_file, glue_dir, first_evaluation_is_best,
+                                                        written_outputs):
+    """Two epochs (evaluations at steps 10 and 20); the first scores best. By default the summary and the
+    test predictions use the final weights; --select_best_epoch uses the step-10 weights and says so."""
+    args = ["--task=STS-B", f"--data_dir={glue_dir}", "--num_train_epochs=2", "--do_predict", "--log_steps=5"]
+    run_main(_common(tmp_path, vocab_file, "final") + args)
+    run_main(_common(tmp_path, vocab_file, "best") + args + ["--select_best_epoch"])
+    final_dir, best_dir = tmp_path / "final", tmp_path / "best"
+    by_final, by_best = (json.loads((d / "metrics.json").read_text()) for d in (final_dir, best_dir))
+    key = by_final["main_metric"]
+    for summary in (by_final, by_best):  # both runs log both per-epoch dev scores
+        run = summary["runs"][0]
+        assert run["best_step"] == 10 and run["train_steps"] == 20
+        assert run["best"][key] > run["final"][key] and summary["median_best"] == run["best"]
+        assert summary["median_final"] == run["final"]
+    for d in (final_dir, best_dir):
+        dev_steps = [e["step"] for e in map(json.loads, (d / "log.jsonl").read_text().splitlines()) if "dev" in e]
+        assert dev_steps == [10, 20]
+    assert by_final["selection"] == "final" and by_final["median"] == by_final["runs"][0]["final"]
+    assert by_best["selection"] == "best_epoch" and by_best["median"] == by_best["runs"][0]["best"]
+    assert not (final_dir / "best.weights.h5").exists() and (best_dir / "best.weights.h5").exists()
+
+    (features, final_outputs), (_, best_outputs) = written_outputs
+    final_weights = _stsb_predictions(final_dir / "final.weights.h5", features)
+    best_weights = _stsb_predictions(best_dir / "best.weights.h5", features)  # the same training, step 10
+    assert np.abs(final_weights - best_weights).max() > 1e-3  # the choice matters here
+    np.testing.assert_allclose(final_outputs["predictions"], final_weights, atol=1e-5)
+    np.testing.assert_allclose(best_outputs["predictions"], best_weights, atol=1e-5)
+    np.testing.assert_allclose(_stsb_predictions(best_dir / "final.weights.h5", features), final_weights, atol=1e-5)
+
+
+def test_layerwise_bug_default_comes_from_the_config(tmp_path, vocab_file, glue_dir):
+    base = ["--task=SST-2", f"--data_dir={glue_dir}", "--max_train_steps=1", "--do_eval=false"]
+    for out, extra, expected in (("default", [], True), ("corrected", ["--noofficial_layerwise_lr_bug"], False)):
+        run_main(_common(tmp_path, vocab_file, out) + base + extra)
+        config = json.loads((tmp_path / out / "finetune_config.json").read_text())
+        assert config["options"]["official_layerwise_lr_bug"] is expected, out
+        assert config["config"]["finetune_official_layerwise_lr_bug"] is expected, out

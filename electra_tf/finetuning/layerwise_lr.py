@@ -1,10 +1,11 @@
 """Layer-wise learning-rate decay multipliers (ELECTRA paper, appendix A).
 
 Layers closer to the input get smaller learning rates. For an encoder with
-`L` transformer layers and decay `d`:
+`L` transformer layers and decay `d`, the corrected formula
+(`official_bug=False`, `run_finetuning.py --noofficial_layerwise_lr_bug`) is
 
 =====================================  =======================
-variables                              multiplier (this code)
+variables                              corrected multiplier
 =====================================  =======================
 task head                              1 = d^0
 transformer layer i (0-based)          d^(L - i)
@@ -14,9 +15,10 @@ embeddings (+ embedding projection)    d^(L + 1)
 so each step down the stack multiplies by `d` exactly once (the head counts as
 one layer on top of the encoder).
 
-`official_bug=True` reproduces google-research/electra `model/optimization.py`
-`_get_layer_lrs`, which assigns depths embeddings=0, layer i=i+1,
-task_specific=L+2 and uses `d^(L + 2 - depth)`:
+`official_bug=True`, the default (`ElectraConfig.finetune_official_layerwise_lr_bug`),
+reproduces google-research/electra `model/optimization.py` `_get_layer_lrs`,
+which assigns depths embeddings=0, layer i=i+1, task_specific=L+2 and uses
+`d^(L + 2 - depth)`:
 
 =====================================  =======================
 variables                              official multiplier
@@ -29,8 +31,9 @@ embeddings (+ embedding projection)    d^(L + 2)
 Depth L+1 is unused (it was a pooler layer before next-sentence prediction
 was removed; see google-research/electra issues #51 and #64), so every
 encoder variable gets one extra factor of `d`: the top layer trains at
-`d^2` instead of `d` times the head's rate. The paper's results were produced
-with this behaviour.
+`d^2` instead of `d` times the head's rate. The paper's learning rates and
+decays were tuned, and its results produced, with this behaviour, which is
+why it is the default.
 
 Example:
 
@@ -38,12 +41,12 @@ Example:
 >>> from electra_tf.modeling import ElectraEncoder
 >>> encoder = ElectraEncoder.from_config_object(get_config("tiny"))
 >>> encoder.build()
->>> m = layerwise_lr_multipliers(encoder, [], decay=0.5)
+>>> m = layerwise_lr_multipliers(encoder, [], decay=0.5, official_bug=False)
 >>> m["discriminator/transformer_layer_1/self_attention_layer/query/kernel"]
 0.5
 >>> m["discriminator/embeddings/token_embedding/embeddings"]
 0.125
->>> layer_depth_exponents(2, official_bug=True)
+>>> layer_depth_exponents(2)  # official: one extra factor of d everywhere below the head
 {'embeddings': 4, 'layer_0': 3, 'layer_1': 2, 'head': 0}
 """
 
@@ -52,7 +55,7 @@ from __future__ import annotations
 from typing import Iterable
 
 
-def layer_depth_exponents(num_layers: int, official_bug: bool = False) -> dict[str, int]:
+def layer_depth_exponents(num_layers: int, official_bug: bool = True) -> dict[str, int]:
     """The exponent of `decay` for each group of an encoder with `num_layers` layers."""
     extra = 1 if official_bug else 0
     exponents = {"embeddings": num_layers + 1 + extra}
@@ -73,7 +76,7 @@ def _encoder_groups(encoder) -> dict[str, list]:
 
 
 def layerwise_lr_multipliers(encoder, head_variables: Iterable, decay: float,
-                             official_bug: bool = False) -> dict[str, float]:
+                             official_bug: bool = True) -> dict[str, float]:
     """`{variable.path: multiplier}` for every encoder and head variable.
 
     Args:
@@ -82,7 +85,8 @@ def layerwise_lr_multipliers(encoder, head_variables: Iterable, decay: float,
       head_variables: the task head's variables (multiplier 1).
       decay: the per-layer decay `d`; `d <= 0` or `d == 1` disables decay
         (every multiplier is 1), like the official code's `layerwise_lr_decay`.
-      official_bug: reproduce the official off-by-one (see module docstring).
+      official_bug: reproduce the official off-by-one (see module docstring);
+        the default, as the paper's hyper-parameters were tuned with it.
 
     Raises:
       ValueError: if an encoder variable belongs to no known group, or two
