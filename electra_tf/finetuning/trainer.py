@@ -58,7 +58,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution
+from electra_tf import distribution, loop
 from electra_tf.finetuning.heads import build_head
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.modeling import ElectraEncoder
@@ -108,34 +108,26 @@ class FinetuningModel(keras.Model):
         self({"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones)})
         return self
 
-    def train_step(self, batch):
-        """One step on this replica's slice of a global batch; returns replica partials.
+    def compute_losses(self, batch, training=True):
+        """This replica's share of the objective: the global-batch sum (official) or mean.
 
-        The objective is this replica's share of the global-batch sum (or mean);
-        summing the replicas' gradients before the clip makes N replicas clip
-        exactly what one device would. The returned `loss` (per-example mean)
-        and `grad_norm` are partials that sum to the global values over replicas.
+        `mean_loss` is the per-example mean's partial, for the log.
         """
-        variables = self.trainable_variables
-        replicas = tf.cast(_replica_count(), tf.float32)
-        global_batch = tf.cast(tf.shape(batch["input_ids"])[0], tf.float32) * replicas
-        with tf.GradientTape() as tape:
-            outputs = self(batch, training=True)
-            total = tf.reduce_sum(tf.cast(self.head.per_example_loss(batch, outputs), tf.float32))
-            objective = total if self.loss_reduction == "sum" else total / global_batch
-            scaled_objective = self.optimizer.scale_loss(objective)
-        grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-                 for g, v in zip(tape.gradient(scaled_objective, variables), variables)]
-        grads = distribution.all_reduce_sum(grads)
-        loss_scale = self._loss_scale()
-        grads, grad_norm = tf.clip_by_global_norm(grads, self.clip_norm * loss_scale)
-        self.optimizer.apply(grads, variables)
-        return {"loss": total / global_batch, "grad_norm": grad_norm / loss_scale / replicas}
+        global_batch = tf.cast(tf.shape(batch["input_ids"])[0] * _replica_count(), tf.float32)
+        outputs = self(batch, training=training)
+        total = tf.reduce_sum(tf.cast(self.head.per_example_loss(batch, outputs), tf.float32))
+        objective = total if self.loss_reduction == "sum" else total / global_batch
+        return {"loss": objective, "mean_loss": total / global_batch}
 
-    def _loss_scale(self):
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            return tf.cast(self.optimizer.dynamic_scale, tf.float32)
-        return tf.constant(1.0)
+    def update_metrics(self, batch, outputs):
+        pass  # fine-tuning scores the dev sets instead of keeping running training metrics
+
+    def train_step(self, batch):
+        """One step (`loop.train_step`: all-reduce before one global-norm clip, so N replicas clip
+        exactly what one device would); returns partials that sum to the global values."""
+        out = loop.train_step(self, batch, self.clip_norm)
+        replicas = tf.cast(_replica_count(), tf.float32)
+        return {"loss": out["mean_loss"], "grad_norm": out["grad_norm"] / replicas, "nonfinite": out["nonfinite"]}
 
     def get_config(self):
         return {"name": self.name, "clip_norm": self.clip_norm, "loss_reduction": self.loss_reduction,
@@ -406,39 +398,13 @@ def predict(model, features: dict, batch_size: int, strategy=None,
 # Training, evaluation, selection
 # --------------------------------------------------------------------------
 
-class ScalarWriter:
-    """TensorBoard scalars under `<run_dir>/tensorboard` plus a JSON-lines log."""
-
-    def __init__(self, run_dir):
-        self.writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
-        self.jsonl = os.path.join(run_dir, "log.jsonl")
-
-    def write(self, step: int, scalars: dict, prefix: str):
-        with self.writer.as_default(step=step):
-            for name, value in scalars.items():
-                tf.summary.scalar(f"{prefix}/{name}", value)
-        self.writer.flush()
-        with open(self.jsonl, "a") as f:
-            f.write(json.dumps({"step": step, prefix: scalars}) + "\n")
+def ScalarWriter(run_dir):
+    """TensorBoard scalars under `<run_dir>/tensorboard` plus `log.jsonl` ({"step", prefix: scalars})."""
+    return loop.ScalarLogger(run_dir, "tensorboard", "log.jsonl")
 
 
 def _make_train_fn(strategy, model, jit_compile=False):
-    step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
-
-    def one_step(iterator):
-        batch = distribution.split_for_replicas(strategy, next(iterator))
-        outputs = strategy.run(step_fn, args=(batch,))
-        return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in outputs.items()}
-
-    @tf.function
-    def train_steps(iterator, num_steps):
-        # The step is traced once, inside the loop (tracing it twice doubled the start-up time).
-        outputs = {"loss": tf.constant(0.0), "grad_norm": tf.constant(0.0)}
-        for _ in tf.range(num_steps):
-            outputs = one_step(iterator)
-        return outputs
-
-    return train_steps
+    return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"], jit_compile)
 
 
 @dataclasses.dataclass
@@ -463,10 +429,6 @@ def evaluate(model, context: EvalContext) -> dict[str, float]:
     return results
 
 
-def _learning_rate(optimizer, step):
-    schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
-    return float(schedule(step)) if callable(schedule) else float(schedule)
-
 
 class BestTracker:
     """Logs every dev evaluation and remembers the best one by the main metric.
@@ -482,7 +444,7 @@ class BestTracker:
 
     def __call__(self, step: int, metrics: dict):
         self.last = metrics
-        self.writer.write(step, metrics, "dev")
+        self.writer.write(step, metrics, "dev", nested=True)
         logging.info("dev @ step %d: %s", step, "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         if metrics.get(self.main_key, -math.inf) > self.best_value:
             self.best_value, self.best, self.best_step = metrics[self.main_key], dict(metrics), step
@@ -526,18 +488,21 @@ def train(model, task, config, features, options: RunOptions, strategy, eval_con
                  options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
                  model.loss_reduction, model.clip_norm)
     step, start = 0, time.time()
+    progress = loop.ProgressReporter(total_steps, 0, options.train_batch_size, keys=("loss",))
     while step < total_steps:
-        stop = min(total_steps, *[(step // n + 1) * n for n in (options.steps_per_loop, steps_per_epoch,
-                                                                  options.log_steps)])
+        stop = loop.next_stop(step, total_steps, options.steps_per_loop, steps_per_epoch, options.log_steps)
         outputs = train_steps(iterator, tf.constant(stop - step))
+        if int(outputs["nonfinite_steps"]):
+            raise loop.NonFiniteError(f"fine-tuning step {loop.current_step(optimizer) + 1}: the loss or gradient "
+                                      "norm is not finite; stopping (lower the learning rate)")
         step = stop
-        if step % options.log_steps == 0 or step == total_steps:
-            scalars = {"loss": float(outputs["loss"]), "learning_rate": _learning_rate(optimizer, step),
-                       "grad_norm": float(outputs["grad_norm"]),
-                       "steps_per_second": step / max(time.time() - start, 1e-9)}
-            writer.write(step, scalars, "train")
-            logging.info("step %d/%d  loss=%.4f  grad_norm=%.3g  lr=%.3g", step, total_steps, scalars["loss"],
-                         scalars["grad_norm"], scalars["learning_rate"])
+        log_now = step % options.log_steps == 0 or step == total_steps
+        scalars = {"loss": float(outputs["loss"]), "learning_rate": loop.learning_rate_at(optimizer, step),
+                   "grad_norm": float(outputs["grad_norm"]),
+                   "steps_per_second": step / max(time.time() - start, 1e-9)}
+        if log_now:
+            writer.write(step, scalars, "train", nested=True)
+        progress.update(step, scalars, log=log_now)
         if eval_context.eval_sets and (step % steps_per_epoch == 0 or step == total_steps):
             tracker(step, evaluate(model, eval_context))
     return {"train_steps": total_steps, "train_seconds": time.time() - start}
