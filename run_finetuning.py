@@ -87,6 +87,9 @@ flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logi
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute precision.")
 flags.DEFINE_boolean("jit_compile", False, "XLA-compile the train step (slow on CPU).")
 flags.DEFINE_integer("log_steps", 50, "Log train loss/LR every this many steps.")
+flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
+                    "and text_b for pair tasks) and returns label probabilities and the label name "
+                    "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/.")
 flags.DEFINE_string("train_file", None, "Replaces the task's train file.")
 flags.DEFINE_string("dev_file", None, "Replaces the task's (first) dev file.")
 flags.DEFINE_string("test_file", None, "Replaces the task's (first) test file.")
@@ -315,6 +318,7 @@ def setup():
         official_layerwise_lr_bug=config.finetune_official_layerwise_lr_bug, max_train_steps=FLAGS.max_train_steps,
         do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
         select_best_epoch=FLAGS.select_best_epoch, dynamic_padding=dynamic_padding,
+        export_saved_model=FLAGS.export_saved_model,
         length_bucketing=FLAGS.length_bucketing,
         mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, jit_compile=FLAGS.jit_compile)
     return task, config, encoder_fn, tokenizer, strategy, options, load_data(task, tokenizer, options)
@@ -347,6 +351,9 @@ def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
     runs = []
     for k in range(FLAGS.num_seeds):
         seed_options = dataclasses.replace(options, seed=options.seed + k)
+        if options.export_saved_model and FLAGS.num_seeds > 1:
+            seed_options = dataclasses.replace(seed_options, export_saved_model=os.path.join(
+                options.export_saved_model, f"seed_{seed_options.seed}"))
         run_dir = options.output_dir if FLAGS.num_seeds == 1 else os.path.join(
             options.output_dir, f"seed_{seed_options.seed}")
         result = run_single(task, config, encoder_fn, tokenizer, seed_options, strategy, run_dir, data)

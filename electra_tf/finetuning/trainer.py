@@ -165,6 +165,7 @@ class RunOptions:
     do_eval: bool = True
     do_predict: bool = False
     select_best_epoch: bool = False
+    export_saved_model: Optional[str] = None  # a text-in / label-out SavedModel of the selected weights
     dynamic_padding: bool = True
     length_bucketing: bool = True
     mixed_precision: str = "none"
@@ -571,12 +572,29 @@ def run_single(task, config, encoder_fn, tokenizer, options: RunOptions, strateg
     if "final" in result:  # after --do_train=false, "final" scores the restored weights
         result["selected"] = result.get("best", result["final"]) if result["selection"] == "best_epoch" \
             else result["final"]
+    if options.export_saved_model:
+        result["saved_model"] = export_serving(model, task, tokenizer, options, data_cache)
     if options.do_predict:
         predict_sets = _cached(data_cache, "predict", lambda: task.predict_sets(tokenizer, seq))
         result["predictions"] = write_all_predictions(model, task, predict_sets, context)
     with open(os.path.join(run_dir, "run_metrics.json"), "w") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def export_serving(model, task, tokenizer, options: RunOptions, data_cache: dict) -> str:
+    """Writes the SavedModel of `electra_tf.serving` for a sentence (pair) classification task."""
+    from electra_tf import serving
+
+    if task.kind not in ("classification", "regression"):
+        raise ValueError(f"--export_saved_model supports sentence classification and regression, not {task.kind}")
+    features = data_cache.get("train") or next(iter(s.features for s in data_cache.get("eval", [])), None)
+    two_texts = features is not None and bool(np.any(features["segment_ids"]))
+    labels = None if task.kind == "regression" else [str(label) for label in task.labels]
+    path = serving.export_classifier(model, tokenizer, labels, options.max_seq_length, options.export_saved_model,
+                                     two_texts)
+    logging.info("Exported a serving SavedModel (%s) to %s", "text, text_b" if two_texts else "text", path)
+    return path
 
 
 def _cached(cache: dict, key: str, fn):

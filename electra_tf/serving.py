@@ -1,0 +1,137 @@
+"""A fine-tuned classifier as one text-in / label-out TF SavedModel.
+
+`export_classifier(model, tokenizer, label_names, max_seq_length, path, two_texts)` writes a
+SavedModel whose `serving_default` signature takes raw strings, `text` (and `text_b` for
+sentence-pair tasks), tokenises them in the graph and returns
+
+* `probabilities` `[batch, num_labels]` and `label` (the label name, a string) and `label_id`
+  for classification;
+* `score` `[batch]` for regression (STS-B).
+
+Tokenisation in the graph matches `data_prep.tokenization.WordPieceTokenizer`: the same
+normalisation (lower-casing, deletion of control characters, accent stripping by NFD +
+removal of combining marks, with the same RE2 character classes), tensorflow-text's
+`FastWordpieceTokenizer` over the same vocabulary, pairs truncated longest-first (BERT's
+`_truncate_seq_pair`), `[CLS] a [SEP] b [SEP]` with segment ids. Two deliberate gaps, both
+rare: lower-casing is ICU's (`tf.strings.lower`) rather than Python's `str.lower`, and a word
+longer than 100 characters is split by byte count rather than becoming `[UNK]`.
+
+Load and call it anywhere TensorFlow runs, without this package:
+
+    import tensorflow as tf, tensorflow_text  # tensorflow_text registers the tokenizer ops
+    model = tf.saved_model.load("exports/sst2")
+    model.signatures["serving_default"](text=tf.constant(["a gripping, funny film"]))
+
+or `saved_model_cli run --dir exports/sst2 --tag_set serve --signature_def serving_default
+--input_exprs 'text=["a gripping, funny film"]'`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_prep import tokenization
+
+
+class _GraphTokenizer(tf.Module):
+    """`WordPieceTokenizer`'s normalisation and WordPiece as TF ops (for a SavedModel)."""
+
+    def __init__(self, tokenizer: tokenization.WordPieceTokenizer):
+        super().__init__()
+        self.do_lower_case, self.strip_accents = tokenizer.do_lower_case, tokenizer.strip_accents
+        self.patterns = tokenization._re2_patterns()
+        self.wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=tokenizer._vocab_for_tf_text(), suffix_indicator="##",
+            max_bytes_per_word=4 * tokenizer.max_chars_per_word, token_out_type=tf.int32,
+            unknown_token=tokenization.SPECIAL_TOKENS["unk"], no_pretokenization=False)
+
+    def __call__(self, texts):
+        if self.do_lower_case:
+            texts = tf.strings.lower(texts, encoding="utf-8")
+        texts = tf.strings.regex_replace(texts, self.patterns["removed"], "")
+        if self.strip_accents:
+            texts = tf_text.normalize_utf8(texts, "NFD")
+            texts = tf.strings.regex_replace(texts, self.patterns["mark"], "")
+        return self.wordpiece.tokenize(texts)
+
+
+def _keep_first(tokens, lengths):
+    return tf.ragged.boolean_mask(tokens, tf.ragged.range(tokens.row_lengths()) < lengths[:, None])
+
+
+def truncate_longest_first(segments, budget: int):
+    """BERT's `_truncate_seq_pair` on ragged rows: pop from the longer segment (b on ties).
+
+    Its result in closed form: unchanged if a + b fits; else b keeps
+    min(b, max(⌊budget/2⌋, budget − a)) tokens and a the rest of the budget.
+    """
+    if len(segments) == 1:
+        return [_keep_first(segments[0], tf.fill(tf.shape(segments[0].row_lengths()), tf.cast(budget, tf.int64)))]
+    a, b = segments
+    len_a, len_b = a.row_lengths(), b.row_lengths()
+    budget = tf.constant(budget, tf.int64)
+    new_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
+    new_a = tf.minimum(len_a, budget - new_b)
+    return [_keep_first(a, new_a), _keep_first(b, new_b)]
+
+
+class ClassifierServer(tf.Module):
+    """Tokeniser + fine-tuned Keras model behind string signatures."""
+
+    def __init__(self, model, tokenizer, label_names, max_seq_length: int):
+        super().__init__()
+        self.model = model
+        self.tokenizer = _GraphTokenizer(tokenizer)
+        self.label_names = tf.constant([str(n) for n in (label_names or [])], tf.string)
+        self.regression = not label_names
+        self.max_seq_length = max_seq_length
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+
+    def encode(self, texts_a, texts_b=None):
+        segments = [self.tokenizer(texts_a)]
+        if texts_b is not None:
+            segments.append(self.tokenizer(texts_b))
+        budget = self.max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
+        segments = truncate_longest_first(segments, budget)
+        ids, segment_ids = tf_text.combine_segments(segments, self.cls_id, self.sep_id)
+        input_ids, input_mask = tf_text.pad_model_inputs(ids, self.max_seq_length, pad_value=self.pad_id)
+        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, self.max_seq_length, pad_value=0)
+        return {"input_ids": tf.cast(input_ids, tf.int32), "input_mask": tf.cast(input_mask, tf.int32),
+                "segment_ids": tf.cast(segment_ids, tf.int32)}
+
+    def predict(self, texts_a, texts_b=None):
+        outputs = self.model(self.encode(texts_a, texts_b), training=False)
+        if self.regression:
+            return {"score": outputs["predictions"]}
+        probabilities = tf.nn.softmax(outputs["logits"], axis=-1)
+        label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"probabilities": probabilities, "label_id": label_id,
+                "label": tf.gather(self.label_names, label_id)}
+
+
+def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: str, two_texts: bool) -> str:
+    """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
+    server = ClassifierServer(model, tokenizer, label_names, max_seq_length)
+    text = tf.TensorSpec([None], tf.string, name="text")
+    if two_texts:
+        text_b = tf.TensorSpec([None], tf.string, name="text_b")
+        signature = tf.function(lambda text, text_b: server.predict(text, text_b), input_signature=[text, text_b])
+    else:
+        signature = tf.function(lambda text: server.predict(text), input_signature=[text])
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".saved_model_", dir=parent)
+    try:
+        tf.saved_model.save(server, tmp, signatures={"serving_default": signature})
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
