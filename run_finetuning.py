@@ -102,10 +102,12 @@ flags.DEFINE_string("text_b_column", None, "text_classification: optional second
 flags.DEFINE_string("label_column", "label", "text_classification: label column (name or index).")
 flags.DEFINE_integer("doc_stride", 128, "SQuAD: stride between document windows.")
 flags.DEFINE_integer("max_query_length", 64, "SQuAD: question tokens kept.")
-flags.DEFINE_integer("n_best_size", 20, "SQuAD: candidates per start/end and n-best list size.")
+flags.DEFINE_integer("n_best_size", 20, "SQuAD: size of the n-best list (with squad_joint_prediction=false also "
+                     "the starts/ends considered; the joint head's beam is squad_beam_size, via --hparams).")
 flags.DEFINE_integer("max_answer_length", 30, "SQuAD: longest answer in tokens.")
-flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold for predictions.json "
-                   "(default: the dev set's best_f1_thresh, else -2.75).")
+flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold (default -2.75, the official "
+                   "qa_na_threshold) for the headline exact/f1 and predictions.json; best_exact/best_f1 and "
+                   "their thresholds are reported beside.")
 flags.DEFINE_string("squad_train_articles", None, "SQuAD: slice 'start:end' of the train file's articles.")
 flags.DEFINE_string("squad_dev_articles", None, "SQuAD: slice 'start:end' of the dev file's articles.")
 

@@ -105,6 +105,9 @@ class ElectraConfig:
     # Official fine-tuning sums per-example losses over the batch before the global-norm clip
     # (so clipping acts on nearly every step); "mean" divides by the batch size first.
     finetune_loss_reduction: str = "sum"
+    # Fine-tuning's Adam step: the official one (no bias correction) for every size, including the
+    # CPU-scale sizes whose short pre-training warm-up uses the corrected step.
+    finetune_adam_bias_correction: bool = False
     # The official layer-wise decay has an off-by-one (one extra decay factor on every layer);
     # the paper's learning rates and decays were tuned with it, so it is the default.
     finetune_official_layerwise_lr_bug: bool = True
@@ -189,7 +192,8 @@ MODEL_SIZES = {
         generator_hidden_size=32, generator_num_heads=1, generator_intermediate_size=128,
         dropout_rate=0.0, attention_dropout_rate=0.0,
         learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=1000,
-        num_warmup_steps=100, finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,
+        num_warmup_steps=100, adam_bias_correction=True,  # short warm-up: see "mini"
+        finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,
     ),
     # The objectives experiment's shape (experiments/compare_objectives.py, `--budget=cpu`): a
     # 4-layer Small-width discriminator and a 4 × 64 generator, trainable on 2 CPU cores in hours.

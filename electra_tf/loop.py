@@ -76,13 +76,31 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     finite = tf.math.is_finite(grad_norm)
     if loss is not None:
         finite = tf.logical_and(finite, tf.math.is_finite(distribution.all_reduce_sum(loss)))
+    _apply_if(finite, optimizer, grads, variables)
+    return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
+
+
+def _apply_if(finite, optimizer, grads, variables):
+    """`optimizer.apply` only where `finite` (the same on every replica), as Keras' loss-scale
+    optimizer skips overflowed steps: strategies that synchronise through `merge_call` (e.g.
+    MirroredStrategy) need the condition taken in cross-replica context."""
 
     def apply():
         optimizer.apply(grads, variables)
         return tf.constant(True)
 
-    tf.cond(finite, apply, lambda: tf.constant(False))
-    return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(finite, apply, lambda: tf.constant(False))
+        return
+
+    def cross_replica(strategy, finite, grads, variables):
+        def apply_on_replicas():
+            strategy.extended.call_for_each_replica(lambda g, v: optimizer.apply(g, v), args=(grads, variables))
+            return tf.constant(True)
+
+        tf.cond(strategy.experimental_local_results(finite)[0], apply_on_replicas, lambda: tf.constant(False))
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads, variables))
 
 
 def train_step(model, batch, clip_norm: float, accumulation_steps: int = 1) -> dict:

@@ -145,3 +145,10 @@ def test_lamb_matches_numpy_and_excludes_layer_norm_and_biases():
     expected = numpy_lamb(start, grads_per_step, 0.01, {k: k.endswith("kernel") for k in start}, wd=0.1)
     for path, value in expected.items():
         np.testing.assert_allclose(after[path], value, atol=1e-5, err_msg=path)
+
+
+def test_finetuning_uses_the_official_update_even_for_cpu_sizes():
+    from electra_tf.config import get_config
+
+    for size in ("tiny", "mini", "small"):
+        assert get_config(size).finetune_adam_bias_correction is False
