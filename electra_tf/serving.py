@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 
+import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -118,16 +119,21 @@ def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: 
     """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
     server = ClassifierServer(model, tokenizer, label_names, max_seq_length)
     text = tf.TensorSpec([None], tf.string, name="text")
+    # keras.export.ExportArchive tracks the variables the way TF Serving and saved_model_cli's
+    # TF1 session loader expect (a plain tf.saved_model.save of the module only loads in TF2).
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(server.tokenizer)
     if two_texts:
         text_b = tf.TensorSpec([None], tf.string, name="text_b")
-        signature = tf.function(lambda text, text_b: server.predict(text, text_b), input_signature=[text, text_b])
+        archive.add_endpoint("serving_default", lambda text, text_b: server.predict(text, text_b), [text, text_b])
     else:
-        signature = tf.function(lambda text: server.predict(text), input_signature=[text])
+        archive.add_endpoint("serving_default", lambda text: server.predict(text), [text])
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".saved_model_", dir=parent)
     try:
-        tf.saved_model.save(server, tmp, signatures={"serving_default": signature})
+        archive.write_out(tmp, verbose=False)
         if os.path.exists(path):
             shutil.rmtree(path)
         os.replace(tmp, path)
