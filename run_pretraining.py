@@ -11,10 +11,20 @@ Real runs:
         --model_dir=runs/base --strategy=mirrored --mixed_precision=bf16
 
 Re-running the same command resumes from the newest checkpoint in
-`--model_dir`.
+`--model_dir`. SIGTERM (what schedulers and pre-emptible VMs send) stops after
+the step in progress, writes a checkpoint at that step and exits 0.
+
+Several machines (MultiWorkerMirroredStrategy; `--model_dir` on storage all of
+them reach, e.g. GCS or NFS), the same command on each, only --task_index
+differs (0 is the chief):
+
+    python run_pretraining.py --strategy=multi_worker \
+        --worker_hosts=host1:2222,host2:2222 --task_index=0 ...
 """
 
 import os
+import re
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -40,7 +50,20 @@ flags.DEFINE_enum("objective", None, list(OBJECTIVES),
                   "(see electra_tf/config.py).")
 flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
-                  "tf.distribute strategy.")
+                  "tf.distribute strategy. multi_worker takes the cluster from TF_CONFIG or --worker_hosts.")
+flags.DEFINE_list("worker_hosts", None, "multi_worker without TF_CONFIG: every worker's host:port, the same "
+                  "list on every worker (the first is the chief); sets TF_CONFIG. Implies --strategy=multi_worker.")
+flags.DEFINE_integer("task_index", None, "With --worker_hosts: this worker's index in the list (0 = chief).")
+flags.DEFINE_float("collective_timeout_seconds", 0, "multi_worker: a collective (all-reduce) that waits longer "
+                   "than this for another worker fails, and the run exits with an error, instead of hanging on a "
+                   "worker that is alive but stuck (a dead worker is detected anyway, by the coordination "
+                   "service's heartbeats, within ~10 s). 0 = off. For debugging only: TensorFlow keeps a thread "
+                   "per collective for this long (there are dozens per step), and it must exceed the longest "
+                   "pause of a worker, e.g. the chief's export.")
+flags.DEFINE_enum("input_sharding", "batch", ["batch", "file"], "multi_worker: batch = every worker reads all "
+                  "shards and takes its slice of each global batch (the batches, losses and resume of one "
+                  "process, with any number of workers); file = worker i reads shards i, i+N, ... only (1/N of "
+                  "the reading; the data order depends on N).")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "fp16 uses dynamic loss scaling.")
 flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
@@ -72,14 +95,32 @@ def resolve_data(model_size):
     return data_dir, FLAGS.model_dir or os.path.join(DEMO_DIR, f"model_{model_size}")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from electra_tf import distribution, training
-    from electra_tf.config import get_config
+def create_strategy():
+    """The strategy, created before anything runs a TensorFlow op (multi_worker requires it)."""
+    from electra_tf import distribution
 
     if FLAGS.num_cpu_devices:
         distribution.split_cpu(FLAGS.num_cpu_devices)
+    name = FLAGS.strategy
+    if FLAGS.worker_hosts:
+        if name not in ("auto", "multi_worker"):
+            raise app.UsageError(f"--worker_hosts needs --strategy=multi_worker, not {name}")
+        os.environ["TF_CONFIG"] = distribution.tf_config_from_hosts(",".join(FLAGS.worker_hosts), FLAGS.task_index)
+        name = "multi_worker"
+    elif FLAGS.task_index is not None:
+        raise app.UsageError("--task_index needs --worker_hosts")
+    if FLAGS.export_only:
+        return None
+    return distribution.create_strategy(name, FLAGS.tpu, collective_timeout_seconds=FLAGS.collective_timeout_seconds)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
+    from electra_tf import distribution, training
+    from electra_tf.config import get_config
+
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
     data_dir, model_dir = resolve_data(model_size)
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
@@ -100,18 +141,19 @@ def main(argv):
         path = training.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
         print(f"Exported to {path}")
         return
-    strategy = distribution.create_strategy(FLAGS.strategy, FLAGS.tpu)
     options = training.TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
-        skip_nonfinite_steps=FLAGS.skip_nonfinite_steps,
+        skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, input_sharding=FLAGS.input_sharding,
+        stop_signals=(signal.SIGTERM,),
     )
     logging.info("Config (%s): %s", precision, config.to_json())
     history = training.train(config, options, strategy)
-    summarize(history, model_dir)
+    if distribution.is_chief(strategy):
+        summarize(history, model_dir)
 
 
 def summarize(history, model_dir):
@@ -122,7 +164,34 @@ def summarize(history, model_dir):
         print(f"Throughput at the end: {last['examples_per_second']:.1f} examples/s")
     print(f"Checkpoints:  {os.path.join(model_dir, 'checkpoints')}")
     print(f"TensorBoard:  tensorboard --logdir {model_dir}")
-    print(f"Export:       {os.path.join(model_dir, 'export')} (fine-tune with run_finetuning.py --init_checkpoint)")
+    if os.path.isdir(os.path.join(model_dir, "export")):
+        print(f"Export:       {os.path.join(model_dir, 'export')} (fine-tune with run_finetuning.py --init_checkpoint)")
+
+
+def lost_worker_message(error) -> str | None:
+    """One line for a multi-worker collective that failed because another worker died or hung, else None."""
+    import tensorflow as tf
+
+    if not os.environ.get("TF_CONFIG") or not isinstance(error, (
+            tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError,
+            tf.errors.CancelledError)):
+        return None
+    text = str(error)
+    if "unhealthy" in text:
+        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", text.split("unhealthy", 1)[1])))
+        what = f"{', '.join(tasks) or 'a worker'} stopped sending heartbeats (crashed, killed or pre-empted)"
+    elif isinstance(error, tf.errors.DeadlineExceededError):
+        what = "a collective waited longer than --collective_timeout_seconds for another worker"
+    else:
+        remote = re.findall(r"remote target (/job:\w+/replica:\d+/task:\d+)", text)
+        reasons = re.findall(r'grpc_message:"([^"]+)"', text) or [
+            line.strip(" :") for line in text.splitlines()
+            if re.search(r"reset by peer|Socket closed|failed to connect|Connection refused", line, re.I)]
+        reason = reasons[0] if reasons else ""
+        what = f"lost the connection to {remote[0] if remote else 'another worker'}"
+        what += f" ({reason})" if reason else ""
+    return (f"{what} [{type(error).__name__}]; stopping. Re-launch every worker with the same command to resume "
+            "from the last checkpoint")
 
 
 if __name__ == "__main__":
@@ -136,3 +205,10 @@ if __name__ == "__main__":
             raise
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except Exception as e:  # noqa: BLE001 -- tf.errors.OpError from a collective whose peer is gone
+        message = lost_worker_message(e)
+        if message is None:
+            raise
+        print(f"run_pretraining.py: error: {message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)  # with sys.exit, TensorFlow's shutdown waits ~10 s more for the lost worker

@@ -3,6 +3,10 @@
 Everything that asks a strategy about replicas or workers goes through the
 functions here, so private `strategy.extended` attributes are read in one place.
 
+`MultiWorkerMirroredStrategy` must exist before TensorFlow runs its first op
+(it configures collective ops at start-up): `create_strategy` touches nothing
+that initialises the runtime, and `run_pretraining.py` calls it first.
+
 Example:
 
 >>> from electra_tf.distribution import create_strategy
@@ -10,12 +14,18 @@ Example:
 1
 """
 
+import json
+import os
+import weakref
+
 import keras
 import tensorflow as tf
 from absl import logging
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+# Strategies whose input iterators yield the whole global batch on every worker (see `split_for_replicas`).
+_GLOBAL_BATCH_INPUT = weakref.WeakSet()
 
 
 def split_cpu(num_devices: int):
@@ -31,22 +41,58 @@ def _tpu_strategy(tpu_address):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def create_strategy(name: str = "auto", tpu_address: str | None = None) -> tf.distribute.Strategy:
-    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several, else one device."""
+def tf_config_from_hosts(worker_hosts: str, task_index: int) -> str:
+    """The `TF_CONFIG` JSON for worker `task_index` of `worker_hosts` ("host:port,host:port,...").
+
+    Worker 0 is the chief. Every worker gets the same list, in the same order.
+
+    >>> json.loads(tf_config_from_hosts("10.0.0.1:2222,10.0.0.2:2222", 1))["task"]
+    {'type': 'worker', 'index': 1}
+    """
+    hosts = [h.strip() for h in worker_hosts.split(",") if h.strip()]
+    bad = [h for h in hosts if h.count(":") < 1 or not h.rsplit(":", 1)[1].isdigit()]
+    if not hosts or bad:
+        raise ValueError(f"--worker_hosts: expected host:port,host:port,...; got {worker_hosts!r}")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"--worker_hosts lists an address twice: {worker_hosts!r}")
+    if task_index is None or not 0 <= task_index < len(hosts):
+        raise ValueError(f"--task_index must be in [0, {len(hosts)}) for {len(hosts)} --worker_hosts; "
+                         f"got {task_index}")
+    return json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": task_index}})
+
+
+def create_strategy(name: str = "auto", tpu_address: str | None = None,
+                    collective_timeout_seconds: float | None = None) -> tf.distribute.Strategy:
+    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several, else one device.
+
+    `multi_worker` reads the cluster from `TF_CONFIG` and must be created before any
+    TensorFlow op runs. `collective_timeout_seconds` (multi_worker only; None or 0: off)
+    makes a collective that waits longer than that for another worker raise
+    `DeadlineExceededError` instead of hanging on a stuck worker (a dead one is detected
+    anyway, by the coordination service's heartbeats). TensorFlow keeps a thread per
+    collective for that long, so it is a debugging aid, not a default.
+    """
     if name not in STRATEGIES:
         raise ValueError(f"--strategy: unknown strategy {name!r}; choose from {STRATEGIES}")
-    gpus = tf.config.list_logical_devices("GPU")
+    # Physical, not logical, devices: listing logical ones initialises the runtime, after
+    # which MultiWorkerMirroredStrategy can no longer configure its collective ops.
+    gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
         name = "tpu" if tpu_address else "mirrored" if len(gpus) > 1 else "one_device"
     if name == "tpu":
         strategy = _tpu_strategy(tpu_address)
     elif name == "multi_worker":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        if not os.environ.get("TF_CONFIG"):
+            logging.warning("--strategy=multi_worker without TF_CONFIG (or --worker_hosts): one worker")
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=collective_timeout_seconds or None)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     elif name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     else:
         strategy = tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
-    logging.info("Strategy %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync)
+    logging.info("Strategy %s with %d replica(s) on %d worker(s)", type(strategy).__name__,
+                 strategy.num_replicas_in_sync, num_workers(strategy))
     return strategy
 
 
@@ -82,17 +128,51 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 def worker_index(strategy: tf.distribute.Strategy) -> int:
     """This process's index among the workers (0 = chief for MultiWorkerMirroredStrategy)."""
-    return getattr(strategy.extended, "_task_id", 0) or 0
+    return getattr(strategy.extended, "_id_in_cluster", 0) or 0
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes checkpoints, summaries and exports (worker 0)."""
+    return worker_index(strategy) == 0
+
+
+def barrier(strategy: tf.distribute.Strategy):
+    """Returns once every worker has called it (a one-number all-reduce); a no-op with one worker."""
+    if num_workers(strategy) == 1:
+        return
+
+    def one():
+        return tf.constant(1.0)
+
+    def sync():
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one), axis=None)
+
+    tf.function(sync, autograph=False)()
+
+
+def feed_global_batches(strategy: tf.distribute.Strategy):
+    """Declares that this strategy's input iterators yield the whole global batch on every worker.
+
+    `split_for_replicas` then hands replica r (global id) the r-th consecutive slice of it,
+    as one process would; without it each worker's batch is split among its local replicas.
+    """
+    _GLOBAL_BATCH_INPUT.add(strategy)
 
 
 def split_for_replicas(strategy: tf.distribute.Strategy, worker_batch):
-    """Per-replica values: replica r of this worker gets the r-th consecutive slice."""
-    local_replicas = strategy.num_replicas_in_sync // num_workers(strategy)
-    if local_replicas == 1 and strategy.num_replicas_in_sync == 1:
+    """Per-replica values: replica r gets the r-th consecutive slice.
+
+    `worker_batch` is this worker's rows (sliced among its local replicas) or, after
+    `feed_global_batches(strategy)`, the global batch (sliced among all replicas).
+    """
+    replicas = strategy.num_replicas_in_sync
+    if replicas == 1:
         return worker_batch
+    whole = strategy in _GLOBAL_BATCH_INPUT
+    parts = replicas if whole else replicas // num_workers(strategy)
 
     def slice_for(context):
-        index = context.replica_id_in_sync_group % local_replicas
-        return tf.nest.map_structure(lambda t: tf.split(t, local_replicas)[index], worker_batch)
+        index = context.replica_id_in_sync_group % parts
+        return tf.nest.map_structure(lambda t: tf.split(t, parts)[index], worker_batch)
 
     return strategy.experimental_distribute_values_from_function(slice_for)

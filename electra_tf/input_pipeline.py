@@ -19,6 +19,7 @@ TensorShape([32, 128])
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from data_prep.manifest import load_manifest, validate_manifest
 from electra_tf import distribution
@@ -81,19 +82,44 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+INPUT_SHARDINGS = ("batch", "file")
+
+
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
-                   *, seed: int = 0, shuffle_buffer: int = 1000) -> tf.data.Dataset:
-    """This worker's share of each global batch; `split_for_replicas` divides it further.
+                   *, seed: int = 0, shuffle_buffer: int = 1000, sharding: str = "batch") -> tf.data.Dataset:
+    """This worker's input; `distribution.split_for_replicas` hands each replica its slice.
+
+    With several workers (MultiWorkerMirroredStrategy), `sharding`:
+
+    * `"batch"`: every worker runs the single-process pipeline (reading every shard) and
+      its replicas take their consecutive slices of each global batch. The batches are
+      those of one process, so losses match it, and the iterator state is the same on
+      every worker, so the chief's checkpoint resumes all of them (with any number of workers).
+    * `"file"`: worker i reads only shards i, i+N, ... (by example if there are fewer
+      shards than workers): 1/N of the reading, but the data order depends on N and
+      each worker's iterator state is its own (see `training.train`).
 
     A plain `tf.data` iterator over this dataset is checkpointable (a
     `tf.distribute` distributed iterator is not), which is what exact resume needs.
     """
+    if sharding not in INPUT_SHARDINGS:
+        raise ValueError(f"--input_sharding: unknown value {sharding!r}; choose from {INPUT_SHARDINGS}")
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise ValueError(f"--train_batch_size={global_batch_size} is not divisible by the {replicas} replicas")
-    workers = distribution.num_workers(strategy)
-    worker_id = distribution.worker_index(strategy)
-    context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker_id,
+    workers, worker = distribution.num_workers(strategy), distribution.worker_index(strategy)
+    if workers == 1 or sharding == "batch":
+        if workers > 1:
+            distribution.feed_global_batches(strategy)
+            rows = global_batch_size // workers
+            logging.info("Input of worker %d/%d: all %d shard(s); rows %d-%d of every global batch of %d", worker,
+                         workers, len(manifest["shards"]), worker * rows, (worker + 1) * rows - 1, global_batch_size)
+        return pretraining_dataset(data_dir, manifest, global_batch_size, seed=seed, shuffle_buffer=shuffle_buffer)
+    shards = manifest["shards"]
+    logging.info("Input of worker %d/%d: %s", worker, workers,
+                 f"shards {shards[worker::workers]}" if len(shards) >= workers else
+                 f"example {worker}, {worker + workers}, ... of all {len(shards)} shard(s)")
+    context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
                                          num_replicas_in_sync=replicas)
     return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
                                input_context=context, shuffle_buffer=shuffle_buffer)

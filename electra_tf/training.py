@@ -17,9 +17,12 @@ Example (see `run_pretraining.py` for the command-line front end):
 >>> train(get_config("tiny"), TrainOptions(data_dir="data", model_dir="out"), strategy)  # doctest: +SKIP
 """
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import time
 
 import keras
@@ -27,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import export, input_pipeline, loop, masking
+from electra_tf import distribution, export, input_pipeline, loop, masking, preemption
 from electra_tf.config import ElectraConfig
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretrainer import ElectraPretrainer
@@ -51,10 +54,12 @@ class TrainOptions:
     stop_after_steps: int | None = None  # stop this invocation early (like a pre-emption)
     export: bool = True
     skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm
+    input_sharding: str = "batch"  # several workers: "batch" (exact, any worker count) or "file"
+    stop_signals: tuple = ()  # e.g. (signal.SIGTERM,): checkpoint at the step reached and return
 
 
-def check_run_config(model_dir: str, config: ElectraConfig):
-    """Stores `config` in `model_dir`; refuses to resume a run whose architecture differs."""
+def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
+    """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs."""
     path = os.path.join(model_dir, RUN_CONFIG)
     if os.path.exists(path):
         with open(path) as f:
@@ -65,6 +70,8 @@ def check_run_config(model_dir: str, config: ElectraConfig):
             details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
             raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
                              "use a new --model_dir or the same flags")
+    if not write:
+        return
     os.makedirs(model_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -94,10 +101,18 @@ def rng_states(model) -> list:
     return [g.state.value for g in generators]
 
 
-def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True):
-    """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`)."""
-    return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
-                                 stop_on_nonfinite=stop_on_nonfinite)
+def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, stop_request=None):
+    """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`).
+
+    With a `preemption.StopRequest`, the loop ends after the step in progress once a stop
+    is requested (agreed by all workers: see `StopRequest.wrap_step`).
+    """
+    if stop_request is None:
+        return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
+                                     stop_on_nonfinite=stop_on_nonfinite)
+    step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+    return loop.make_step_driver(strategy, stop_request.wrap_step(step_fn), model.step_output_names,
+                                 stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed)
 
 
 def initialize_from(model, init_checkpoint):
@@ -199,9 +214,9 @@ def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoin
         initialize_from(model, init_checkpoint)
 
 
-def check_writable(model_dir: str):
+def check_writable(model_dir: str, probe_name: str = ".write_test"):
     """Fails before any work if `model_dir` cannot be created or written."""
-    probe = os.path.join(model_dir, ".write_test")
+    probe = os.path.join(model_dir, probe_name)
     try:
         tf.io.gfile.makedirs(model_dir)
         with tf.io.gfile.GFile(probe, "w") as f:
@@ -220,75 +235,139 @@ def _make_preview(model, options, manifest):
 
 
 def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.Strategy) -> list[dict]:
-    """Trains to `config.num_train_steps` (resuming if possible); returns the logged scalars."""
-    check_writable(options.model_dir)
+    """Trains to `config.num_train_steps` (resuming if possible); returns the logged scalars.
+
+    Several workers (MultiWorkerMirroredStrategy) share `model_dir` (GCS, NFS): all of them
+    resume from its checkpoints, and only the chief (worker 0) writes checkpoints, TensorBoard,
+    `train_log.jsonl` and the export. The others take part in every (collective) checkpoint
+    save into a temporary directory that is removed at the end. With `options.stop_signals`,
+    such a signal ends training after the step in progress, with a checkpoint at that step.
+    """
+    chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
+    workers = distribution.num_workers(strategy)
+    own_input = workers > 1 and options.input_sharding == "file"  # each worker keeps its input state
+    if chief or own_input:
+        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
-    check_run_config(options.model_dir, config)
+    check_run_config(options.model_dir, config, write=chief)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
                                    options.mixed_precision)
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
-                                            seed=options.seed, shuffle_buffer=options.shuffle_buffer)
+                                            seed=options.seed, shuffle_buffer=options.shuffle_buffer,
+                                            sharding=options.input_sharding)
     iterator = iter(dataset)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator,
-                                     dropout_rng=rng_states(model))
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(options.model_dir, "checkpoints"),
-                                         max_to_keep=options.keep_checkpoint_max,
+    state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
+    checkpoint = tf.train.Checkpoint(**state, **({} if own_input else {"iterator": iterator}))
+    checkpoint_dir = os.path.join(options.model_dir, "checkpoints")
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=options.keep_checkpoint_max,
                                          step_counter=optimizer.iterations)
     _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint)
-
+    input_saver = None
+    if own_input:
+        input_saver = tf.train.CheckpointManager(
+            tf.train.Checkpoint(iterator=iterator), os.path.join(checkpoint_dir, f"input-worker{worker}-of-{workers}"),
+            max_to_keep=options.keep_checkpoint_max, step_counter=optimizer.iterations)
+        _restore_worker_input(input_saver, loop.current_step(optimizer), worker)
+    stop_request = preemption.StopRequest(strategy, options.stop_signals)
     train_steps = make_train_fn(strategy, model, options.jit_compile,
-                                stop_on_nonfinite=not options.skip_nonfinite_steps)
+                                stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request)
     skipped_total = 0
-    logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl")
-    preview = _make_preview(model, options, manifest)
+    logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
+    preview = _make_preview(model, options, manifest) if chief else None
     history = []
-    step = loop.current_step(optimizer)
+    step = saved_step = loop.current_step(optimizer)
     total = config.num_train_steps
     progress = loop.ProgressReporter(total, step, config.train_batch_size,
                                      keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
     window_start, window_step = time.time(), step
-    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s)", config.model_size,
-                 config.objective, step, total, config.train_batch_size, strategy.num_replicas_in_sync)
+    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s",
+                 config.model_size, config.objective, step, total, config.train_batch_size,
+                 strategy.num_replicas_in_sync, workers, "" if chief else f" (this is worker {worker})")
     last = min(total, options.stop_after_steps or total)
-    while step < last:
-        stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps)
-        outputs = train_steps(iterator, tf.constant(stop - step))
-        previous, step = step, loop.current_step(optimizer)
-        skipped = int(outputs["nonfinite_steps"])
-        if skipped and not options.skip_nonfinite_steps:
-            raise loop.NonFiniteError(
-                f"step {step + 1}: the loss or gradient norm is not finite; stopping (the step was not "
-                f"applied). Last good checkpoint: {manager.latest_checkpoint or 'none'}. Lower the "
-                "learning rate, or pass --skip_nonfinite_steps to skip such steps")
-        if skipped:
-            skipped_total += skipped
-            logging.warning("skipped %d non-finite step(s) (%d so far)", skipped, skipped_total)
-        if step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
-            continue
-        log_now = step % options.log_steps == 0 or step >= total
-        scalars = {name: float(value) for name, value in model.metric_results().items()}
-        if log_now:
-            elapsed = time.time() - window_start
-            scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
-                           nonfinite_steps_skipped=float(skipped_total),
-                           examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
-            logger.write(step, scalars)
-            if preview is not None:
-                preview.write(logger.writer, step)
-            history.append({"step": step, **scalars})
-            for metric in model.metrics:
-                metric.reset_state()
-            window_start, window_step = time.time(), step
-        progress.update(step, scalars, log=log_now)
-        if step % options.save_checkpoints_steps == 0 or step >= total:
+    with stop_request, _scratch_dir(chief, worker) as scratch:
+        saver = manager if chief else tf.train.CheckpointManager(checkpoint, scratch, max_to_keep=1,
+                                                                 step_counter=optimizer.iterations)
+
+        def save(step):  # collective: every worker calls it, the others into `scratch`
             loop.check_finite_weights(model, step, "checkpoint")
-            manager.save(checkpoint_number=step)
-    if options.export and step >= config.num_train_steps:
-        loop.check_finite_weights(model, step, "export")
-        export.export_pretrained(model, os.path.join(options.model_dir, "export"),
-                                 vocab_file=manifest.get("vocab_file"), step=step)
-    return history
+            saver.save(checkpoint_number=step)
+            if input_saver is not None:
+                input_saver.save(checkpoint_number=step)
+
+        while step < last and not stop_request.requested:
+            stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps)
+            outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
+            previous, step = step, loop.current_step(optimizer)
+            skipped = int(outputs["nonfinite_steps"])
+            if skipped and not options.skip_nonfinite_steps:
+                latest = manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)
+                raise loop.NonFiniteError(
+                    f"step {step + 1}: the loss or gradient norm is not finite; stopping (the step was not "
+                    f"applied). Last good checkpoint: {latest or 'none'}. Lower the "
+                    "learning rate, or pass --skip_nonfinite_steps to skip such steps")
+            if skipped:
+                skipped_total += skipped
+                logging.warning("skipped %d non-finite step(s) (%d so far)", skipped, skipped_total)
+            if step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
+                continue
+            log_now = step % options.log_steps == 0 or step >= total
+            scalars = {name: float(value) for name, value in model.metric_results().items()}
+            if log_now:
+                elapsed = time.time() - window_start
+                scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
+                               nonfinite_steps_skipped=float(skipped_total),
+                               examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
+                if logger is not None:  # the chief
+                    logger.write(step, scalars)
+                if preview is not None:
+                    preview.write(logger.writer, step)
+                history.append({"step": step, **scalars})
+                for metric in model.metrics:
+                    metric.reset_state()
+                window_start, window_step = time.time(), step
+            progress.update(step, scalars, log=log_now)
+            if step % options.save_checkpoints_steps == 0 or step >= total:
+                save(step)
+                saved_step = step
+        if stop_request.requested and step < last:  # the same on every worker (see preemption.StopRequest)
+            if step > saved_step:
+                save(step)
+            where = manager.latest_checkpoint if chief else "written by worker 0"
+            how = stop_request.received or "another worker was asked to stop"
+            logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
+                            step, total, how, where)
+            print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
+        elif options.export and step >= config.num_train_steps and chief:
+            loop.check_finite_weights(model, step, "export")
+            export.export_pretrained(model, os.path.join(options.model_dir, "export"),
+                                     vocab_file=manifest.get("vocab_file"), step=step)
+        distribution.barrier(strategy)  # the other workers end after the chief's export
+        return history
+
+
+@contextlib.contextmanager
+def _scratch_dir(chief: bool, worker: int):
+    """None for the chief; for another worker a temporary directory for its checkpoint saves, removed at exit."""
+    if chief:
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix=f"electra_worker{worker}_")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _restore_worker_input(input_saver, step: int, worker: int):
+    """`--input_sharding=file`: this worker's iterator state at `step`, if it was saved."""
+    path = os.path.join(input_saver.directory, f"ckpt-{step}")
+    if tf.io.gfile.exists(path + ".index"):
+        input_saver.checkpoint.restore(path).assert_consumed()
+        return
+    if step > 0:
+        logging.warning("Worker %d has no saved input position at step %d (a different number of workers?): "
+                        "its data starts over, so some examples are seen again early", worker, step)
 
 
 def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict, vocab_file=None) -> str:

@@ -1,10 +1,9 @@
 """Gradient accumulation: K micro-batches give the update of one K× larger batch."""
 
-import numpy as np
 import pytest
 
 from pretrain_testutil import write_shards
-from test_training import checkpoint_values, run, small
+from test_training import assert_same_training, run, small
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +19,8 @@ def test_accumulated_micro_batches_equal_one_large_batch(data_dir, tmp_path, obj
                   dropout_rate=0.0, attention_dropout_rate=0.0)
     whole = run(small(**common), data_dir, str(tmp_path / "whole"), export=False)
     accumulated = run(small(gradient_accumulation_steps=4, **common), data_dir, str(tmp_path / "acc"), export=False)
-    for a, b in zip(whole, accumulated):
-        for name in ("step_loss", "gen_loss", "gen_accuracy", "grad_norm"):
-            assert abs(a[name] - b[name]) <= 1e-5 * max(1.0, abs(a[name])), (name, a[name], b[name])
-    one, many = checkpoint_values(str(tmp_path / "whole")), checkpoint_values(str(tmp_path / "acc"))
-    keys = [k for k in one if k.startswith("model/")]
-    assert keys
-    for key in keys:
-        np.testing.assert_allclose(one[key], many[key], atol=1e-5, err_msg=key)
+    assert_same_training(whole, accumulated, str(tmp_path / "whole"), str(tmp_path / "acc"),
+                         ("step_loss", "gen_loss", "gen_accuracy", "grad_norm"))
 
 
 def test_batch_must_split_into_the_micro_batches():

@@ -42,6 +42,19 @@ def checkpoint_values(model_dir):
     return {n: reader.get_tensor(n) for n in names}
 
 
+def assert_same_training(one, two, dir_one, dir_two, names):
+    """Two runs' logged values (≤ 1e-5, relative) and final model weights (≤ 1e-5) agree."""
+    assert [h["step"] for h in one] == [h["step"] for h in two]
+    for a, b in zip(one, two):
+        for name in names:
+            assert abs(a[name] - b[name]) <= 1e-5 * max(1.0, abs(a[name])), (name, a[name], b[name])
+    one_values, two_values = checkpoint_values(dir_one), checkpoint_values(dir_two)
+    model_keys = [k for k in one_values if k.startswith("model/")]
+    assert model_keys
+    for key in model_keys:
+        np.testing.assert_allclose(one_values[key], two_values[key], atol=1e-5, err_msg=key)
+
+
 def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
     config = small(dropout_rate=0.0, attention_dropout_rate=0.0, num_train_steps=3)
     one = run(config, data_dir, str(tmp_path / "one"), export=False)
@@ -49,15 +62,9 @@ def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
     two = run(config, data_dir, str(tmp_path / "two"), strategy=mirrored, export=False)
-    assert [h["step"] for h in one] == [h["step"] for h in two] == [1, 2, 3]
-    for a, b in zip(one, two):
-        for name in ("step_loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "grad_norm"):
-            assert abs(a[name] - b[name]) <= 1e-5 * max(1.0, abs(a[name])), (name, a[name], b[name])
-    one_values, two_values = checkpoint_values(str(tmp_path / "one")), checkpoint_values(str(tmp_path / "two"))
-    model_keys = [k for k in one_values if k.startswith("model/")]
-    assert model_keys
-    for key in model_keys:
-        np.testing.assert_allclose(one_values[key], two_values[key], atol=1e-5, err_msg=key)
+    assert [h["step"] for h in one] == [1, 2, 3]
+    assert_same_training(one, two, str(tmp_path / "one"), str(tmp_path / "two"),
+                         ("step_loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "grad_norm"))
 
 
 def test_stopped_and_resumed_run_equals_uninterrupted_run(data_dir, tmp_path):
