@@ -166,6 +166,17 @@ def summarize(history, model_dir):
     print(f"TensorBoard:  tensorboard --logdir {model_dir}")
     if os.path.isdir(os.path.join(model_dir, "export")):
         print(f"Export:       {os.path.join(model_dir, 'export')} (fine-tune with run_finetuning.py --init_checkpoint)")
+    if not FLAGS.data_dir and history and "disc_auc" in history[-1]:
+        print(DEMO_CURVE_NOTE)
+
+
+DEMO_CURVE_NOTE = """
+What the demo's curve means (train_log.jsonl, TensorBoard): the discriminator's AUC jumps early, because an
+untrained generator samples near-uniform words that are easy to spot; it dips (to ~0.55 around steps 200-500)
+once the generator has learned word frequencies and its samples are plausible; it climbs again as the
+discriminator learns to use context. That dip is expected at this scale, not a bug: the same recipe in an
+independent PyTorch implementation shows it. A tiny model trained for minutes on CPU is far from the paper's
+scale; experiments/compare_objectives.py measures what pre-training is worth downstream."""
 
 
 def lost_worker_message(error) -> str | None:
