@@ -48,6 +48,8 @@ flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig 
 flags.DEFINE_enum("objective", None, list(OBJECTIVES),
                   "rtd = ELECTRA; mlm = BERT-style masked LM only; the others are the paper's ablations "
                   "(see electra_tf/config.py).")
+flags.DEFINE_integer("gradient_accumulation_steps", None, "Split each batch into K micro-batches and sum their "
+                     "gradients before one update (same update, less memory).")
 flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
                   "tf.distribute strategy. multi_worker takes the cluster from TF_CONFIG or --worker_hosts.")
@@ -128,6 +130,7 @@ def main(argv):
         model_size, FLAGS.hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
         max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
+        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
     )
     if FLAGS.init_checkpoint:
         from electra_tf.export import merge_architecture
