@@ -96,6 +96,8 @@ flags.DEFINE_string("test_file", None, "Replaces the task's (first) test file.")
 flags.DEFINE_string("diagnostic_file", None, "GLUE AX tsv, predicted with the MNLI model (AX.tsv).")
 flags.DEFINE_boolean("use_tfds", False, "Read GLUE from TFDS (glue/*) instead of tsv files.")
 flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir with prepared glue/* datasets (no download).")
+flags.DEFINE_boolean("skip_malformed_rows", False, "GLUE: skip (and count) tsv lines with the wrong number of "
+                     "fields instead of stopping there (the original QQP files need it).")
 flags.DEFINE_boolean("double_unordered", True, "MRPC/STS-B: also train on swapped pairs (official).")
 flags.DEFINE_string("text_column", "text_a", "text_classification: text column (name or index).")
 flags.DEFINE_string("text_b_column", None, "text_classification: optional second text column.")
@@ -206,6 +208,21 @@ def load_encoder(config):
     return build, config, vocab
 
 
+def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows):
+    """--vocab_file must be the checkpoint's vocabulary: other ids would index the wrong embeddings."""
+    if vocab_size != embedding_rows:
+        raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
+                         f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
+    if checkpoint_vocab and os.path.abspath(checkpoint_vocab) != os.path.abspath(vocab_file):
+        from data_prep.tokenization import read_vocab
+
+        mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
+        differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+        if differs is not None:
+            raise UsageError(f"--vocab_file: {vocab_file} line {differs + 1} is {mine[differs]!r} but the vocab of "
+                             f"--init_checkpoint ({checkpoint_vocab}) has {theirs[differs]!r} there")
+
+
 def make_tokenizer(config, checkpoint_vocab):
     """The tokenizer and the config with vocab_size matching it."""
     from data_prep.tokenization import WordPieceTokenizer
@@ -217,14 +234,10 @@ def make_tokenizer(config, checkpoint_vocab):
     if not os.path.isfile(vocab_file):
         raise UsageError(f"--vocab_file: {vocab_file} does not exist")
     tokenizer = WordPieceTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
+    if FLAGS.init_checkpoint:
+        check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, tokenizer.vocab_size, config.vocab_size)
     if tokenizer.vocab_size != config.vocab_size:
-        if FLAGS.init_checkpoint:
-            if tokenizer.vocab_size > config.vocab_size:
-                raise UsageError(f"--vocab_file: {vocab_file} has {tokenizer.vocab_size} tokens but the checkpoint's "
-                                 f"embeddings only {config.vocab_size}")
-            logging.warning("vocab %s has %d tokens, fewer than the checkpoint's %d", vocab_file,
-                            tokenizer.vocab_size, config.vocab_size)
-        else:
+        if not FLAGS.init_checkpoint:
             logging.warning("*** vocab_size %d of model size %r replaced by %d, the size of %s ***",
                             config.vocab_size, config.model_size, tokenizer.vocab_size, vocab_file)
             config = config.replace(vocab_size=tokenizer.vocab_size)
@@ -260,6 +273,7 @@ def make_task():
     return get_task(
         FLAGS.task, data_dir=FLAGS.data_dir, file_overrides=overrides, tfds_data_dir=FLAGS.tfds_data_dir,
         use_tfds=FLAGS.use_tfds, diagnostic_file=FLAGS.diagnostic_file, double_unordered=FLAGS.double_unordered,
+        skip_malformed=FLAGS.skip_malformed_rows,
         text_column=FLAGS.text_column, label_column=FLAGS.label_column, text_b_column=FLAGS.text_b_column,
         max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
         max_answer_length=FLAGS.max_answer_length, train_articles=FLAGS.squad_train_articles,

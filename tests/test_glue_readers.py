@@ -57,7 +57,9 @@ def test_glue_layouts(tmp_path):
     qqp.mkdir()
     _write(qqp / "dev.tsv", ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
                              "1\t1\t2\tWhy ?\tHow ?\t0", "2\t3\t4\tbroken line", "3\t5\t6\tA ?\tB ?\t1"])
-    task = get_task("qqp", data_dir=str(qqp))
+    with pytest.raises(ValueError, match=r"QQP/dev.tsv: line 3 has 4 fields, expected 6"):
+        get_task("qqp", data_dir=str(qqp)).get_examples("dev")
+    task = get_task("qqp", data_dir=str(qqp), skip_malformed=True)  # --skip_malformed_rows
     assert [e.label for e in task.get_examples("dev")] == ["0", "1"]
     assert task.malformed["dev"] == 1
 

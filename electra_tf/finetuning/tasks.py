@@ -56,6 +56,7 @@ class InputExample:
     text_a: str
     text_b: Optional[str] = None
     label: Optional[object] = None
+    source: str = dataclasses.field(default="", compare=False)  # "file:line" it was read from, for errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,26 +151,32 @@ def read_tsv_rows(path: str, encoding: str = "utf-8-sig") -> list[list[str]]:
 
 
 def parse_glue_rows(rows: list[list[str]], columns: Columns, spec_name: str, path: str,
-                    with_labels: bool) -> tuple[list[InputExample], int]:
+                    with_labels: bool, skip_malformed: bool = False) -> tuple[list[InputExample], int]:
     """Examples from tsv rows and the number of malformed rows skipped.
 
-    A row is malformed when its number of fields differs from the header's
-    (or, without a header, from the first row's).
+    A row is malformed when its number of fields differs from the header's (or,
+    without a header, from the first row's): an error naming the file and line,
+    unless `skip_malformed` (then skipped, counted and logged; real QQP needs it).
     """
     start = 1 if columns.header else 0
     expected = len(rows[0]) if rows else 0
     examples, malformed = [], 0
-    for row in rows[start:]:
+    for line, row in enumerate(rows[start:], start=start + 1):
         if len(row) != expected:
+            if not skip_malformed:
+                raise ValueError(f"{path}: line {line} has {len(row)} fields, expected {expected} "
+                                 "(--skip_malformed_rows skips such lines)")
             malformed += 1
             continue
         guid = row[columns.index] if columns.index is not None else str(len(examples))
         text_b = row[columns.text_b] if columns.text_b is not None else None
         label = row[columns.label] if (with_labels and columns.label is not None) else None
-        examples.append(InputExample(guid, row[columns.text_a], text_b, label))
+        examples.append(InputExample(guid, row[columns.text_a], text_b, label, source=f"{path}:{line}"))
     if malformed:
         logging.warning("%s: skipped %d malformed line(s) in %s (wrong number of fields)",
                         spec_name, malformed, path)
+    if not examples and path:
+        raise ValueError(f"{path}: no examples (empty file)")
     return examples, malformed
 
 
@@ -306,8 +313,8 @@ class SentenceTask:
             values = []
             for e in examples:
                 if self.kind == "classification" and e.label not in self.labels:
-                    raise ValueError(f"{self.name}: example {e.guid} has label {e.label!r}, "
-                                     f"expected one of {list(self.labels)}")
+                    where = e.source or f"{self.name} example {e.guid}"
+                    raise ValueError(f"{where}: label {e.label!r} is not one of {list(self.labels)}")
                 values.append(self.label_to_feature(e.label))
             key, dtype = ("targets", np.float32) if self.kind == "regression" else ("label_ids", np.int32)
             features[key] = np.asarray(values, dtype)
@@ -375,9 +382,11 @@ class GlueTask(SentenceTask):
 
     def __init__(self, spec: GlueSpec, data_dir: Optional[str] = None, file_overrides: Optional[dict] = None,
                  tfds_data_dir: Optional[str] = None, use_tfds: bool = False,
-                 diagnostic_file: Optional[str] = None, double_unordered: bool = True):
+                 diagnostic_file: Optional[str] = None, double_unordered: bool = True,
+                 skip_malformed: bool = False):
         super().__init__(spec.name, double_unordered)
         self.spec = spec
+        self.skip_malformed = skip_malformed
         self.kind = "regression" if spec.is_regression else "classification"
         self.labels = spec.labels
         self.metric_names = spec.metric_names
@@ -446,7 +455,8 @@ class GlueTask(SentenceTask):
         else:
             columns = self.spec.train
         examples, malformed = parse_glue_rows(read_tsv_rows(path), columns, self.name, path,
-                                              with_labels=kind in ("train", "dev"))
+                                              with_labels=kind in ("train", "dev"),
+                                              skip_malformed=self.skip_malformed)
         self.malformed[split] = malformed
         return examples
 
@@ -570,7 +580,8 @@ class TextClassificationTask(SentenceTask):
             examples.append(InputExample(
                 row[id_col] if id_col is not None else str(i), row[text_col],
                 row[text_b_col] if text_b_col is not None else None,
-                row[label_col] if label_col is not None else None))
+                row[label_col] if label_col is not None else None,
+                source=f"{path}:{i + 1 + (header is not None)}"))
         self._cache[split] = examples
         return examples
 
@@ -603,7 +614,7 @@ def get_task(name: str, data_dir: Optional[str] = None, **kwargs):
     canonical = TASK_ALIASES.get(key.lower())
     if canonical:
         glue_kwargs = {k: kwargs[k] for k in ("file_overrides", "tfds_data_dir", "use_tfds", "diagnostic_file",
-                                              "double_unordered") if k in kwargs}
+                                              "double_unordered", "skip_malformed") if k in kwargs}
         return GlueTask(GLUE_SPECS[canonical], data_dir=data_dir, **glue_kwargs)
     if key.lower() in ("text_classification", "classification"):
         keys = ("text_column", "label_column", "text_b_column", "file_overrides")
