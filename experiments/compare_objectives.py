@@ -13,7 +13,9 @@ runs the budget's steps; every other arm runs the steps that spend the same trai
 costlier than rtd per step therefore get more compute than rtd, and the table says so).
 
 Fine-tuning per arm: STS-B and MRPC at each learning rate of the grid, several seeds; the arm's
-learning rate is the one with the better STS-B median; with it, SST-2, CoLA and RTE.
+learning rate is the one with the better STS-B median; with it, SST-2, CoLA and RTE. STS-B runs
+right after each arm's pre-training (and `none` right after the first arm), so the headline
+comparison is known early; the other tasks follow once every arm has pre-trained.
 
 Everything is resumable: the work folder (`--work_dir`, default `~/.cache/electra_tf/
 compare_objectives/<budget>`, outside the checkout) holds the shards, each arm's pre-training run
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -90,6 +93,8 @@ def log(message: str):
 
 
 def format_seconds(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
@@ -243,16 +248,38 @@ def finetune(budget: Budget, arm: str, export_dir: Optional[Path], task: str, lr
     return value
 
 
+def finetune_grid(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress,
+                  task: str) -> None:
+    """The task at every learning rate of the grid, every seed."""
+    for lr in budget.learning_rates:
+        for seed in budget.seeds:
+            progress(arm, task, lr, seed, lambda: finetune(budget, arm, export_dir, task, lr, seed, work_dir))
+
+
 def finetune_arm(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress) -> None:
     for task in TUNING_TASKS:
-        for lr in budget.learning_rates:
-            for seed in budget.seeds:
-                progress(arm, task, lr, seed, lambda: finetune(budget, arm, export_dir, task, lr, seed, work_dir))
+        finetune_grid(budget, arm, export_dir, work_dir, progress, task)
     lr = chosen_lr(collect_finetune(budget, arm, work_dir))
     for task in TASKS:
         if task not in TUNING_TASKS:
             for seed in budget.seeds:
                 progress(arm, task, lr, seed, lambda: finetune(budget, arm, export_dir, task, lr, seed, work_dir))
+
+
+def schedule(arms) -> list:
+    """Execution order: arms without pre-training right after the first pre-trained arm.
+
+    With the selection task fine-tuned after each arm's pre-training, the headline comparison
+    (rtd vs no pre-training on STS-B) is known hours before the last arm has pre-trained.
+    """
+    pretrained = [arm for arm in arms if ARMS[arm] is not None]
+    untrained = [arm for arm in arms if ARMS[arm] is None]
+    return pretrained[:1] + untrained + pretrained[1:]
+
+
+def runs_per_arm(budget: Budget) -> int:
+    return len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds) + \
+        (len(TASKS) - len(TUNING_TASKS)) * len(budget.seeds)
 
 
 class Progress:
@@ -466,20 +493,24 @@ def main(argv=None):
     exports = {}
     if args.stage in ("all", "pretrain", "finetune"):
         data_dir = build_data(work_dir)
+    progress = Progress(runs_per_arm(budget) * len(arms))
+    if args.stage == "pretrain":
         for arm in arms:
             if ARMS[arm] is not None:
-                exports[arm] = pretrain(budget, arm, work_dir, data_dir) if args.stage != "finetune" else (
-                    work_dir / "arms" / arm / "pretrain" / "export")
+                pretrain(budget, arm, work_dir, data_dir)
     if args.stage in ("all", "finetune"):
-        per_arm = len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds) + \
-            (len(TASKS) - len(TUNING_TASKS)) * len(budget.seeds)
-        progress = Progress(per_arm * len(arms))
-        for arm in arms:
-            export_dir = exports.get(arm)
-            if export_dir is not None and not (export_dir / "electra_config.json").exists():
-                log(f"[{arm}] no export yet in {export_dir}: run the pretrain stage first; skipping")
-                continue
-            finetune_arm(budget, arm, export_dir, work_dir, progress)
+        ready = []
+        for arm in schedule(arms):
+            if ARMS[arm] is not None:
+                exports[arm] = pretrain(budget, arm, work_dir, data_dir) if args.stage == "all" else (
+                    work_dir / "arms" / arm / "pretrain" / "export")
+                if not (exports[arm] / "electra_config.json").exists():
+                    log(f"[{arm}] no export yet in {exports[arm]}: run the pretrain stage first; skipping")
+                    continue
+            finetune_grid(budget, arm, exports.get(arm), work_dir, progress, SELECTION_TASK)
+            ready.append(arm)
+        for arm in ready:
+            finetune_arm(budget, arm, exports.get(arm), work_dir, progress)
     if args.stage in ("all", "report", "finetune"):
         report(budget, work_dir, arms, Path(args.results_dir), command)
 

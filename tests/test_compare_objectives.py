@@ -53,3 +53,9 @@ def test_report_writes_the_table_and_the_json_schema(tmp_path):
     assert co.headline(results["arms"]["rtd"], "STS-B") == 71.0
     table = (out / "compare_objectives.md").read_text()
     assert "| rtd |" in table and "**71.0** [70.0, 71.0, 72.0]" in table
+
+
+def test_schedule_fine_tunes_no_pretraining_right_after_the_first_arm():
+    assert co.schedule(("rtd", "mlm", "none")) == ["rtd", "none", "mlm"]
+    assert co.schedule(("mlm", "gdes")) == ["mlm", "gdes"]
+    assert co.schedule(("none",)) == ["none"]
