@@ -134,7 +134,8 @@ def run_build(plan: BuildPlan, num_processes: int = 1,
 
 def summary_line(manifest: dict, output_dir: str) -> str:
     """The build's last log line: what was written and what the text lost on the way."""
-    return (f"wrote {manifest['num_examples']:,} examples in {manifest['num_shards']} shards to "
+    shards = manifest["num_shards"]
+    return (f"wrote {manifest['num_examples']:,} examples in {shards} shard{'' if shards == 1 else 's'} to "
             f"{output_dir} ([UNK] rate {manifest['unk_rate']:.3%}; "
             f"{manifest['num_skipped_lines']:,} invalid lines skipped, "
             f"{manifest['num_nul_bytes_removed']:,} NUL bytes removed; "

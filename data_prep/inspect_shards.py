@@ -30,7 +30,7 @@ from typing import Iterator
 import numpy as np
 from absl import flags
 
-from data_prep.manifest import FEATURE_NAMES, load_manifest
+from data_prep.manifest import FEATURE_NAMES, INPUT_IDS, INPUT_MASK, SEGMENT_IDS, load_manifest
 
 LABEL_WIDTH = 21
 
@@ -45,7 +45,7 @@ def iter_examples(data_dir: str, manifest: dict, limit: int) -> Iterator[dict]:
     for batch in dataset:
         parsed = tf.io.parse_example(batch, spec)
         arrays = {k: v.numpy() for k, v in parsed.items()}
-        for i in range(len(arrays["input_ids"])):
+        for i in range(len(arrays[INPUT_IDS])):
             yield {k: arrays[k][i] for k in FEATURE_NAMES}
 
 
@@ -62,8 +62,8 @@ def length_histogram(lengths: np.ndarray, max_len: int, bins: int = 8, width: in
 
 
 def segment_stats(examples: list[dict]) -> dict:
-    seg_b = np.array([int(e["segment_ids"].sum()) for e in examples])
-    real = np.array([int(e["input_mask"].sum()) for e in examples])
+    seg_b = np.array([int(e[SEGMENT_IDS].sum()) for e in examples])
+    real = np.array([int(e[INPUT_MASK].sum()) for e in examples])
     two = seg_b > 0
     a_len = np.where(two, real - seg_b - 2, real - 2)
     b_len = np.where(two, seg_b - 1, 0)
@@ -74,7 +74,7 @@ def segment_stats(examples: list[dict]) -> dict:
 
 
 def decode_example(tokenizer, example: dict) -> str:
-    ids = example["input_ids"][example["input_mask"] > 0].tolist()
+    ids = example[INPUT_IDS][example[INPUT_MASK] > 0].tolist()
     return tokenizer.decode(ids)
 
 

@@ -22,7 +22,8 @@ cleaning/truncation counters ``num_nul_bytes_removed``,
 Example:
 
 >>> import tempfile
->>> from data_prep.manifest import write_json_atomic, load_manifest, validate_manifest
+>>> from data_prep.manifest import (FEATURE_NAMES, load_manifest, shard_name, validate_manifest,
+...                                  write_json_atomic)
 >>> d = tempfile.mkdtemp()
 >>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 128,
 ...     "vocab_size": 30522, "shards": [], "num_shards": 0, "num_examples": 10})
@@ -34,6 +35,13 @@ Example:
 data in data/ has max_seq_length=128 but the model expects max_seq_length=512: rebuild the data with `python -m data_prep.build_pretraining_dataset ... --max_seq_length=512` or pass --max_seq_length=128 to training
 >>> FEATURE_NAMES
 ('input_ids', 'input_mask', 'segment_ids')
+>>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 128,
+...     "vocab_size": 30522, "shards": [shard_name(0, 1)], "num_shards": 1, "num_examples": 10})
+>>> try:
+...     load_manifest(d)
+... except ValueError as e:
+...     print(e)
+manifest .../manifest.json lists shard(s) missing on disk: pretrain_data.tfrecord-00000-of-00001: build the data with ...
 """
 
 from __future__ import annotations

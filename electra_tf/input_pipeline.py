@@ -8,12 +8,22 @@ The pipeline is deterministic for a given seed (file order, interleave,
 shuffle), so its iterator can be checkpointed and a resumed run sees exactly
 the batches an uninterrupted one would.
 
-Example:
+The feature names are `data_prep.manifest.FEATURE_NAMES`, the contract's.
 
->>> from electra_tf.input_pipeline import pretraining_dataset   # doctest: +SKIP
->>> ds = pretraining_dataset("data/", manifest, batch_size=32, seed=0)  # doctest: +SKIP
->>> next(iter(ds))["input_ids"].shape   # doctest: +SKIP
-TensorShape([32, 128])
+Example (a two-example data set built by `data_prep`):
+
+>>> import tempfile
+>>> from data_prep.builder import BuildOptions, make_plan, run_build
+>>> from electra_tf.input_pipeline import pretraining_dataset
+>>> d = tempfile.mkdtemp()
+>>> _ = open(d + "/corpus.txt", "w").write("The cat sat. The dog ran.\\n\\nA new doc.\\n")
+>>> _ = open(d + "/vocab.txt", "w").write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+...     "[MASK]", "the", "cat", "sat", "dog", "ran", "a", "new", "doc", "."]) + "\\n")
+>>> manifest = run_build(make_plan(BuildOptions(inputs=d + "/corpus.txt", output_dir=d + "/out",
+...     vocab_file=d + "/vocab.txt", max_seq_length=16)), num_processes=1, log=lambda msg: None)
+>>> batch = next(iter(pretraining_dataset(d + "/out", manifest, batch_size=2, seed=0)))
+>>> sorted(batch), batch["input_ids"].shape, batch["input_ids"].dtype.name
+(['input_ids', 'input_mask', 'segment_ids'], TensorShape([2, 16]), 'int32')
 """
 
 import os
@@ -21,33 +31,28 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from data_prep.manifest import load_manifest, validate_manifest
+from data_prep.manifest import FEATURE_NAMES, load_manifest, validate_manifest
 from electra_tf import distribution
 from electra_tf.config import ElectraConfig
 
-FEATURES = ("input_ids", "input_mask", "segment_ids")
-# Transitional re-exports (the fine-tuning trainer still imports them from here).
-num_workers, split_for_replicas = distribution.num_workers, distribution.split_for_replicas
-
 
 def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
-    """The manifest of `data_dir`, refused (ValueError) if it disagrees with `config`."""
+    """The manifest of `data_dir`, refused (ValueError) if it disagrees with `config`.
+
+    `load_manifest` refuses a manifest whose shards are not all on disk.
+    """
     manifest = load_manifest(data_dir)
     validate_manifest(manifest, max_seq_length=config.max_seq_length, vocab_size=config.vocab_size,
                       data_dir=data_dir)
-    missing = [s for s in manifest["shards"] if not os.path.exists(os.path.join(data_dir, s))]
-    if missing:
-        raise ValueError(f"{data_dir}: manifest lists {len(missing)} missing shard(s), e.g. {missing[0]}; "
-                         "rebuild the data with data_prep.build_pretraining_dataset")
     return manifest
 
 
 def _parser(seq_length: int):
-    spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in FEATURES}
+    spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in FEATURE_NAMES}
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
-        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURES}
+        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
 
     return parse
 

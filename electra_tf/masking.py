@@ -95,6 +95,11 @@ def num_predictions(input_mask, candidates, mask_prob, max_predictions):
 
 def mask_inputs(input_ids, input_mask, seeds, *, mask_id, special_ids, mask_prob=0.15,
                 max_predictions=None, mask_token_prob=0.85) -> MaskedBatch:
+    """Masks `[B, S]` inputs as described in the module docstring; `seeds` from `example_seeds`.
+
+    `max_predictions` defaults to the official bound for the sequence length
+    (`max_predictions_per_seq`); `special_ids` are never masked.
+    """
     seq_length = input_ids.shape[1] or tf.shape(input_ids)[1]
     if max_predictions is None:
         max_predictions = max_predictions_per_seq(mask_prob, input_ids.shape[1])

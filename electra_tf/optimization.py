@@ -11,8 +11,8 @@ has and Keras lacks:
   (`bias_correction=False`, the default; `True` gives Keras' corrected step);
 * gradients may arrive already all-reduced across replicas and clipped by
   their *global* norm (`gradients_are_reduced=True`, what
-  `ElectraPretrainer.train_step` does): Keras would otherwise clip each
-  replica's partial gradient and sum afterwards;
+  `loop.apply_gradients` does for pre-training and fine-tuning): Keras would
+  otherwise clip each replica's partial gradient and sum afterwards;
 * per-variable learning-rate multipliers (layer-wise decay for fine-tuning),
   applied to the Adam step and to the decoupled weight decay alike;
 * no weight decay on LayerNorm parameters and biases.
@@ -86,14 +86,11 @@ class ElectraAdamW(keras.optimizers.AdamW):
         # have no Keras path: resolve per-variable settings by index instead.
         self._settings = [(self.lr_multipliers.get(v.path, 1.0), uses_weight_decay(v.name)) for v in variables]
 
-    def _keras_index(self, variable) -> int:
-        return self._get_variable_index(variable)
-
     def _multiplier(self, variable) -> float:
-        return self._settings[self._keras_index(variable)][0]
+        return self._settings[self._get_variable_index(variable)][0]
 
     def _use_weight_decay(self, variable):
-        return self._settings[self._keras_index(variable)][1] and super()._use_weight_decay(variable)
+        return self._settings[self._get_variable_index(variable)][1] and super()._use_weight_decay(variable)
 
     def update_step(self, gradient, variable, learning_rate):
         learning_rate = ops.cast(learning_rate, variable.dtype) * self._multiplier(variable)
@@ -161,21 +158,15 @@ class ElectraLamb(ElectraAdamW):
 OPTIMIZERS = {"adamw": ElectraAdamW, "lamb": ElectraLamb}
 
 
-def create_optimizer(config: ElectraConfig, learning_rate=None, num_train_steps=None, num_warmup_steps=None,
-                     weight_decay=None, lr_multipliers=None) -> ElectraAdamW:
-    """The pre-training optimizer of `config` (fine-tuning passes its own values)."""
-    schedule = WarmupLinearDecay(
-        learning_rate if learning_rate is not None else config.learning_rate,
-        num_train_steps if num_train_steps is not None else config.num_train_steps,
-        num_warmup_steps if num_warmup_steps is not None else config.num_warmup_steps,
-        power=config.lr_decay_power,
-    )
+def create_optimizer(config: ElectraConfig) -> ElectraAdamW:
+    """The pre-training optimizer of `config` (fine-tuning builds its own `ElectraAdamW`)."""
+    schedule = WarmupLinearDecay(config.learning_rate, config.num_train_steps, config.num_warmup_steps,
+                                 power=config.lr_decay_power)
     return OPTIMIZERS[config.optimizer](
         learning_rate=schedule,
-        weight_decay=weight_decay if weight_decay is not None else config.weight_decay,
+        weight_decay=config.weight_decay,
         beta_1=config.adam_beta1,
         beta_2=config.adam_beta2,
         epsilon=config.adam_epsilon,
         bias_correction=config.adam_bias_correction,
-        lr_multipliers=lr_multipliers,
     )

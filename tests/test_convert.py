@@ -16,7 +16,8 @@ import pytest
 
 from electra_tf.convert import (ConversionError, detect_format, initialize_pretrainer, load_any, load_encoder,
                                 load_hf_checkpoint, load_official_checkpoint, save_hf, save_ours)
-from electra_tf.convert import cli, keras_model, parity, tensor_io
+from electra_tf.convert import cli, keras_model, tensor_io
+import parity  # tests/parity.py
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -7,7 +7,8 @@ import keras_hub
 import numpy as np
 import pytest
 
-from electra_tf.convert import cli, keras_model, load_hf_checkpoint, parity, save_keras_hub_preset
+from electra_tf.convert import cli, keras_model, load_hf_checkpoint, save_keras_hub_preset
+import parity  # tests/parity.py
 
 HF_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf_electra"
 FIXTURE_OUTPUTS = HF_DIR.parent / "hf_outputs.npz"

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from electra_tf.convert import load_any, load_hf_checkpoint, parity, save_hf  # noqa: E402
+from electra_tf.convert import load_any, load_hf_checkpoint, save_hf  # noqa: E402
+import parity  # noqa: E402  # tests/parity.py
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_DIR = ROOT / "tests" / "fixtures" / "hf_electra"

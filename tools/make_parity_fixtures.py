@@ -21,6 +21,7 @@ no mix-up can hide. It writes:
   `attention_mask`, `masked_positions`) and what transformers computes on them:
   `disc_logits` [B,S], `disc_hidden` [B,S,256], `gen_logits` [B,S,V] (all
   positions), `gen_hidden` [B,S,64], `gen_top1` [B,M] (argmax at masked positions);
+  the tests compute the same arrays for our models with `tests/parity.py`;
 * `torch_state_dict.bin` + `torch_state_dict.npz` — a tiny `torch.save` state dict
   (several dtypes, a strided view, a Parameter) for the torch-free .bin reader.
 

@@ -1,15 +1,17 @@
-"""What a converted model computes, in the terms of a Hugging Face checkpoint's outputs.
+"""Test helper: what a converted model computes, in the terms of a Hugging Face checkpoint's outputs.
 
 `pretrainer_outputs` runs both encoders and heads of an `ElectraPretrainer` on
 HF-style inputs and returns the arrays the parity fixtures hold
 (`tools/make_parity_fixtures.py`), so a conversion can be checked number by
-number; `max_differences` compares two such dicts.
+number; `max_differences` compares two such dicts. Tests import it as `parity`
+(tests/ is on the path under pytest); its example runs in tests/test_doctests.py.
 
 Example:
 
 >>> import numpy as np
 >>> from electra_tf.config import get_config
->>> from electra_tf.convert import keras_model, parity
+>>> from electra_tf.convert import keras_model
+>>> import parity
 >>> config = get_config("tiny", vocab_size=40, num_layers=1, generator_num_layers=1, max_seq_length=16)
 >>> pretrainer = keras_model.build_pretrainer(config)
 >>> inputs = {"input_ids": np.array([[2, 7, 4, 3]]), "token_type_ids": np.zeros((1, 4), int),
