@@ -113,8 +113,6 @@ flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold
 flags.DEFINE_string("squad_train_articles", None, "SQuAD: slice 'start:end' of the train file's articles.")
 flags.DEFINE_string("squad_dev_articles", None, "SQuAD: slice 'start:end' of the dev file's articles.")
 
-TASK_DEFAULT_SEQ = {"squad": 512, "squad_v2": 512}
-
 
 class UsageError(ValueError):
     """A problem with the flags or input files: reported as one line."""
@@ -174,13 +172,12 @@ def build_config(task, checkpoint=None):
     """
     from electra_tf.config import get_config, parse_hparams
     from electra_tf.export import merge_architecture
-    from electra_tf.finetuning.tasks import default_epochs
 
     hparams = parse_hparams(FLAGS.hparams)
     size, recorded = choose_model_size(checkpoint)
     epochs = FLAGS.num_train_epochs
     if epochs is None and "finetune_epochs" not in hparams:
-        epochs = default_epochs(task)  # the official per-task epochs beat the size's generic default
+        epochs = task.default_epochs  # the official per-task epochs beat the size's generic default
     config = get_config(size, {**recorded, **hparams}, finetune_learning_rate=FLAGS.learning_rate,
                         finetune_batch_size=FLAGS.train_batch_size, finetune_epochs=epochs,
                         finetune_warmup_fraction=FLAGS.warmup_fraction, finetune_weight_decay=FLAGS.weight_decay,
@@ -252,7 +249,7 @@ def resolve_max_seq_length(task, config) -> int:
         if FLAGS.max_seq_length < 8:
             raise UsageError(f"--max_seq_length={FLAGS.max_seq_length} is too small")
         return FLAGS.max_seq_length
-    default = TASK_DEFAULT_SEQ.get(task.name, 128)
+    default = task.default_max_seq_length
     if default > config.max_position_embeddings:
         logging.warning("max_seq_length %d capped at max_position_embeddings=%d", default,
                         config.max_position_embeddings)
@@ -260,7 +257,7 @@ def resolve_max_seq_length(task, config) -> int:
 
 
 def make_task():
-    from electra_tf.finetuning.tasks import get_task
+    from electra_tf.finetuning.registry import get_task
 
     if not FLAGS.task:
         raise UsageError("--task is required")

@@ -491,16 +491,15 @@ class OursFinetune:
     name = "ours_finetune"
 
     def __init__(self, config, batch, strategy, tmpdir):
-        import types
-
         from electra_tf.finetuning import trainer
+        from electra_tf.finetuning.text_classification import TextClassificationTask
         set_policy("fp32")
         keras.utils.set_random_seed(0)
         start = time.perf_counter()
         seq = batch["input_ids"].shape[1]
-        # As run_single does: trainer.build_model (encoder + the task's head from build_head), then
+        # As run_single does: trainer.build_model (encoder + the head of task.build_head), then
         # trainer.make_optimizer + compile + optimizer.build as trainer.train does.
-        task = types.SimpleNamespace(kind="classification", num_labels=2, name="bench", v2=False)
+        task = TextClassificationTask(name="bench", labels=("0", "1"))
         self.model = trainer.build_model(task, config, trainer.new_encoder_fn(config), strategy, seq)
         with strategy.scope():
             options = trainer.RunOptions(

@@ -13,7 +13,7 @@ from scipy.special import erf, log_softmax
 from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.config import get_config
 from electra_tf.finetuning import squad
-from electra_tf.finetuning.heads import ClassificationHead, SpanHead, build_head
+from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.tasks import get_task
 from test_squad_features import VOCAB, squad_json
 
@@ -175,7 +175,7 @@ def _span_ce(outputs, features):
 def test_answerability_classifier_trains_on_squad_v1(tmp_path):
     features = _squad_v1_features(tmp_path)
     assert features["is_impossible"].sum() == 0 and len(features["is_impossible"]) > 4
-    head = build_head(get_task("squad"), get_config("tiny", squad_beam_size=4))
+    head = get_task("squad").build_head(get_config("tiny", squad_beam_size=4))
     assert head.answerable and head.joint_prediction  # the official default: classifier on for 1.1 too
     n = len(features["input_ids"])
     hidden = tf.constant(np.random.RandomState(1).normal(size=(n, 24, H)).astype("float32"))
@@ -199,9 +199,9 @@ def test_answerability_classifier_trains_on_squad_v1(tmp_path):
 
 def test_build_head_follows_the_config():
     config = get_config("tiny", squad_joint_prediction=False, squad_beam_size=7, squad_answerable_classifier=False)
-    head = build_head(get_task("squad_v2"), config)
+    head = get_task("squad_v2").build_head(config)
     assert (head.joint_prediction, head.beam_size, head.answerable) == (False, 7, False)
-    head = build_head(get_task("squad_v2"), get_config("tiny"))
+    head = get_task("squad_v2").build_head(get_config("tiny"))
     assert (head.joint_prediction, head.beam_size, head.answerable) == (True, 20, True)
 
 

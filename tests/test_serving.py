@@ -66,16 +66,14 @@ def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, 
 
 
 def test_span_tasks_are_refused(tmp_path):
+    from electra_tf.finetuning.squad import SquadTask
     from electra_tf.finetuning.trainer import RunOptions, export_serving
-
-    class Squad:
-        kind = "span"
 
     options = RunOptions(output_dir=str(tmp_path), learning_rate=1e-4, train_batch_size=2, eval_batch_size=2,
                          num_train_epochs=1, warmup_fraction=0.1, weight_decay=0.0, layerwise_lr_decay=1.0,
                          max_seq_length=16, export_saved_model=str(tmp_path / "x"))
-    with pytest.raises(ValueError, match="supports sentence classification and regression, not span"):
-        export_serving(None, Squad(), None, options, {})
+    with pytest.raises(ValueError, match="supports sentence classification and regression, not squad"):
+        export_serving(None, SquadTask(), None, options, {})
 
 
 @pytest.mark.data

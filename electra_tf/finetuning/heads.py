@@ -279,17 +279,3 @@ class SpanHead(layers.Layer):
                       hidden_act=self.hidden_act, kernel_initializer=self.kernel_initializer)
         return config
 
-
-def build_head(task, config):
-    """The head of `task` with the hyper-parameters of `config` (an `ElectraConfig`).
-
-    SQuAD (1.1 and 2.0) gets the official head: joint start/end prediction with
-    a `squad_beam_size` beam and the answerability classifier (config switches
-    `squad_joint_prediction`, `squad_answerable_classifier`).
-    """
-    if task.kind == "span":
-        return SpanHead(answerable=config.squad_answerable_classifier,
-                        joint_prediction=config.squad_joint_prediction, beam_size=config.squad_beam_size,
-                        hidden_act=config.hidden_act, name="span_head")
-    return ClassificationHead(task.num_labels, dropout_rate=config.dropout_rate,  # 0.1 as in the official code
-                              name="classification_head")

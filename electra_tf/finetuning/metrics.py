@@ -129,32 +129,29 @@ def squad_exact_match(prediction: str, ground_truth: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """F1 of the (multiset) token overlap; 0 when nothing overlaps."""
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
 def squad_f1(prediction: str, ground_truth: str) -> float:
     """Token-overlap F1 after normalisation; two empty answers score 1 (v2.0 rule)."""
     pred_tokens = normalize_answer(prediction).split()
     gold_tokens = normalize_answer(ground_truth).split()
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0.0
-    precision = num_same / len(pred_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _token_f1(pred_tokens, gold_tokens)
 
 
 def _squad_v1_f1(prediction: str, ground_truth: str) -> float:
     """The v1.1 script's F1: an empty side simply scores 0."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(ground_truth).split()
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0.0
-    precision = num_same / len(pred_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
 def gold_answers(dataset: Sequence[Mapping], v2: bool = False) -> dict[str, list[str]]:

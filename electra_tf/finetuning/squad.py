@@ -37,6 +37,9 @@ Example:
 (['The', 'cat', 'sat.'], [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
 >>> get_final_text("steve smith", "Steve Smith's", do_lower_case=True)
 'Steve Smith'
+>>> task = SquadTask(v2=True)
+>>> task.name, task.main_metric_key(), task.default_epochs, task.default_max_seq_length
+('squad_v2', 'exact', 2, 512)
 """
 
 from __future__ import annotations
@@ -51,10 +54,13 @@ import numpy as np
 from absl import logging
 
 from electra_tf.finetuning import metrics as metrics_lib
-from electra_tf.finetuning.tasks import EvalSet
+from electra_tf.finetuning.heads import SpanHead
+from electra_tf.finetuning.task import EvalSet, Task
 
 # The official `qa_na_threshold`: 2.0 predicts "no answer" where the null odds exceed it.
 OFFICIAL_NULL_THRESHOLD = -2.75
+# The span head ranks start/end positions (top-k, beam search): batches are never cut below this.
+SPAN_MIN_LENGTH = 64
 
 
 @dataclasses.dataclass
@@ -409,8 +415,8 @@ def write_json(obj, path):
     return path
 
 
-class SquadTask:
-    """SQuAD 1.1 (`v2=False`) or 2.0 for `run_finetuning`.
+class SquadTask(Task):
+    """SQuAD 1.1 (`v2=False`) or 2.0 for `run_finetuning`: 2 epochs of 512-token windows by default.
 
     Files: `{data_dir}/train-v1.1.json`, `dev-v1.1.json` (or `-v2.0`),
     replaced by --train_file/--dev_file/--test_file. `train_articles` /
@@ -425,13 +431,14 @@ class SquadTask:
     threshold, so it scores the headline numbers.
     """
 
-    kind = "span"
+    default_epochs = 2
+    default_max_seq_length = 512
 
     def __init__(self, v2=False, data_dir=None, file_overrides=None, max_query_length=64, doc_stride=128,
                  n_best_size=20, max_answer_length=30, train_articles=None, dev_articles=None,
                  null_score_threshold=None, do_lower_case=True):
+        super().__init__("squad_v2" if v2 else "squad")
         self.v2 = v2
-        self.name = "squad_v2" if v2 else "squad"
         self.data_dir = data_dir
         self.file_overrides = {k: v for k, v in (file_overrides or {}).items() if v}
         self.max_query_length, self.doc_stride = max_query_length, doc_stride
@@ -442,10 +449,16 @@ class SquadTask:
         self.do_lower_case = do_lower_case
         self.metric_names = ("exact", "f1", "best_exact", "best_f1") if v2 else ("exact_match", "f1")
         self.main_metric = "exact" if v2 else "exact_match"
-        self.num_labels = None
 
-    def main_metric_key(self):
-        return self.main_metric
+    def build_head(self, config) -> SpanHead:
+        """The official head: joint start/end prediction with a `squad_beam_size` beam and the
+        answerability classifier (config switches `squad_joint_prediction`, `squad_answerable_classifier`)."""
+        return SpanHead(answerable=config.squad_answerable_classifier,
+                        joint_prediction=config.squad_joint_prediction, beam_size=config.squad_beam_size,
+                        hidden_act=config.hidden_act, name="span_head")
+
+    def min_sequence_length(self, config) -> int:
+        return max(SPAN_MIN_LENGTH, config.squad_beam_size)
 
     def split_path(self, split):
         if split in self.file_overrides:

@@ -1,11 +1,12 @@
 """Fine-tuning loop: encoder + task head, AdamW with layer-wise rates, eval, checkpoints.
 
 One run (`run_single`) builds `FinetuningModel` (an `ElectraEncoder`, fresh
-or pre-trained, plus the task's head) under a `tf.distribute` strategy, trains
-it with `ElectraAdamW` (warm-up + linear decay, per-variable layer-wise
-multipliers) in a custom loop, scores the dev set(s) after every epoch and at
-the end, and writes TensorBoard scalars (`tensorboard/`: train loss, learning
-rate, gradient norm, dev metrics) and `log.jsonl`.
+or pre-trained, plus the head `task.build_head(config)` returns) under a
+`tf.distribute` strategy, trains it with `ElectraAdamW` (warm-up + linear
+decay, per-variable layer-wise multipliers) in a custom loop, scores the dev
+set(s) after every epoch and at the end, and writes TensorBoard scalars
+(`tensorboard/`: train loss, learning rate, gradient norm, dev metrics) and
+`log.jsonl`. Tasks are known only through the `task.Task` interface.
 
 As in the official code:
 
@@ -59,8 +60,8 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf import distribution, loop
-from electra_tf.finetuning.heads import build_head
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
+from electra_tf.finetuning.task import Task
 from electra_tf.modeling import ElectraEncoder
 from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
 
@@ -68,8 +69,6 @@ INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
 BEST_WEIGHTS = "best.weights.h5"
 FINAL_WEIGHTS = "final.weights.h5"
 LOSS_REDUCTIONS = ("sum", "mean")
-# Span heads rank start/end positions (top-k, beam search): never cut their batches below this.
-SPAN_MIN_LENGTH = 64
 # Sequence outputs (start/end logits) cut by dynamic padding are padded back with this value.
 PADDED_LOGIT = -10000.0
 
@@ -214,12 +213,11 @@ class Padding:
         return tf.minimum(self.max_length, tf.maximum(self.min_length, rounded))
 
 
-def padding_for(task, config, options: RunOptions) -> Padding:
+def padding_for(task: Task, config, options: RunOptions) -> Padding:
     """The task's padding: fixed when `options.dynamic_padding` is off."""
     if not options.dynamic_padding:
         return Padding.fixed(options.max_seq_length)
-    min_length = max(SPAN_MIN_LENGTH, config.squad_beam_size) if task.kind == "span" else 1
-    return Padding.dynamic(options.max_seq_length, min_length)
+    return Padding.dynamic(options.max_seq_length, task.min_sequence_length(config))
 
 
 def sequence_lengths(input_mask) -> np.ndarray:
@@ -412,7 +410,7 @@ def _make_train_fn(strategy, model, jit_compile=False):
 class EvalContext:
     """What scoring the dev sets needs: where, how, with which strategy."""
 
-    task: object
+    task: Task
     eval_sets: list
     options: RunOptions
     strategy: object
@@ -472,7 +470,7 @@ class BestTracker:
         return "best_epoch"
 
 
-def train(model, task, config, features, options: RunOptions, strategy, eval_context, tracker, writer,
+def train(model, task: Task, config, features, options: RunOptions, strategy, eval_context, tracker, writer,
           padding: Optional[Padding] = None) -> dict:
     """The training loop: evaluates after every epoch and at the end (when `eval_context` has sets)."""
     num_examples = len(features["input_ids"])
@@ -521,7 +519,7 @@ def restore_finetuned(model, run_dir: str, select_best_epoch: bool = False) -> O
     return "best_epoch" if saved[0].endswith(BEST_WEIGHTS) else "final"
 
 
-def write_all_predictions(model, task, predict_sets, context: EvalContext) -> list[str]:
+def write_all_predictions(model, task: Task, predict_sets, context: EvalContext) -> list[str]:
     paths = []
     for predict_set in predict_sets:
         outputs = predict(model, predict_set.features, context.options.eval_batch_size, context.strategy,
@@ -531,16 +529,16 @@ def write_all_predictions(model, task, predict_sets, context: EvalContext) -> li
     return paths
 
 
-def build_model(task, config, encoder_fn, strategy, seq_length: int) -> FinetuningModel:
+def build_model(task: Task, config, encoder_fn, strategy, seq_length: int) -> FinetuningModel:
     """Encoder + the task's head, with the config's clip norm and loss reduction, all variables built."""
     with strategy.scope():
-        model = FinetuningModel(encoder_fn(), build_head(task, config), clip_norm=config.clip_norm,
+        model = FinetuningModel(encoder_fn(), task.build_head(config), clip_norm=config.clip_norm,
                                 loss_reduction=config.finetune_loss_reduction)
         model.build_all(seq_length)
     return model
 
 
-def run_single(task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
+def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
                data_cache: dict) -> dict:
     """Trains/evaluates/predicts once with `options.seed`; returns a result dict.
 
@@ -582,15 +580,13 @@ def run_single(task, config, encoder_fn, tokenizer, options: RunOptions, strateg
     return result
 
 
-def export_serving(model, task, tokenizer, options: RunOptions, data_cache: dict) -> str:
+def export_serving(model, task: Task, tokenizer, options: RunOptions, data_cache: dict) -> str:
     """Writes the SavedModel of `electra_tf.serving` for a sentence (pair) classification task."""
     from electra_tf import serving
 
-    if task.kind not in ("classification", "regression"):
-        raise ValueError(f"--export_saved_model supports sentence classification and regression, not {task.kind}")
+    labels = task.serving_labels()
     features = data_cache.get("train") or next(iter(s.features for s in data_cache.get("eval", [])), None)
     two_texts = features is not None and bool(np.any(features["segment_ids"]))
-    labels = None if task.kind == "regression" else [str(label) for label in task.labels]
     path = serving.export_classifier(model, tokenizer, labels, options.max_seq_length, options.export_saved_model,
                                      two_texts)
     logging.info("Exported a serving SavedModel (%s) to %s", "text, text_b" if two_texts else "text", path)
