@@ -41,6 +41,9 @@ import sys
 
 from absl import app, flags, logging
 
+from electra_tf.config import MODEL_SIZES
+from electra_tf.options import PRECISIONS, STRATEGIES
+
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("task", None, "GLUE task (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI), "
@@ -48,8 +51,8 @@ flags.DEFINE_string("task", None, "GLUE task (CoLA, SST-2, MRPC, STS-B, QQP, MNL
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (a GLUE root or task folder works).")
 flags.DEFINE_string("output_dir", None, "Where metrics, logs, checkpoints and predictions go.")
 flags.DEFINE_string("init_checkpoint", None, "Pre-trained model (export dir of run_pretraining.py, or "
-                    "another format electra_tf.export can load). Unset: random initialisation.")
-flags.DEFINE_string("model_size", None, "tiny | mini | small | base | large: defaults of electra_tf.config "
+                    "a Hugging Face / official checkpoint: see electra_tf.convert). Unset: random initialisation.")
+flags.DEFINE_enum("model_size", None, list(MODEL_SIZES), "Defaults of electra_tf.config "
                     "(default: the --init_checkpoint's size, else small). The architecture of a "
                     "checkpoint always wins.")
 flags.DEFINE_string("hparams", None, "JSON object or JSON file of get_config overrides.")
@@ -80,11 +83,11 @@ flags.DEFINE_boolean("do_train", True, "Fine-tune.")
 flags.DEFINE_boolean("do_eval", True, "Score the dev set(s) after every epoch and at the end.")
 flags.DEFINE_boolean("do_predict", False, "Write test-set predictions (GLUE submission files, "
                      "SQuAD predictions.json).")
-flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+flags.DEFINE_enum("strategy", "auto", STRATEGIES,
                   "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
-flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute precision.")
+flags.DEFINE_enum("mixed_precision", "none", list(PRECISIONS), "Compute precision.")
 flags.DEFINE_boolean("jit_compile", False, "XLA-compile the train step (slow on CPU).")
 flags.DEFINE_integer("log_steps", 50, "Log train loss/LR every this many steps.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
@@ -124,24 +127,24 @@ def read_checkpoint():
         return None
     if not os.path.exists(FLAGS.init_checkpoint):
         raise UsageError(f"--init_checkpoint: {FLAGS.init_checkpoint} does not exist")
-    from electra_tf.export import pretrained_config
+    from electra_tf.convert import read_config
 
     try:
-        return pretrained_config(FLAGS.init_checkpoint)
+        return read_config(FLAGS.init_checkpoint)
     except ValueError as e:  # convert.ConversionError: an unknown format or inconsistent files
         raise UsageError(f"--init_checkpoint: {e}") from None
 
 
 def checkpoint_model_size(checkpoint_config) -> str:
     """The checkpoint's size: recorded (our exports), else the known size of its width and depth, else small."""
-    from electra_tf.config import MODEL_SIZES, get_config
+    from electra_tf.config import get_config
 
     if checkpoint_config.model_size in MODEL_SIZES:
         return checkpoint_config.model_size
-    shape = (checkpoint_config.hidden_size, checkpoint_config.num_layers)
+    shape = (checkpoint_config.discriminator.hidden_size, checkpoint_config.discriminator.num_layers)
     for size in MODEL_SIZES:
         candidate = get_config(size)
-        if (candidate.hidden_size, candidate.num_layers) == shape:
+        if (candidate.discriminator.hidden_size, candidate.discriminator.num_layers) == shape:
             return size
     logging.warning("--init_checkpoint: no model size has hidden_size %d and %d layers; using the fine-tuning "
                     "defaults of 'small' (set --model_size or --hparams to change them)", *shape)
@@ -170,8 +173,7 @@ def build_config(task, checkpoint=None):
     `checkpoint` is `read_checkpoint()`'s result: the size defaults to its size,
     and fine-tuning fields it recorded count as that size's defaults.
     """
-    from electra_tf.config import get_config, parse_hparams
-    from electra_tf.export import merge_architecture
+    from electra_tf.config import get_config, merge_architecture, parse_hparams
 
     hparams = parse_hparams(FLAGS.hparams)
     size, recorded = choose_model_size(checkpoint)
@@ -194,15 +196,13 @@ def load_encoder(config):
 
     if not FLAGS.init_checkpoint:
         return new_encoder_fn(config), config, None
-    from electra_tf.export import load_pretrained_encoder
-
-    _, config, vocab = load_pretrained_encoder(FLAGS.init_checkpoint, config)
+    from electra_tf.convert import api
 
     def build():  # a fresh copy of the pre-trained weights for every seed
-        encoder, _, _ = load_pretrained_encoder(FLAGS.init_checkpoint, config)
+        encoder, _, _ = api.load_encoder(FLAGS.init_checkpoint, config, strict=False)
         return encoder
 
-    return build, config, vocab
+    return build, config, api.checkpoint_vocab(FLAGS.init_checkpoint)
 
 
 def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows):

@@ -30,6 +30,7 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES, OBJECTIVES
+from electra_tf.options import INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
@@ -51,7 +52,7 @@ flags.DEFINE_enum("objective", None, list(OBJECTIVES),
 flags.DEFINE_integer("gradient_accumulation_steps", None, "Split each batch into K micro-batches and sum their "
                      "gradients before one update (same update, less memory).")
 flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
-flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+flags.DEFINE_enum("strategy", "auto", STRATEGIES,
                   "tf.distribute strategy. multi_worker takes the cluster from TF_CONFIG or --worker_hosts.")
 flags.DEFINE_list("worker_hosts", None, "multi_worker without TF_CONFIG: every worker's host:port, the same "
                   "list on every worker (the first is the chief); sets TF_CONFIG. Implies --strategy=multi_worker.")
@@ -62,23 +63,23 @@ flags.DEFINE_float("collective_timeout_seconds", 0, "multi_worker: a collective 
                    "service's heartbeats, within ~10 s). 0 = off. For debugging only: TensorFlow keeps a thread "
                    "per collective for this long (there are dozens per step), and it must exceed the longest "
                    "pause of a worker, e.g. the chief's export.")
-flags.DEFINE_enum("input_sharding", "batch", ["batch", "file"], "multi_worker: batch = every worker reads all "
+flags.DEFINE_enum("input_sharding", default(TrainOptions, "input_sharding"), INPUT_SHARDINGS, "multi_worker: batch = every worker reads all "
                   "shards and takes its slice of each global batch (the batches, losses and resume of one "
                   "process, with any number of workers); file = worker i reads shards i, i+N, ... only (1/N of "
                   "the reading; the data order depends on N).")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
-flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "fp16 uses dynamic loss scaling.")
-flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
-flags.DEFINE_integer("log_steps", 100, "Log metrics every this many steps.")
-flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call.")
-flags.DEFINE_integer("seed", 0, "Seed for initialisation, data order, masking and sampling.")
-flags.DEFINE_integer("shuffle_buffer", 1000, "Example shuffle buffer (saved in checkpoints).")
+flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), list(PRECISIONS), "fp16 uses dynamic loss scaling.")
+flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"), "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
+flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"), "Checkpoint every this many steps.")
+flags.DEFINE_integer("keep_checkpoint_max", default(TrainOptions, "keep_checkpoint_max"), "Checkpoints kept.")
+flags.DEFINE_integer("log_steps", default(TrainOptions, "log_steps"), "Log metrics every this many steps.")
+flags.DEFINE_integer("steps_per_loop", default(TrainOptions, "steps_per_loop"), "Steps per tf.function call.")
+flags.DEFINE_integer("seed", default(TrainOptions, "seed"), "Seed for initialisation, data order, masking and sampling.")
+flags.DEFINE_integer("shuffle_buffer", default(TrainOptions, "shuffle_buffer"), "Example shuffle buffer (saved in checkpoints).")
 flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
 flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
 flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
-flags.DEFINE_bool("skip_nonfinite_steps", False, "Skip (and count) steps whose loss or gradient norm is "
+flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"), "Skip (and count) steps whose loss or gradient norm is "
                   "NaN/Inf instead of stopping there.")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 
@@ -133,9 +134,10 @@ def main(argv):
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
     )
     if FLAGS.init_checkpoint:
-        from electra_tf.export import merge_architecture
+        from electra_tf.config import merge_architecture
+        from electra_tf.convert import read_config
 
-        config = merge_architecture(training.checkpoint_config(FLAGS.init_checkpoint), config,
+        config = merge_architecture(read_config(FLAGS.init_checkpoint)[0], config,
                                     FLAGS.init_checkpoint)
     if FLAGS.export_only:
         from electra_tf.input_pipeline import load_checked_manifest
@@ -144,7 +146,7 @@ def main(argv):
         path = training.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
         print(f"Exported to {path}")
         return
-    options = training.TrainOptions(
+    options = TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,

@@ -303,21 +303,21 @@ class KerasHubPair:
         common = dict(vocab_size=config.vocab_size, embedding_dim=config.embedding_size,
                       dropout=config.dropout_rate, max_sequence_length=config.max_position_embeddings)
         self.gen = keras_hub.models.ElectraBackbone(
-            num_layers=config.generator_num_layers, num_heads=config.generator_num_heads,
-            hidden_dim=config.generator_hidden_size, intermediate_dim=config.generator_intermediate_size,
+            num_layers=config.generator.num_layers, num_heads=config.generator.num_heads,
+            hidden_dim=config.generator.hidden_size, intermediate_dim=config.generator.intermediate_size,
             name="kh_generator", **common)
         self.disc = keras_hub.models.ElectraBackbone(
-            num_layers=config.num_layers, num_heads=config.num_heads, hidden_dim=config.hidden_size,
-            intermediate_dim=config.intermediate_size, name="kh_discriminator", **common)
+            num_layers=config.discriminator.num_layers, num_heads=config.discriminator.num_heads, hidden_dim=config.discriminator.hidden_size,
+            intermediate_dim=config.discriminator.intermediate_size, name="kh_discriminator", **common)
         gelu = lambda x: keras.activations.gelu(x, approximate=True)  # noqa: E731 (keras-hub's GELU)
         self.gen_dense = keras.layers.Dense(config.embedding_size, activation=gelu, name="gen_dense")
         self.gen_ln = keras.layers.LayerNormalization(epsilon=1e-12, name="gen_ln")
-        self.disc_dense = keras.layers.Dense(config.hidden_size, activation=gelu, name="disc_dense")
+        self.disc_dense = keras.layers.Dense(config.discriminator.hidden_size, activation=gelu, name="disc_dense")
         self.disc_out = keras.layers.Dense(1, name="disc_logits")
-        self.gen_dense.build((None, None, config.generator_hidden_size))
+        self.gen_dense.build((None, None, config.generator.hidden_size))
         self.gen_ln.build((None, None, config.embedding_size))
-        self.disc_dense.build((None, None, config.hidden_size))
-        self.disc_out.build((None, None, config.hidden_size))
+        self.disc_dense.build((None, None, config.discriminator.hidden_size))
+        self.disc_out.build((None, None, config.discriminator.hidden_size))
         self.gen_bias = tf.Variable(tf.zeros([config.vocab_size]), name="bias")
         layers = [self.gen, self.disc, self.gen_dense, self.gen_ln, self.disc_dense, self.disc_out]
         # pooled_dense (tanh pooler) gets no gradient from these losses.
@@ -380,9 +380,9 @@ class KerasHubPair:
 
 
 def hf_config(config, role: str, **extra):
-    sizes = {"discriminator": (config.hidden_size, config.num_layers, config.num_heads, config.intermediate_size),
-             "generator": (config.generator_hidden_size, config.generator_num_layers, config.generator_num_heads,
-                           config.generator_intermediate_size)}[role]
+    sizes = {"discriminator": (config.discriminator.hidden_size, config.discriminator.num_layers, config.discriminator.num_heads, config.discriminator.intermediate_size),
+             "generator": (config.generator.hidden_size, config.generator.num_layers, config.generator.num_heads,
+                           config.generator.intermediate_size)}[role]
     hidden, layers, heads, intermediate = sizes
     return transformers.ElectraConfig(
         vocab_size=config.vocab_size, embedding_size=config.embedding_size, hidden_size=hidden,
@@ -1066,8 +1066,8 @@ def main():
             if torch is not None:
                 impls.append(HFFinetune(config, batch))
             results = interleave(impls, args.rounds, args.steps, args.warmup, 32, "finetune")
-            encoder = flops.encoder_forward_flops(128, config.embedding_size, config.hidden_size,
-                                                  config.num_layers, config.intermediate_size)
+            encoder = flops.encoder_forward_flops(128, config.embedding_size, config.discriminator.hidden_size,
+                                                  config.discriminator.num_layers, config.discriminator.intermediate_size)
             group = {"size": "small finetune (cls, 2 labels)", "precision": "fp32", "batch_size": 32,
                      "seq_length": 128, "flops_per_step": flops.BACKWARD_FACTOR * 32 * encoder,
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "fp32"),

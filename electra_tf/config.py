@@ -8,16 +8,24 @@ means the same numbers everywhere. The values follow the ELECTRA paper
 
 Example:
 
+Each encoder's shape is an `EncoderConfig` under `discriminator` and `generator`;
+`--hparams` sets its fields as a nested object, with dotted keys, or with the flat
+keys of configs written before the tree (`hidden_size`, `generator_num_layers`):
+
 >>> from electra_tf.config import get_config
->>> config = get_config("small", '{"num_train_steps": 1000}')
->>> config.hidden_size, config.generator_hidden_size, config.num_train_steps
-(256, 64, 1000)
+>>> config = get_config("small", '{"num_train_steps": 1000, "generator.num_layers": 6}')
+>>> config.discriminator.hidden_size, config.generator.hidden_size, config.generator.num_layers
+(256, 64, 6)
+>>> get_config("small", {"generator_num_layers": 6}) == config.replace(num_train_steps=1_000_000)
+True
 """
 
 import dataclasses
 import json
 import os
 from typing import Any, Mapping
+
+from absl import logging
 
 # What the pre-training loss covers (see `electra_tf/pretrainer.py` and the ELECTRA paper, section 3.2):
 #   rtd              generator MLM + discriminator sigmoid CE over every real token (ELECTRA)
@@ -34,18 +42,45 @@ ACTIVATIONS = ("gelu", "gelu_approximate")
 
 
 @dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """The shape of one transformer stack: the discriminator's or the generator's."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+
+    def replace(self, **overrides) -> "EncoderConfig":
+        unknown = sorted(set(overrides) - set(ENCODER_FIELDS))
+        if unknown:
+            raise ValueError(f"Unknown encoder field(s) {unknown}; valid names: {list(ENCODER_FIELDS)}")
+        return dataclasses.replace(self, **overrides)
+
+
+ROLES = ("discriminator", "generator")
+ENCODER_FIELDS = tuple(f.name for f in dataclasses.fields(EncoderConfig))
+# Keys of configs written before the tree (run directories, exports, --hparams): still accepted.
+LEGACY_KEYS = {**{name: f"discriminator.{name}" for name in ENCODER_FIELDS},
+               **{f"generator_{name}": f"generator.{name}" for name in ENCODER_FIELDS}}
+# Embedding fields both encoders share; with the encoders' fields they shape every weight.
+EMBEDDING_SHAPE_FIELDS = ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size")
+# The weight-shaping fields as dotted keys (`config.get(key)`): what a checkpoint decides.
+SHAPE_FIELDS = EMBEDDING_SHAPE_FIELDS + tuple(f"{role}.{name}" for role in ROLES for name in ENCODER_FIELDS)
+# Shape no weight but decide what the weights compute: they follow a checkpoint too.
+BEHAVIOUR_FIELDS = ("hidden_act", "layer_norm_epsilon")
+# Which encoder a pre-training run trains for fine-tuning: recorded with its weights.
+OBJECTIVE_FIELDS = ("objective", "mlm_encoder")
+
+
+@dataclasses.dataclass(frozen=True)
 class ElectraConfig:
     """Model, pre-training and fine-tuning hyper-parameters of one model size."""
 
     model_size: str = "small"
 
-    # Discriminator (the encoder kept after pre-training).
+    # Shared by both encoders (the generator reuses the discriminator's embeddings).
     vocab_size: int = 30522
     embedding_size: int = 128
-    hidden_size: int = 256
-    num_layers: int = 12
-    num_heads: int = 4
-    intermediate_size: int = 1024
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     dropout_rate: float = 0.1
@@ -56,11 +91,9 @@ class ElectraConfig:
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
 
-    # Generator: same depth as the discriminator, a fraction of its width.
-    generator_hidden_size: int = 64
-    generator_num_heads: int = 1
-    generator_intermediate_size: int = 256
-    generator_num_layers: int = 12
+    # The encoder kept after pre-training, and the generator: same depth, a fraction of its width.
+    discriminator: EncoderConfig = EncoderConfig(hidden_size=256, num_layers=12, num_heads=4, intermediate_size=1024)
+    generator: EncoderConfig = EncoderConfig(hidden_size=64, num_layers=12, num_heads=1, intermediate_size=256)
 
     # Pre-training objective.
     objective: str = "rtd"  # one of OBJECTIVES
@@ -126,10 +159,8 @@ class ElectraConfig:
             problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
         if self.hidden_act not in ACTIVATIONS:
             problems.append(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
-        for name in ("hidden_size", "generator_hidden_size"):
-            heads = getattr(self, name.replace("hidden_size", "num_heads"))
-            if getattr(self, name) % heads:
-                problems.append(f"{name}={getattr(self, name)} is not divisible by its {heads} heads")
+        for role in ROLES:
+            problems += _encoder_problems(role, getattr(self, role))
         if self.gradient_accumulation_steps < 1 or self.train_batch_size % self.gradient_accumulation_steps:
             problems.append(f"train_batch_size={self.train_batch_size} must be a multiple of "
                             f"gradient_accumulation_steps={self.gradient_accumulation_steps}")
@@ -151,15 +182,21 @@ class ElectraConfig:
         if problems:
             raise ValueError("Invalid ELECTRA config: " + "; ".join(problems))
 
-    @property
-    def head_size(self) -> int:
-        return self.hidden_size // self.num_heads
+    def encoder(self, role: str) -> EncoderConfig:
+        """The `role` ("discriminator" or "generator") encoder's shape."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        return getattr(self, role)
+
+    def get(self, key: str):
+        """A field by name, encoder fields by dotted key ("generator.num_layers") or legacy key."""
+        role, _, name = LEGACY_KEYS.get(key, key).partition(".")
+        value = getattr(self, role)
+        return getattr(value, name) if name else value
 
     def replace(self, **overrides) -> "ElectraConfig":
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ValueError(f"Unknown hyper-parameter(s) {unknown}; valid names: {sorted(self.to_dict())}")
-        return dataclasses.replace(self, **overrides)
+        """A copy with `overrides`: fields, dotted or legacy encoder keys, or nested encoder dicts."""
+        return dataclasses.replace(self, **_resolve_overrides(self, overrides))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -169,17 +206,66 @@ class ElectraConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "ElectraConfig":
+        """From `to_dict()`'s nested form or the flat form of configs written before the tree."""
         return cls().replace(**dict(values))
 
 
-def _generator(hidden_size: int, fraction: float) -> dict:
-    """The official code's generator: width × fraction, 64-d heads, 4× FFN."""
-    width = int(round(hidden_size * fraction))
-    return dict(
-        generator_hidden_size=width,
-        generator_num_heads=max(1, width // 64),
-        generator_intermediate_size=4 * width,
-    )
+def _encoder_problems(role: str, encoder) -> list:
+    if not isinstance(encoder, EncoderConfig):
+        return [f"{role} must be an EncoderConfig, got {type(encoder).__name__}"]
+    problems = [f"{role}.{name} must be a positive integer, got {getattr(encoder, name)!r}"
+                for name in ENCODER_FIELDS if not isinstance(getattr(encoder, name), int) or getattr(encoder, name) < 1]
+    if not problems and encoder.hidden_size % encoder.num_heads:
+        problems.append(f"{role}.hidden_size={encoder.hidden_size} is not divisible by its {encoder.num_heads} heads")
+    return problems
+
+
+def flatten(values: Mapping[str, Any]) -> dict:
+    """`values` with encoder fields as dotted keys: legacy keys renamed, encoders spread out.
+
+    Layers of overrides (size defaults, `--hparams`, flags) merge correctly once flat.
+    """
+    flat = {}
+    for key, value in values.items():
+        key = LEGACY_KEYS.get(key, key)
+        if key in ROLES and isinstance(value, EncoderConfig):
+            value = dataclasses.asdict(value)
+        if key in ROLES and isinstance(value, Mapping):
+            flat.update({f"{key}.{name}": v for name, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _resolve_overrides(config: ElectraConfig, overrides: Mapping[str, Any]) -> dict:
+    """`overrides` as `dataclasses.replace` arguments: encoder keys gathered into `EncoderConfig`s."""
+    fields = {f.name for f in dataclasses.fields(ElectraConfig)}
+    plain, encoder_updates = {}, {role: {} for role in ROLES}
+    for key, value in flatten(overrides).items():
+        role, _, name = key.partition(".")
+        if name and role in ROLES:
+            encoder_updates[role][name] = value
+        elif key in fields and key not in ROLES:
+            plain[key] = value
+        else:
+            raise ValueError(f"Unknown hyper-parameter {key!r}; valid names: {sorted(fields - set(ROLES))}, "
+                             f"and {', '.join(f'{r}.{n}' for r in ROLES for n in ENCODER_FIELDS)}")
+    for role, updates in encoder_updates.items():
+        if updates:
+            plain[role] = getattr(config, role).replace(**updates)
+    return plain
+
+
+def _generator(discriminator: EncoderConfig, fraction: float) -> EncoderConfig:
+    """The official code's generator: the discriminator's depth, width × fraction, 64-d heads, 4× FFN."""
+    width = int(round(discriminator.hidden_size * fraction))
+    return EncoderConfig(hidden_size=width, num_layers=discriminator.num_layers, num_heads=max(1, width // 64),
+                         intermediate_size=4 * width)
+
+
+def _encoders(hidden_size, num_layers, num_heads, intermediate_size, generator_fraction) -> dict:
+    discriminator = EncoderConfig(hidden_size, num_layers, num_heads, intermediate_size)
+    return dict(discriminator=discriminator, generator=_generator(discriminator, generator_fraction))
 
 
 MODEL_SIZES = {
@@ -187,9 +273,9 @@ MODEL_SIZES = {
     # dropout (the run is far too short to overfit usefully) and a 1-layer generator, which
     # keeps its samples detectable for longer, as the paper's generator-size study predicts.
     "tiny": dict(
-        vocab_size=8192, embedding_size=64, hidden_size=128, num_layers=2, num_heads=2,
-        intermediate_size=512, max_position_embeddings=128, generator_num_layers=1,
-        generator_hidden_size=32, generator_num_heads=1, generator_intermediate_size=128,
+        vocab_size=8192, embedding_size=64, max_position_embeddings=128,
+        discriminator=EncoderConfig(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512),
+        generator=EncoderConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=128),
         dropout_rate=0.0, attention_dropout_rate=0.0,
         learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=1000,
         num_warmup_steps=100, adam_bias_correction=True,  # short warm-up: see "mini"
@@ -200,31 +286,48 @@ MODEL_SIZES = {
     # With only 150 warm-up steps the official (uncorrected) Adam step is 1.6-2.7× larger than
     # the schedule says for 500 steps, so this recipe uses the bias-corrected step.
     "mini": dict(
-        embedding_size=128, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024,
-        generator_num_layers=4, **_generator(256, 0.25),
+        embedding_size=128, **_encoders(256, 4, 4, 1024, generator_fraction=0.25),
         learning_rate=5e-4, train_batch_size=128, max_seq_length=128, num_train_steps=1500,
         num_warmup_steps=150, adam_bias_correction=True,
         finetune_learning_rate=1e-4, finetune_layerwise_lr_decay=1.0,
     ),
     "small": dict(
-        embedding_size=128, hidden_size=256, num_layers=12, num_heads=4, intermediate_size=1024,
-        generator_num_layers=12, **_generator(256, 0.25),
+        embedding_size=128, **_encoders(256, 12, 4, 1024, generator_fraction=0.25),
         learning_rate=5e-4, train_batch_size=128, max_seq_length=128, num_train_steps=1_000_000,
         finetune_learning_rate=3e-4, finetune_layerwise_lr_decay=0.8,
     ),
     "base": dict(
-        embedding_size=768, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
-        generator_num_layers=12, **_generator(768, 1 / 3),
+        embedding_size=768, **_encoders(768, 12, 12, 3072, generator_fraction=1 / 3),
         learning_rate=2e-4, train_batch_size=256, max_seq_length=512, num_train_steps=766_000,
         finetune_learning_rate=1e-4, finetune_layerwise_lr_decay=0.8,
     ),
     "large": dict(
-        embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096,
-        generator_num_layers=24, **_generator(1024, 0.25), mask_prob=0.25,
+        embedding_size=1024, **_encoders(1024, 24, 16, 4096, generator_fraction=0.25), mask_prob=0.25,
         learning_rate=2e-4, train_batch_size=2048, max_seq_length=512, num_train_steps=400_000,
         finetune_learning_rate=5e-5, finetune_layerwise_lr_decay=0.9,
     ),
 }
+
+
+def merge_architecture(source: ElectraConfig, requested: ElectraConfig | None,
+                       source_name: str = "checkpoint") -> ElectraConfig:
+    """`requested` with `source`'s weight-shaping, behaviour and objective fields.
+
+    The checkpoint decides the architecture (differences from `requested` are
+    logged); `max_seq_length` is capped at the checkpoint's position embeddings.
+    """
+    if requested is None:
+        return source
+    arch = {f: source.get(f) for f in SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS}
+    changed = {f: (requested.get(f), v) for f, v in arch.items() if requested.get(f) != v}
+    if changed:
+        logging.warning("%s: architecture taken from the checkpoint: %s", source_name,
+                        ", ".join(f"{f} {old}->{new}" for f, (old, new) in changed.items()))
+    if requested.max_seq_length > source.max_position_embeddings:
+        logging.warning("%s: max_seq_length %d capped at the checkpoint's max_position_embeddings %d",
+                        source_name, requested.max_seq_length, source.max_position_embeddings)
+        arch["max_seq_length"] = source.max_position_embeddings
+    return requested.replace(**arch)
 
 
 def parse_hparams(hparams: str | Mapping[str, Any] | None) -> dict:
@@ -256,7 +359,7 @@ def get_config(model_size: str = "small", hparams=None, **overrides) -> ElectraC
     """
     if model_size not in MODEL_SIZES:
         raise ValueError(f"--model_size: unknown size {model_size!r}; choose from {sorted(MODEL_SIZES)}")
-    values = dict(MODEL_SIZES[model_size], model_size=model_size)
-    values.update(parse_hparams(hparams))
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    values = flatten(dict(MODEL_SIZES[model_size], model_size=model_size))
+    values.update(flatten(parse_hparams(hparams)))
+    values.update(flatten({k: v for k, v in overrides.items() if v is not None}))
     return ElectraConfig().replace(**values)

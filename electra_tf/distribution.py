@@ -22,8 +22,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+from electra_tf.options import PRECISIONS, STRATEGIES
+
 # Strategies whose input iterators yield the whole global batch on every worker (see `split_for_replicas`).
 _GLOBAL_BATCH_INPUT = weakref.WeakSet()
 

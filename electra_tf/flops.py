@@ -49,12 +49,10 @@ def discriminator_head_forward_flops(seq_length, hidden_size) -> int:
 
 def _encoder(config: ElectraConfig, role: str, seq_length: int) -> tuple[int, int]:
     """(forward FLOPs, width) of the `role` encoder."""
-    if role == "generator":
-        sizes = (config.generator_hidden_size, config.generator_num_layers, config.generator_intermediate_size)
-    else:
-        sizes = (config.hidden_size, config.num_layers, config.intermediate_size)
-    hidden, layers, intermediate = sizes
-    return encoder_forward_flops(seq_length, config.embedding_size, hidden, layers, intermediate), hidden
+    encoder = config.encoder(role)
+    flops = encoder_forward_flops(seq_length, config.embedding_size, encoder.hidden_size, encoder.num_layers,
+                                  encoder.intermediate_size)
+    return flops, encoder.hidden_size
 
 
 def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:

@@ -2,7 +2,7 @@
 
 The discriminator is laid out exactly like `keras_hub.models.ElectraBackbone`
 (same layer classes, names and weight order), so its weights copy into that
-class one layer at a time (see `electra_tf.export`). The generator reuses the
+class one layer at a time (see `electra_tf.convert.keras_hub_preset`). The generator reuses the
 discriminator's whole `ElectraEmbeddings` block (word, position and segment
 embeddings plus their LayerNorm: the same variable objects) and adds its own
 projection and narrower transformer layers, as in the official code.
@@ -22,6 +22,8 @@ Example:
 >>> tuple(encoder(inputs).shape)
 (1, 5, 128)
 """
+
+import dataclasses
 
 import keras
 from keras import layers, ops
@@ -207,18 +209,6 @@ def layer_norm(x, gamma, beta, epsilon):
     return ops.cast(normed * ops.cast(gamma, "float32") + ops.cast(beta, "float32"), x.dtype)
 
 
-def encoder_sizes(config: ElectraConfig, role: str) -> dict:
-    """Width/depth of the `role` ("discriminator" or "generator") encoder."""
-    if role == "discriminator":
-        return dict(hidden_size=config.hidden_size, num_layers=config.num_layers,
-                    num_heads=config.num_heads, intermediate_size=config.intermediate_size)
-    if role == "generator":
-        return dict(hidden_size=config.generator_hidden_size, num_layers=config.generator_num_layers,
-                    num_heads=config.generator_num_heads,
-                    intermediate_size=config.generator_intermediate_size)
-    raise ValueError(f"role must be 'discriminator' or 'generator', got {role!r}")
-
-
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraEncoder(keras.Model):
     """Embeddings → optional projection → post-LN transformer layers.
@@ -303,7 +293,7 @@ class ElectraEncoder(keras.Model):
             embeddings=embeddings,
             dtype=dtype,
             name=name or role,
-            **encoder_sizes(config, role),
+            **dataclasses.asdict(config.encoder(role)),
         )
 
     @property

@@ -21,7 +21,7 @@ Example:
 >>> from electra_tf.config import get_config
 >>> from electra_tf.optimization import create_optimizer
 >>> from electra_tf.pretrainer import ElectraPretrainer
->>> config = get_config("tiny", vocab_size=64, num_layers=1, generator_num_layers=1, max_seq_length=16)
+>>> config = get_config("tiny", vocab_size=64, hparams={"discriminator.num_layers": 1, "generator.num_layers": 1}, max_seq_length=16)
 >>> model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
 >>> model.compile(optimizer=create_optimizer(config))
 >>> ids = np.random.RandomState(0).randint(5, 64, size=(4, 16)).astype("int32")
@@ -72,7 +72,7 @@ class ElectraPretrainer(keras.Model):
         if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm"):
             # For all_tokens_mlm this is the copy gate: the probability that a token is kept.
             self.discriminator_head = DiscriminatorHead(
-                config.hidden_size, config.hidden_act, config.initializer_range, name="discriminator_head"
+                config.discriminator.hidden_size, config.hidden_act, config.initializer_range, name="discriminator_head"
             )
         if config.objective in ("replace_mlm", "all_tokens_mlm"):
             self.discriminator_mlm_head = self._mlm_head(self.discriminator, "discriminator_mlm_head")

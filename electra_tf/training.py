@@ -18,7 +18,6 @@ Example (see `run_pretraining.py` for the command-line front end):
 """
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -30,42 +29,25 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution, export, input_pipeline, loop, masking, preemption
-from electra_tf.config import ElectraConfig
+from electra_tf import distribution, input_pipeline, loop, masking, preemption
+from electra_tf.config import BEHAVIOUR_FIELDS, OBJECTIVE_FIELDS, SHAPE_FIELDS, ElectraConfig
+from electra_tf.convert import api as convert_api
+from electra_tf.convert import ours
 from electra_tf.optimization import create_optimizer
+from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
 
-RUN_CONFIG = "electra_config.json"
-
-
-@dataclasses.dataclass
-class TrainOptions:
-    data_dir: str
-    model_dir: str
-    seed: int = 0
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
-    log_steps: int = 100
-    steps_per_loop: int = 100
-    jit_compile: bool = False
-    mixed_precision: str = "none"
-    shuffle_buffer: int = 1000
-    init_checkpoint: str | None = None
-    stop_after_steps: int | None = None  # stop this invocation early (like a pre-emption)
-    export: bool = True
-    skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm
-    input_sharding: str = "batch"  # several workers: "batch" (exact, any worker count) or "file"
-    stop_signals: tuple = ()  # e.g. (signal.SIGTERM,): checkpoint at the step reached and return
+RUN_CONFIG = convert_api.RUN_CONFIG  # flat fields in runs started before the config tree: still read
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs."""
-    path = os.path.join(model_dir, RUN_CONFIG)
-    if os.path.exists(path):
-        with open(path) as f:
+    existing = convert_api.run_config_path(model_dir)
+    if existing:
+        with open(existing) as f:
             previous = ElectraConfig.from_dict(json.load(f))
-        diff = {f: (getattr(previous, f), getattr(config, f)) for f in export.ARCHITECTURE_FIELDS
-                if getattr(previous, f) != getattr(config, f)}
+        diff = {f: (previous.get(f), config.get(f)) for f in SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS
+                if previous.get(f) != config.get(f)}
         if diff:
             details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
             raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
@@ -73,6 +55,7 @@ def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     if not write:
         return
     os.makedirs(model_dir, exist_ok=True)
+    path = existing or os.path.join(model_dir, RUN_CONFIG)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(config.to_json())
@@ -117,12 +100,10 @@ def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, st
 
 def initialize_from(model, init_checkpoint):
     """Continued pre-training: weights from an export, a HF/official checkpoint or another run."""
-    from electra_tf import convert
-
-    if export.is_export_dir(init_checkpoint):
-        model.load_weights(os.path.join(init_checkpoint, export.PRETRAINER_WEIGHTS))
-    elif convert.detect_format(init_checkpoint) in ("hf", "official"):
-        convert.initialize_pretrainer(model, init_checkpoint)
+    if ours.is_export_dir(init_checkpoint):
+        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS))
+    elif convert_api.detect_format(init_checkpoint) in ("hf", "official"):
+        convert_api.initialize_pretrainer(model, init_checkpoint)
     else:
         latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
             tf.train.latest_checkpoint(init_checkpoint)
@@ -130,18 +111,6 @@ def initialize_from(model, init_checkpoint):
             raise ValueError(f"--init_checkpoint: no electra-tf export or checkpoint found in {init_checkpoint!r}")
         tf.train.Checkpoint(model=model).restore(latest).expect_partial()
     logging.info("Initialised weights from %s", init_checkpoint)
-
-
-def checkpoint_config(init_checkpoint: str) -> ElectraConfig:
-    """The architecture stored with `--init_checkpoint` (export, HF, official, or a run directory)."""
-    from electra_tf import convert
-
-    run_config = os.path.join(init_checkpoint, RUN_CONFIG)
-    if os.path.isfile(run_config) and not export.is_export_dir(init_checkpoint):
-        with open(run_config) as f:
-            return ElectraConfig.from_dict(json.load(f))
-    config, _, _ = convert.load_any(init_checkpoint, strict=False)
-    return config
 
 
 class DetectionPreview:
@@ -340,8 +309,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
         elif options.export and step >= config.num_train_steps and chief:
             loop.check_finite_weights(model, step, "export")
-            export.export_pretrained(model, os.path.join(options.model_dir, "export"),
-                                     vocab_file=manifest.get("vocab_file"), step=step)
+            ours.save_ours(model, os.path.join(options.model_dir, "export"),
+                           vocab_file=manifest.get("vocab_file"), step=step)
         distribution.barrier(strategy)  # the other workers end after the chief's export
         return history
 
@@ -378,5 +347,5 @@ def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict
     if latest is None:
         raise ValueError(f"--model_dir {model_dir}: no checkpoint to export")
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(latest).expect_partial()
-    return export.export_pretrained(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
-                                    step=loop.current_step(optimizer))
+    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
+                          step=loop.current_step(optimizer))

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from electra_tf.config import MODEL_SIZES, get_config
+from electra_tf.config import (MODEL_SIZES, SHAPE_FIELDS, ElectraConfig, EncoderConfig, get_config,
+                               merge_architecture)
 
 
 @pytest.mark.parametrize("size,expected", [
@@ -22,7 +23,7 @@ from electra_tf.config import MODEL_SIZES, get_config
 ])
 def test_sizes_match_the_paper(size, expected):
     config = get_config(size)
-    assert {k: getattr(config, k) for k in expected} == expected
+    assert {k: config.get(k) for k in expected} == expected
     shared = dict(adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-6, weight_decay=0.01, num_warmup_steps=10_000,
                   clip_norm=1.0, dropout_rate=0.1, disc_weight=50.0, temperature=1.0, vocab_size=30522,
                   hidden_act="gelu", mask_token_prob=0.85)
@@ -64,5 +65,59 @@ def test_unknown_size_is_explained():
 def test_every_size_is_a_valid_config():
     for size in MODEL_SIZES:
         config = get_config(size)
-        assert config.generator_hidden_size < config.hidden_size
+        assert config.generator.hidden_size < config.discriminator.hidden_size
         assert config.to_dict()["model_size"] == size
+
+
+def test_encoder_fields_by_nested_object_dotted_key_or_legacy_key_agree():
+    nested = get_config("small", {"generator": {"num_layers": 6, "hidden_size": 128, "num_heads": 2}})
+    dotted = get_config("small", {"generator.num_layers": 6, "generator.hidden_size": 128, "generator.num_heads": 2})
+    legacy = get_config("small", generator_num_layers=6, generator_hidden_size=128, generator_num_heads=2)
+    assert nested == dotted == legacy
+    assert nested.generator == EncoderConfig(hidden_size=128, num_layers=6, num_heads=2, intermediate_size=256)
+    assert nested.discriminator == get_config("small").discriminator  # the other encoder is untouched
+
+
+def test_config_round_trips_through_its_json_and_reads_the_flat_form_of_older_runs():
+    config = get_config("mini", num_train_steps=77)
+    assert ElectraConfig.from_dict(json.loads(config.to_json())) == config
+    flat = {k: v for k, v in config.to_dict().items() if k not in ("discriminator", "generator")}
+    for role, prefix in (("discriminator", ""), ("generator", "generator_")):
+        flat.update({prefix + name: value for name, value in config.to_dict()[role].items()})
+    assert ElectraConfig.from_dict(flat) == config
+
+
+@pytest.mark.parametrize("hparams,message", [
+    ({"generator.width": 3}, r"Unknown encoder field\(s\) \['width'\]"),
+    ({"discriminator": {"num_heads": 0}}, "discriminator.num_heads must be a positive integer"),
+    ({"generator_hidden_size": 100, "generator_num_heads": 3}, "generator.hidden_size=100 is not divisible"),
+])
+def test_bad_encoder_fields_name_the_encoder(hparams, message):
+    with pytest.raises(ValueError, match=message):
+        get_config("small", hparams)
+
+
+def test_shape_fields_are_every_field_that_changes_a_weight_shape():
+    from electra_tf.convert import names
+
+    base = get_config("small")
+    bumped = {"vocab_size": 30000, "embedding_size": 64, "max_position_embeddings": 256, "type_vocab_size": 3,
+              "hidden_size": 128, "num_layers": 11, "num_heads": 2, "intermediate_size": 512}
+    for field in SHAPE_FIELDS:
+        name = field.split(".")[-1]
+        if name == "num_heads":  # canonical [in, out] kernels hide it; Keras' [in, heads, head_dim] do not
+            continue
+        value = bumped[name] // (4 if field == "generator.hidden_size" else 1)
+        changed = base.replace(**{field: value, "max_seq_length": 128})
+        assert names.expected_shapes(changed) != names.expected_shapes(base), field
+    for field in ("dropout_rate", "hidden_act", "layer_norm_epsilon", "learning_rate"):
+        assert field not in SHAPE_FIELDS
+
+
+def test_merge_architecture_takes_the_checkpoints_shape_and_keeps_training_fields():
+    checkpoint = get_config("mini", hidden_act="gelu_approximate")
+    requested = get_config("small", finetune_learning_rate=1e-5, max_seq_length=512, dropout_rate=0.2)
+    merged = merge_architecture(checkpoint.replace(max_position_embeddings=256, max_seq_length=128), requested)
+    assert merged.discriminator == checkpoint.discriminator and merged.generator == checkpoint.generator
+    assert merged.hidden_act == "gelu_approximate" and merged.max_position_embeddings == 256
+    assert (merged.finetune_learning_rate, merged.dropout_rate, merged.max_seq_length) == (1e-5, 0.2, 256)

@@ -62,8 +62,8 @@ def assert_matches_hf(pretrainer, expected):
 
 def test_hf_safetensors_matches_transformers_outputs(from_hf, expected):
     config, pretrainer, vocab = from_hf
-    assert (config.hidden_size, config.embedding_size, config.num_heads, config.num_layers) == (256, 128, 4, 1)
-    assert (config.generator_hidden_size, config.generator_num_heads, config.generator_num_layers) == (64, 1, 2)
+    assert (config.discriminator.hidden_size, config.embedding_size, config.discriminator.num_heads, config.discriminator.num_layers) == (256, 128, 4, 1)
+    assert (config.generator.hidden_size, config.generator.num_heads, config.generator.num_layers) == (64, 1, 2)
     assert config.hidden_act == "gelu" and os.path.basename(vocab) == "vocab.txt"
     assert pretrainer.generator.embeddings is pretrainer.discriminator.embeddings
     assert_matches_hf(pretrainer, expected)
@@ -72,7 +72,7 @@ def test_hf_safetensors_matches_transformers_outputs(from_hf, expected):
 def test_official_checkpoint_matches_transformers_outputs(official_dir, expected):
     assert detect_format(str(official_dir)) == "official"
     config, pretrainer, _ = load_official_checkpoint(str(official_dir / "model.ckpt-1000"))
-    assert (config.num_heads, config.generator_num_heads, config.hidden_act) == (4, 1, "gelu")
+    assert (config.discriminator.num_heads, config.generator.num_heads, config.hidden_act) == (4, 1, "gelu")
     assert_matches_hf(pretrainer, expected)
 
 
@@ -106,7 +106,7 @@ def test_round_trip_through_our_export(from_hf, expected, tmp_path):
 def test_load_encoder_gives_the_discriminator(expected):
     encoder, config, vocab = load_encoder(str(HF_DIR), name="encoder")
     hidden = np.asarray(encoder(parity.encoder_inputs(expected)))
-    assert encoder.name == "encoder" and config.hidden_size == 256 and vocab
+    assert encoder.name == "encoder" and config.discriminator.hidden_size == 256 and vocab
     np.testing.assert_allclose(hidden, expected["disc_hidden"], atol=ATOL)
 
 

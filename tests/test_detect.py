@@ -63,7 +63,7 @@ def trained_export(tmp_path_factory):
     import tensorflow as tf
 
     from electra_tf.config import get_config
-    from electra_tf.export import export_pretrained
+    from electra_tf.convert.ours import save_ours
     from electra_tf.optimization import create_optimizer
     from electra_tf.pretrainer import ElectraPretrainer
 
@@ -83,8 +83,8 @@ def trained_export(tmp_path_factory):
     for _ in range(TRAIN_STEPS):
         step(training_batch(rng))
     auc = float(model.metric_results()["disc_auc"])
-    export_dir = export_pretrained(model, str(root / "export"), vocab_file=str(vocab_file), step=TRAIN_STEPS,
-                                   keras_hub_preset=False)
+    export_dir = save_ours(model, str(root / "export"), vocab_file=str(vocab_file), step=TRAIN_STEPS,
+                       keras_hub=False)
     return {"export": export_dir, "vocab": str(vocab_file), "root": root, "train_auc": auc}
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from electra_tf.config import get_config
+from electra_tf.config import ElectraConfig, get_config
 from test_finetuning_run import VOCAB, glue_dir, run_main, vocab_file  # noqa: F401
 
 HF_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "hf_electra"  # 1 layer, hidden 256, vocab 1000
@@ -23,7 +23,7 @@ def _run(tmp_path, glue_dir, checkpoint, out, extra=()):
     assert metrics["runs"][0]["train_steps"] == 1
     if "--do_eval=false" not in extra:
         assert 0 <= metrics["median"]["accuracy"] <= 100
-    return recorded["config"], recorded["options"]
+    return ElectraConfig.from_dict(recorded["config"]), recorded["options"]
 
 
 def _pretrainer(config):
@@ -38,8 +38,8 @@ def test_hf_checkpoint_without_hparams(tmp_path, glue_dir, caplog):
     """No size has 1 layer of 256: small's fine-tuning defaults, said in the log; architecture from the files."""
     caplog.set_level(logging.INFO)
     config, options = _run(tmp_path, glue_dir, HF_FIXTURE, "hf")
-    assert (config["num_layers"], config["hidden_size"], config["vocab_size"]) == (1, 256, 1000)
-    assert config["model_size"] == "small" and options["learning_rate"] == get_config("small").finetune_learning_rate
+    assert (config.discriminator.num_layers, config.discriminator.hidden_size, config.vocab_size) == (1, 256, 1000)
+    assert config.model_size == "small" and options["learning_rate"] == get_config("small").finetune_learning_rate
     assert "no model size has hidden_size 256 and 1 layers" in caplog.text
 
 
@@ -51,7 +51,7 @@ def test_hf_checkpoint_of_a_known_size_takes_its_defaults(tmp_path, glue_dir, vo
     save_hf(_pretrainer(mini), mini, str(tmp_path / "hf_mini"), vocab_file)
     config, options = _run(tmp_path, glue_dir, tmp_path / "hf_mini", "mini", ["--do_eval=false"])
     expected = get_config("mini")
-    assert (config["model_size"], config["num_layers"], config["hidden_size"]) == ("mini", 4, 256)
+    assert (config.model_size, config.discriminator.num_layers, config.discriminator.hidden_size) == ("mini", 4, 256)
     assert options["learning_rate"] == expected.finetune_learning_rate
     assert options["layerwise_lr_decay"] == expected.finetune_layerwise_lr_decay
 
@@ -59,25 +59,25 @@ def test_hf_checkpoint_of_a_known_size_takes_its_defaults(tmp_path, glue_dir, vo
 def test_explicit_model_size_keeps_the_checkpoint_architecture(tmp_path, glue_dir, caplog):
     caplog.set_level(logging.INFO)
     config, options = _run(tmp_path, glue_dir, HF_FIXTURE, "base", ["--model_size=base"])
-    assert (config["num_layers"], config["hidden_size"], config["num_heads"]) == (1, 256, 4)  # not base's 12/768/12
+    assert (config.discriminator.num_layers, config.discriminator.hidden_size, config.discriminator.num_heads) == (1, 256, 4)  # not base's 12/768/12
     assert options["learning_rate"] == get_config("base").finetune_learning_rate
     assert "architecture taken from the checkpoint" in caplog.text
 
 
 def test_tiny_export_uses_tiny_finetuning_defaults(tmp_path, glue_dir, vocab_file):
     """The export records model_size="tiny" and its finetune_* fields (here a custom weight decay)."""
-    from electra_tf import export
+    from electra_tf.convert import ours
 
     tiny = get_config("tiny", vocab_size=len(VOCAB), max_position_embeddings=64, max_seq_length=64,
                       finetune_weight_decay=0.02)
     export_dir = str(tmp_path / "export")
-    export.export_pretrained(_pretrainer(tiny), export_dir, vocab_file=vocab_file, keras_hub_preset=False)
+    ours.save_ours(_pretrainer(tiny), export_dir, vocab_file=vocab_file, keras_hub=False)
     expected = get_config("tiny")
     assert expected.finetune_learning_rate != get_config("small").finetune_learning_rate
 
     config, options = _run(tmp_path, glue_dir, export_dir, "tiny")
-    assert (config["model_size"], config["num_layers"], config["hidden_size"]) == ("tiny", 2, 128)
-    assert options["learning_rate"] == config["finetune_learning_rate"] == expected.finetune_learning_rate
+    assert (config.model_size, config.discriminator.num_layers, config.discriminator.hidden_size) == ("tiny", 2, 128)
+    assert options["learning_rate"] == config.finetune_learning_rate == expected.finetune_learning_rate
     assert options["layerwise_lr_decay"] == expected.finetune_layerwise_lr_decay
     assert options["weight_decay"] == 0.02  # recorded by the export
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import export, masking
+from electra_tf import convert, masking
+from electra_tf.convert import ours
 from electra_tf.modeling import ElectraEmbeddings, GdesEmbeddings
 from electra_tf.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config
@@ -59,8 +60,8 @@ def test_export_folds_the_deltas_into_a_plain_encoder(tmp_path):
     batch = make_batch()
     inputs = {"token_ids": batch["input_ids"], "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
     expected = model.discriminator(inputs).numpy()
-    export_dir = export.export_pretrained(model, str(tmp_path / "export"))
-    encoder, config, _ = export.load_pretrained_encoder(export_dir)
+    export_dir = ours.save_ours(model, str(tmp_path / "export"))
+    encoder, config, _ = convert.load_encoder(export_dir)
     assert config.embedding_sharing == "gdes" and type(encoder.embeddings) is ElectraEmbeddings
     np.testing.assert_allclose(encoder(inputs).numpy(), expected, atol=1e-5)
     shared = model.generator.embeddings.token_embedding.embeddings.numpy()

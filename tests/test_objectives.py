@@ -123,4 +123,4 @@ def test_every_objective_trains_and_reports_its_losses(objective):
     assert sorted(out) == sorted(model.step_output_names + ["nonfinite"])
     assert all(np.isfinite(float(v)) for v in out.values())
     finetuned = model.encoder_for_finetuning
-    assert finetuned.hidden_size == model.config.hidden_size  # the discriminator-sized model is kept
+    assert finetuned.hidden_size == model.config.discriminator.hidden_size  # the discriminator-sized model is kept

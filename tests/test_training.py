@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import export, training
+from electra_tf import convert, training
+from electra_tf.convert import ours as export_format
 from electra_tf.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
@@ -99,9 +100,9 @@ def test_export_loads_the_pretrained_encoder(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
     run(small(num_train_steps=2), data_dir, model_dir)
     export_dir = os.path.join(model_dir, "export")
-    meta = export.read_export_metadata(export_dir)
+    meta = export_format.read_export_metadata(export_dir)
     assert meta["step"] == 2 and meta["finetuning_role"] == "discriminator"
-    encoder, config, vocab = export.load_pretrained_encoder(export_dir)
+    encoder, config, vocab = convert.load_encoder(export_dir)
     assert vocab and open(vocab).read().startswith("[PAD]\n[UNK]")
     # The exported weights are the final checkpoint's discriminator weights.
     restored = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
@@ -123,7 +124,7 @@ def test_keras_hub_export_reproduces_sequence_output(hidden_act, tmp_path):
     model = ElectraPretrainer(tiny_config(hidden_act=hidden_act), special_token_ids=SPECIAL_IDS).build_all()
     for variable in model.discriminator.weights:  # move off the init so GELU variants differ measurably
         variable.assign(variable + tf.random.normal(variable.shape, stddev=0.3, seed=1))
-    export.export_pretrained(model, str(tmp_path / "export"))
+    export_format.save_ours(model, str(tmp_path / "export"))
     backbone = keras_hub.models.ElectraBackbone.from_preset(str(tmp_path / "export" / "keras_hub"))
     inputs = {"token_ids": np.array([[2, 7, 9, 11, 3, 0]], "int32"),
               "segment_ids": np.array([[0, 0, 0, 1, 1, 0]], "int32"),
@@ -188,12 +189,12 @@ def test_continued_pretraining_from_a_hugging_face_checkpoint(tmp_path):
          "--log_steps=1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # The architecture came from the checkpoint, not from --model_size's defaults.
-    meta = export.read_export_metadata(str(tmp_path / "run" / "export"))
+    meta = export_format.read_export_metadata(str(tmp_path / "run" / "export"))
     hf_config = json.load(open(os.path.join(hf_dir, "discriminator", "config.json")))
-    assert meta["config"]["hidden_size"] == hf_config["hidden_size"]
-    assert meta["config"]["num_layers"] == hf_config["num_hidden_layers"]
+    assert meta["config"]["discriminator"]["hidden_size"] == hf_config["hidden_size"]
+    assert meta["config"]["discriminator"]["num_layers"] == hf_config["num_hidden_layers"]
     # Step 1 has learning rate 0 (warm-up starts at 0), so the export holds the HF weights.
-    encoder, _, _ = export.load_pretrained_encoder(str(tmp_path / "run" / "export"))
+    encoder, _, _ = convert.load_encoder(str(tmp_path / "run" / "export"))
     hf = load_file(os.path.join(hf_dir, "discriminator", "model.safetensors"))
     np.testing.assert_array_equal(encoder.embeddings.token_embedding.embeddings.numpy(),
                                   hf["electra.embeddings.word_embeddings.weight"])

@@ -4,7 +4,10 @@
   "ours_checkpoint" (a TF2 training-run checkpoint of ours) or "keras_hub";
 * `load_any(path, config=None)` → `(ElectraConfig, ElectraPretrainer, vocab_file)`;
 * `load_encoder(path, config=None, name=...)` → `(ElectraEncoder, ElectraConfig,
-  vocab_file)`: the contract of `electra_tf.export.load_pretrained_encoder`;
+  vocab_file)`: the encoder to fine-tune;
+* `read_config(path)` → `(ElectraConfig, recorded finetune_* fields)` without
+  building a model (exports and run directories of ours: their JSON; Hugging
+  Face and official checkpoints: tensor shapes and config files);
 * `initialize_pretrainer(model, path)` copies a foreign checkpoint into an
   existing, built `ElectraPretrainer` (`run_pretraining.py --init_checkpoint`).
 
@@ -14,16 +17,17 @@ Example:
 >>> detect_format("tests/fixtures/hf_electra")
 'hf'
 >>> config, pretrainer, vocab = load_any("tests/fixtures/hf_electra")
->>> type(pretrainer).__name__, config.num_heads
+>>> type(pretrainer).__name__, config.discriminator.num_heads
 ('ElectraPretrainer', 4)
+>>> read_config("tests/fixtures/hf_electra")[0] == config
+True
 """
 
 import json
 import os
 
-from electra_tf import export
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import foreign, hf, keras_model, official, ours
+from electra_tf.convert import foreign, hf, keras_model, official, ours, vocab
 from electra_tf.convert.errors import ConversionError
 from electra_tf.modeling import ElectraEncoder
 
@@ -40,7 +44,7 @@ def is_keras_hub_preset(path: str) -> bool:
 
 def detect_format(path: str) -> str:
     """The format of the checkpoint at `path` (one of `FORMATS`)."""
-    if export.is_export_dir(path):
+    if ours.is_export_dir(path):
         return "ours"
     if is_keras_hub_preset(path):
         return "keras_hub"
@@ -57,7 +61,7 @@ def detect_format(path: str) -> str:
 
 
 _NOT_FOREIGN = {
-    "ours": "an export directory of ours: load it with load_any() or export.load_pretrained_encoder()",
+    "ours": "an export directory of ours: load it with load_any() or load_encoder()",
     "ours_checkpoint": "a training-run checkpoint of ours: use the run's export directory "
                        "(run_pretraining.py --export_only) or restore it with tf.train.Checkpoint",
     "keras_hub": "a keras-hub preset: an output format only",
@@ -92,11 +96,15 @@ def load_any(path: str, config: ElectraConfig | None = None, vocab_file: str | N
 
 def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator",
                  vocab_file: str | None = None, strict: bool = True):
-    """`(ElectraEncoder, ElectraConfig, vocab_file)` of the discriminator, for fine-tuning.
+    """`(ElectraEncoder, ElectraConfig, vocab_file)` of the encoder to fine-tune.
 
-    Same contract as `electra_tf.export.load_pretrained_encoder`, which calls
-    it for checkpoints that are not export directories of ours.
+    Our exports: the export decides every weight-shaping field (differences
+    from `config` are logged) and `config`'s training fields are kept. Hugging
+    Face / official checkpoints: `strict` refuses a `config` of another
+    architecture, listing the mismatched variables.
     """
+    if ours.is_export_dir(path):
+        return ours.load_ours_encoder(path, config, name)
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
     encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name)
     encoder.build()
@@ -104,6 +112,48 @@ def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "di
                  **keras_model.encoder_variables(encoder, "discriminator")}
     keras_model.assign_variables(variables, keras_model.read_weights(pretrainer, ("discriminator",)))
     return encoder, config, vocab
+
+
+def read_config(path: str) -> tuple[ElectraConfig, dict]:
+    """`(config, finetune_* fields it recorded)` of the checkpoint at `path`, without building a model.
+
+    `path` may also be a pre-training run directory of ours (its run config).
+    """
+    run_config = run_config_path(path)
+    if run_config and not ours.is_export_dir(path):
+        with open(run_config) as f:
+            return ElectraConfig.from_dict(json.load(f)), {}
+    source_format = detect_format(path)
+    if source_format == "ours":
+        return ours.read_ours_config(path)
+    return open_foreign(path, source_format).resolve(None, strict=False), {}
+
+
+def checkpoint_vocab(path: str) -> str | None:
+    """The vocabulary stored with the checkpoint at `path`, or None."""
+    source_format = detect_format(path)
+    if source_format == "ours":
+        return ours.export_vocab(path)
+    if source_format not in ("hf", "official"):
+        return None
+    try:
+        return vocab.find_vocab(None, open_foreign(path, source_format).vocab_dirs)
+    except ConversionError:
+        return None
+
+
+# A pre-training run directory's config (flat fields before 2026-11; the export's is `ours.CONFIG_FILE`).
+RUN_CONFIG = "run_config.json"
+_LEGACY_RUN_CONFIG = "electra_config.json"
+
+
+def run_config_path(model_dir: str) -> str | None:
+    """The run config file of pre-training run directory `model_dir`, if it has one."""
+    for name in (RUN_CONFIG, _LEGACY_RUN_CONFIG):
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def initialize_pretrainer(model, path: str, generator_path: str | None = None) -> tuple:

@@ -26,20 +26,9 @@ from typing import Callable
 import numpy as np
 from absl import logging
 
-from electra_tf.config import MODEL_SIZES, ElectraConfig, get_config
+from electra_tf.config import BEHAVIOUR_FIELDS, MODEL_SIZES, SHAPE_FIELDS, ElectraConfig, flatten, get_config
 from electra_tf.convert import names
 from electra_tf.convert.errors import ConversionError
-
-# Fields that shape the weights; a requested config must agree on them.
-SHAPE_FIELDS = (
-    "vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size",
-    "hidden_size", "num_layers", "num_heads", "intermediate_size",
-    "generator_hidden_size", "generator_num_layers", "generator_num_heads", "generator_intermediate_size",
-)
-# Fields the source decides although they shape no weight: the converted model must compute what it computed.
-BEHAVIOUR_FIELDS = ("hidden_act", "layer_norm_epsilon")
-_GENERATOR_FIELDS = {"hidden_size": "generator_hidden_size", "num_layers": "generator_num_layers",
-                     "num_heads": "generator_num_heads", "intermediate_size": "generator_intermediate_size"}
 
 
 @dataclasses.dataclass
@@ -85,16 +74,13 @@ def _required_keys(role):
 
 def _encoder_fields(shapes, role, embedding_size, heads):
     hidden = shapes.get(f"{role}/projection/kernel", (embedding_size, embedding_size))[1]
-    fields = {"hidden_size": hidden, "num_layers": _layer_count(shapes, role),
-              "num_heads": heads.get(role) or max(1, hidden // 64),
-              "intermediate_size": shapes[f"{role}/layer_0/ffn/intermediate/kernel"][1]}
-    if role == "generator":
-        fields = {_GENERATOR_FIELDS[k]: v for k, v in fields.items()}
-    return fields
+    return {f"{role}.hidden_size": hidden, f"{role}.num_layers": _layer_count(shapes, role),
+            f"{role}.num_heads": heads.get(role) or max(1, hidden // 64),
+            f"{role}.intermediate_size": shapes[f"{role}/layer_0/ffn/intermediate/kernel"][1]}
 
 
 def infer_architecture(source: SourceTensors, heads: dict) -> dict:
-    """The `SHAPE_FIELDS` implied by the shapes; `heads[role]` (else hidden/64, the official rule)."""
+    """The `SHAPE_FIELDS` (dotted keys) implied by the shapes; `heads[role]` (else hidden/64, the official rule)."""
     parts = source.present_parts()
     for role in ("discriminator",) + (("generator",) if "generator" in parts else ()):
         missing = [key for key in _required_keys(role) if key not in source.shapes]
@@ -137,7 +123,7 @@ def size_config(fields: dict) -> ElectraConfig:
     compared = [f for f in SHAPE_FIELDS if f not in ("vocab_size", "max_position_embeddings")]
     for size in MODEL_SIZES:
         candidate = get_config(size)
-        if all(getattr(candidate, f) == fields[f] for f in compared if f in fields):
+        if all(candidate.get(f) == fields[f] for f in compared if f in fields):
             return candidate
     return ElectraConfig(model_size="custom")
 
@@ -150,13 +136,12 @@ def _field_differences(values: dict, fields: dict) -> list:
 def _requested_values(requested: ElectraConfig | None, overrides: dict | None) -> dict:
     if requested is not None and overrides:
         raise ValueError("pass either a full config or overrides, not both")
-    return requested.to_dict() if requested is not None else dict(overrides or {})
+    return flatten(requested.to_dict() if requested is not None else dict(overrides or {}))
 
 
 def _heads_hint(heads: dict, values: dict) -> dict:
     """Authoritative head counts of the source, else the requested ones (official checkpoints store none)."""
-    return {"discriminator": heads.get("discriminator") or values.get("num_heads"),
-            "generator": heads.get("generator") or values.get("generator_num_heads")}
+    return {role: heads.get(role) or values.get(f"{role}.num_heads") for role in ("discriminator", "generator")}
 
 
 def _as_requested(requested, values, fields):
@@ -198,7 +183,7 @@ def resolve_config(source: SourceTensors, heads: dict, behaviour=None, requested
     """
     values = _requested_values(requested, overrides)
     fields = infer_architecture(source, _heads_hint(heads, values))
-    parts = [p for p in source.present_parts() if p != "generator" or "generator_num_layers" in fields]
+    parts = [p for p in source.present_parts() if p != "generator" or "generator.num_layers" in fields]
     if strict:
         _refuse_differences(source, requested, values, fields, parts)
     else:

@@ -65,8 +65,8 @@ def convert(args) -> str:
     else:
         save_keras_hub_preset(pretrainer, config, args.output, vocab, args.do_lower_case)
     return (f"{source} → {args.target}: {args.output} (vocab {config.vocab_size}, embedding {config.embedding_size}, "
-            f"discriminator {config.num_layers}×{config.hidden_size}, generator "
-            f"{config.generator_num_layers}×{config.generator_hidden_size}, {config.hidden_act})")
+            f"discriminator {config.discriminator.num_layers}×{config.discriminator.hidden_size}, generator "
+            f"{config.generator.num_layers}×{config.generator.hidden_size}, {config.hidden_act})")
 
 
 def main(argv=None) -> int:

@@ -13,13 +13,13 @@ Example:
 >>> _ = open(path, "w").write(json.dumps({"model_type": "electra", "hidden_size": 256,
 ...                                        "num_attention_heads": 4, "hidden_act": "gelu_new"}))
 >>> sorted(read_config_json(path).items())
-[('hidden_act', 'gelu_approximate'), ('hidden_size', 256), ('num_heads', 4)]
+[('discriminator.hidden_size', 256), ('discriminator.num_heads', 4), ('hidden_act', 'gelu_approximate')]
 """
 
 import dataclasses
 import json
 
-from electra_tf.config import ElectraConfig
+from electra_tf.config import ENCODER_FIELDS, ROLES, ElectraConfig, flatten
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import HF_TO_OURS_ACT
 
@@ -36,17 +36,15 @@ ACTIVATIONS = {**HF_TO_OURS_ACT, "gelu_approximate": "gelu_approximate"}
 
 
 def read_config_json(path: str) -> dict:
-    """`{ElectraConfig field: value}` from the JSON file at `path`."""
+    """`{ElectraConfig field or dotted encoder key: value}` from the JSON file at `path`."""
     with open(path) as f:
         values = json.load(f)
     if isinstance(values.get("config"), dict):
         values = values["config"]
-    fields = {f.name for f in dataclasses.fields(ElectraConfig)}
+    fields = {f.name for f in dataclasses.fields(ElectraConfig)} - set(ROLES)
+    fields |= {f"{role}.{name}" for role in ROLES for name in ENCODER_FIELDS}
     out, unknown = {}, []
-    for key, value in values.items():
-        key = RENAMED.get(key, key)
-        if key in IGNORED:
-            continue
+    for key, value in flatten({RENAMED.get(k, k): v for k, v in values.items() if k not in IGNORED}).items():
         if key not in fields:
             unknown.append(key)
             continue

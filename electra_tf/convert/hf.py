@@ -14,7 +14,7 @@ Example (from the repository root):
 >>> import os, tempfile
 >>> from electra_tf.convert import hf
 >>> config, pretrainer, vocab = hf.load_hf_checkpoint("tests/fixtures/hf_electra")
->>> config.hidden_size, config.generator_hidden_size, config.hidden_act, os.path.basename(vocab)
+>>> config.discriminator.hidden_size, config.generator.hidden_size, config.hidden_act, os.path.basename(vocab)
 (256, 64, 'gelu', 'vocab.txt')
 >>> dirs = hf.save_hf(pretrainer, config, tempfile.mkdtemp(), vocab)
 >>> sorted(os.listdir(dirs["generator"]))
@@ -211,10 +211,9 @@ def _declared_fields(models: dict) -> dict:
     fields = {}
     for role, model in models.items():
         c = model["config"]
-        prefix = "" if role == "discriminator" else "generator_"
-        fields.update({prefix + "hidden_size": c.get("hidden_size"), prefix + "num_layers": c.get("num_hidden_layers"),
-                       prefix + "num_heads": c.get("num_attention_heads"),
-                       prefix + "intermediate_size": c.get("intermediate_size")})
+        fields.update({f"{role}.hidden_size": c.get("hidden_size"), f"{role}.num_layers": c.get("num_hidden_layers"),
+                       f"{role}.num_heads": c.get("num_attention_heads"),
+                       f"{role}.intermediate_size": c.get("intermediate_size")})
         if role == "discriminator":
             fields.update({k: c.get(k) for k in ("vocab_size", "embedding_size", "max_position_embeddings",
                                                  "type_vocab_size")})
@@ -222,8 +221,8 @@ def _declared_fields(models: dict) -> dict:
 
 
 def _check_declared(models: dict, config: ElectraConfig) -> None:
-    differences = [f"{field}: config.json {value}, weights {getattr(config, field)}"
-                   for field, value in _declared_fields(models).items() if getattr(config, field) != value]
+    differences = [f"{field}: config.json {value}, weights {config.get(field)}"
+                   for field, value in _declared_fields(models).items() if config.get(field) != value]
     if differences:
         raise ConversionError(f"{', '.join(m['dir'] for m in models.values())}: config.json disagrees with "
                               "the weights: " + "; ".join(differences))
@@ -258,12 +257,12 @@ def load_hf_checkpoint(path: str, generator_path: str | None = None, config: Ele
 
 def hf_config(config: ElectraConfig, role: str, pad_token_id: int = 0) -> dict:
     """The transformers `config.json` of our `role` encoder."""
-    sizes = names.encoder_sizes(config, role)
+    encoder = config.encoder(role)
     return {
         "architectures": [_ARCHITECTURES[role]], "model_type": "electra",
         "vocab_size": config.vocab_size, "embedding_size": config.embedding_size,
-        "hidden_size": sizes["hidden_size"], "num_hidden_layers": sizes["num_layers"],
-        "num_attention_heads": sizes["num_heads"], "intermediate_size": sizes["intermediate_size"],
+        "hidden_size": encoder.hidden_size, "num_hidden_layers": encoder.num_layers,
+        "num_attention_heads": encoder.num_heads, "intermediate_size": encoder.intermediate_size,
         "hidden_act": OURS_TO_HF_ACT[config.hidden_act], "hidden_dropout_prob": config.dropout_rate,
         "attention_probs_dropout_prob": config.attention_dropout_rate,
         "max_position_embeddings": config.max_position_embeddings, "type_vocab_size": config.type_vocab_size,

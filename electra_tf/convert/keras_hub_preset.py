@@ -10,8 +10,8 @@ keras-hub's ElectraBackbone hard-codes tanh-approximate GELU and LayerNorm
 epsilon 1e-12, and has a `pooled_dense` layer ELECTRA lacks (left random).
 When our model differs (exact GELU is the default), the export logs a warning
 with the measured max |ours − keras-hub| of the sequence outputs on a sample
-input, and records it in metadata.json under "electra_tf" (and in
-electra_export.json, as `electra_tf.export` does).
+input, and records it in metadata.json under "electra_tf" and in
+electra_export.json. Our export directories hold such a preset (`convert/ours.py`).
 
 Example (from the repository root):
 
@@ -29,13 +29,50 @@ True
 import json
 import os
 
+import keras
 import keras_hub
+import numpy as np
 from absl import logging
 
-from electra_tf import export
 from electra_tf.config import ElectraConfig
 
 KERAS_HUB_EPSILON = 1e-12
+
+
+def to_keras_hub_backbone(encoder, config: ElectraConfig) -> keras_hub.models.ElectraBackbone:
+    """A keras-hub `ElectraBackbone` holding `encoder`'s weights (its unused pooler stays random)."""
+    backbone = keras_hub.models.ElectraBackbone(
+        vocab_size=config.vocab_size,
+        num_layers=encoder.num_layers,
+        num_heads=encoder.transformer_layers[0].num_heads,
+        hidden_dim=encoder.hidden_size,
+        embedding_dim=config.embedding_size,
+        intermediate_dim=encoder.transformer_layers[0].intermediate_dim,
+        dropout=config.dropout_rate,
+        max_sequence_length=config.max_position_embeddings,
+        num_segments=config.type_vocab_size,
+    )
+    pairs = [(backbone.get_layer(name), getattr(encoder.embeddings, name)) for name in
+             ("token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm")]
+    if encoder.embeddings_projection is not None:
+        pairs.append((backbone.get_layer("embeddings_projection"), encoder.embeddings_projection))
+    pairs += list(zip(backbone.transformer_layers, encoder.transformer_layers))
+    for target, source in pairs:
+        target.set_weights(source.get_weights())
+    return backbone
+
+
+def keras_hub_deviation(encoder, backbone, config: ElectraConfig, seq_length=16) -> float:
+    """Max |ours − keras-hub| over sequence outputs on a fixed random input."""
+    rng = np.random.RandomState(0)
+    inputs = {
+        "token_ids": rng.randint(0, config.vocab_size, size=(2, seq_length)).astype("int32"),
+        "segment_ids": (np.arange(seq_length) >= seq_length // 2).astype("int32")[None].repeat(2, 0),
+        "padding_mask": np.ones((2, seq_length), "int32"),
+    }
+    ours = keras.ops.convert_to_numpy(encoder(inputs, training=False))
+    theirs = keras.ops.convert_to_numpy(backbone(inputs, training=False)["sequence_output"])
+    return float(np.max(np.abs(ours - theirs)))
 
 
 def deviation_note(config: ElectraConfig, deviation: float) -> dict:
@@ -69,13 +106,13 @@ def save_keras_hub_preset(model, config: ElectraConfig, out_dir: str, vocab_file
                           do_lower_case: bool = True) -> dict:
     """Writes the preset of `model`'s discriminator (an `ElectraPretrainer` or an encoder); returns the note."""
     encoder = getattr(model, "encoder_for_finetuning", model)
-    backbone = export.to_keras_hub_backbone(encoder, config)
+    backbone = to_keras_hub_backbone(encoder, config)
     backbone.save_to_preset(out_dir)
     if vocab_file:
         keras_hub.models.ElectraTokenizer(vocabulary=vocab_file, lowercase=do_lower_case).save_to_preset(out_dir)
     else:
         logging.warning("keras-hub preset %s written without a tokenizer (no vocabulary given)", out_dir)
-    note = deviation_note(config, export.keras_hub_deviation(encoder, backbone, config))
+    note = deviation_note(config, keras_hub_deviation(encoder, backbone, config))
     if "warning" in note:
         logging.warning("keras-hub preset %s: %s", out_dir, note["warning"])
     _add_to_metadata(out_dir, note)

@@ -8,7 +8,7 @@ Example:
 
 >>> from electra_tf.config import get_config
 >>> from electra_tf.convert import keras_model
->>> config = get_config("tiny", vocab_size=40, num_layers=1, generator_num_layers=1, max_seq_length=16)
+>>> config = get_config("tiny", vocab_size=40, hparams={"discriminator.num_layers": 1, "generator.num_layers": 1}, max_seq_length=16)
 >>> pretrainer = keras_model.build_pretrainer(config)
 >>> weights = keras_model.read_weights(pretrainer)
 >>> weights["discriminator/layer_0/attention/query/kernel"].shape
@@ -31,8 +31,8 @@ def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = Non
         raise ValueError(f"conversion needs objective='rtd' (generator + discriminator), got {config.objective!r}")
     pretrainer = ElectraPretrainer(config, special_token_ids=special_token_ids)
     for layer, shape in ((pretrainer.discriminator, None), (pretrainer.generator, None),
-                         (pretrainer.discriminator_head, (None, None, config.hidden_size)),
-                         (pretrainer.generator_head, (None, None, config.generator_hidden_size))):
+                         (pretrainer.discriminator_head, (None, None, config.discriminator.hidden_size)),
+                         (pretrainer.generator_head, (None, None, config.generator.hidden_size))):
         if not layer.built:
             layer.build(shape)
     pretrainer.built = True

@@ -21,7 +21,7 @@ Example:
 
 >>> from electra_tf.config import get_config
 >>> from electra_tf.convert import names
->>> shapes = names.expected_shapes(get_config("small", num_layers=1, generator_num_layers=1))
+>>> shapes = names.expected_shapes(get_config("small", {"discriminator.num_layers": 1, "generator.num_layers": 1}))
 >>> shapes["discriminator/projection/kernel"], shapes["generator_head/dense/kernel"]
 ((128, 256), (64, 128))
 >>> names.official_name("generator/layer_0/ffn/layer_norm/gamma")
@@ -116,15 +116,6 @@ _LAYER_KEY = re.compile(r"^(discriminator|generator)/layer_(\d+)/(.+)/(kernel|bi
 _PROJECTION_KEY = re.compile(r"^(discriminator|generator)/projection/(kernel|bias)$")
 
 
-def encoder_sizes(config: ElectraConfig, role: str) -> dict:
-    """hidden_size, num_layers, num_heads, intermediate_size of `role`'s encoder."""
-    if role == "discriminator":
-        return dict(hidden_size=config.hidden_size, num_layers=config.num_layers,
-                    num_heads=config.num_heads, intermediate_size=config.intermediate_size)
-    return dict(hidden_size=config.generator_hidden_size, num_layers=config.generator_num_layers,
-                num_heads=config.generator_num_heads, intermediate_size=config.generator_intermediate_size)
-
-
 def part_of(key: str) -> str:
     """The part (one of `PARTS`) that holds canonical `key`."""
     if key.startswith("embeddings/"):
@@ -133,13 +124,13 @@ def part_of(key: str) -> str:
 
 
 def _encoder_shapes(role: str, config: ElectraConfig) -> dict:
-    sizes = encoder_sizes(config, role)
-    hidden, inner = sizes["hidden_size"], sizes["intermediate_size"]
+    encoder = config.encoder(role)
+    hidden, inner = encoder.hidden_size, encoder.intermediate_size
     shapes = {}
     if hidden != config.embedding_size:
         shapes[f"{role}/projection/kernel"] = (config.embedding_size, hidden)
         shapes[f"{role}/projection/bias"] = (hidden,)
-    for i in range(sizes["num_layers"]):
+    for i in range(encoder.num_layers):
         for suffix in LAYER_SUFFIXES:
             shape = (hidden,) if not suffix.endswith("kernel") else (hidden, hidden)
             if suffix == "ffn/intermediate/kernel":
@@ -166,7 +157,7 @@ def expected_shapes(config: ElectraConfig, parts=PARTS) -> dict:
         })
         shapes.update(_encoder_shapes("discriminator", config))
     if "discriminator_head" in parts:
-        hidden = config.hidden_size
+        hidden = config.discriminator.hidden_size
         shapes.update({
             "discriminator_head/dense/kernel": (hidden, hidden), "discriminator_head/dense/bias": (hidden,),
             "discriminator_head/logits/kernel": (hidden, 1), "discriminator_head/logits/bias": (1,),
@@ -175,7 +166,7 @@ def expected_shapes(config: ElectraConfig, parts=PARTS) -> dict:
         shapes.update(_encoder_shapes("generator", config))
     if "generator_head" in parts:
         shapes.update({
-            "generator_head/dense/kernel": (config.generator_hidden_size, embed),
+            "generator_head/dense/kernel": (config.generator.hidden_size, embed),
             "generator_head/dense/bias": (embed,),
             "generator_head/layer_norm/gamma": (embed,),
             "generator_head/layer_norm/beta": (embed,),

@@ -1,8 +1,23 @@
-"""Our own export directories (`electra_tf.export`) as a conversion source and target.
+"""Our export directory: the format `run_pretraining.py` writes, as one more converter.
 
-`load_ours` rebuilds the whole `ElectraPretrainer` (both encoders and heads)
-from `pretrainer.weights.h5`; `save_ours` writes an export directory with
-`export.export_pretrained`.
+An export directory holds:
+
+* `electra_config.json`: the `ElectraConfig` (under "config"), which encoder is
+  fine-tuned (`finetuning_role`), the special token ids and the training step;
+* `discriminator.weights.h5`: the encoder to fine-tune (the discriminator, or
+  the MLM encoder of an `objective="mlm"` run), loadable into
+  `ElectraEncoder.from_config_object(config, role)`;
+* `discriminator.keras`: the same encoder as a self-contained Keras model;
+* `pretrainer.weights.h5`: generator + discriminator + heads (embeddings once);
+* `keras_hub/`: a keras-hub `ElectraBackbone` + `ElectraTokenizer` preset
+  (`electra_tf.convert.keras_hub_preset`, which records where keras-hub's tanh
+  GELU makes it compute something else);
+* `vocab.txt`: the vocabulary, when known.
+
+The directory is written under a temporary name and renamed into place.
+`save_ours` writes it, `load_ours` rebuilds the whole pre-trainer,
+`load_ours_encoder` only the encoder to fine-tune, and `read_ours_config` reads
+the config without building anything.
 
 Example (from the repository root):
 
@@ -11,50 +26,132 @@ Example (from the repository root):
 >>> _, pretrainer, vocab = load_any("tests/fixtures/hf_electra")
 >>> export_dir = ours.save_ours(pretrainer, os.path.join(tempfile.mkdtemp(), "export"), vocab)
 >>> config, reloaded, vocab = ours.load_ours(export_dir)
->>> config.num_layers, config.generator_num_layers
+>>> config.discriminator.num_layers, config.generator.num_layers
 (1, 2)
+>>> ours.read_ours_config(export_dir)[0] == config
+True
 """
 
+import json
 import os
+import shutil
+import tempfile
 
-from electra_tf import export
-from electra_tf.config import ElectraConfig
-from electra_tf.convert import keras_model
-from electra_tf.convert.checkpoint import BEHAVIOUR_FIELDS, SHAPE_FIELDS
+from absl import logging
+
+from electra_tf.config import BEHAVIOUR_FIELDS, SHAPE_FIELDS, ElectraConfig, flatten, merge_architecture
+from electra_tf.convert import keras_hub_preset, keras_model
 from electra_tf.convert.errors import ConversionError
+from electra_tf.modeling import ElectraEncoder
+
+CONFIG_FILE = "electra_config.json"
+ENCODER_WEIGHTS = "discriminator.weights.h5"
+PRETRAINER_WEIGHTS = "pretrainer.weights.h5"
+
+
+def is_export_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, ENCODER_WEIGHTS))
+
+
+def read_export_metadata(export_dir: str) -> dict:
+    with open(os.path.join(export_dir, CONFIG_FILE)) as f:
+        return json.load(f)
+
+
+def read_ours_config(path: str) -> tuple[ElectraConfig, dict]:
+    """`(config, the finetune_* fields it recorded)` of an export, without building a model."""
+    values = read_export_metadata(path)["config"]
+    return ElectraConfig.from_dict(values), {k: v for k, v in values.items() if k.startswith("finetune_")}
+
+
+def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: int | None = None,
+              keras_hub: bool = True) -> str:
+    """Writes the export directory described in the module docstring; returns its path."""
+    config = pretrainer.config
+    encoder = pretrainer.encoder_for_finetuning
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        meta = {"config": config.to_dict(), "finetuning_role": pretrainer.finetuning_role,
+                "special_token_ids": pretrainer.special_token_ids, "step": step}
+        with open(os.path.join(staging, CONFIG_FILE), "w") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+        encoder.save_weights(os.path.join(staging, ENCODER_WEIGHTS))
+        encoder.save(os.path.join(staging, "discriminator.keras"))
+        pretrainer.save_weights(os.path.join(staging, PRETRAINER_WEIGHTS))
+        if keras_hub:
+            keras_hub_preset.save_keras_hub_preset(encoder, config, os.path.join(staging, "keras_hub"), vocab_file)
+        if vocab_file:
+            shutil.copyfile(vocab_file, os.path.join(staging, "vocab.txt"))
+        _replace_dir(staging, export_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logging.info("Exported %s encoder to %s", pretrainer.finetuning_role, export_dir)
+    return export_dir
+
+
+def _replace_dir(staging: str, target: str):
+    old = None
+    if os.path.exists(target):
+        old = target + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(staging, target)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_vocab(path: str) -> str | None:
+    vocab = os.path.join(path, "vocab.txt")
+    return vocab if os.path.isfile(vocab) else None
+
+
+def _check_export_dir(path: str) -> None:
+    if not is_export_dir(path):
+        raise ConversionError(f"{path} is not an electra-tf export directory",
+                              missing=[os.path.join(path, CONFIG_FILE), os.path.join(path, ENCODER_WEIGHTS)])
 
 
 def _resolve(path: str, exported: ElectraConfig, requested: ElectraConfig | None, overrides: dict | None,
              strict: bool) -> ElectraConfig:
     """The export's config, checked against `requested` (full) or `overrides` (some fields)."""
-    values = requested.to_dict() if requested is not None else dict(overrides or {})
-    differences = [f"{f}: config {values[f]!r}, export {getattr(exported, f)!r}"
-                   for f in SHAPE_FIELDS if f in values and values[f] != getattr(exported, f)]
+    values = flatten(requested.to_dict() if requested is not None else dict(overrides or {}))
+    differences = [f"{f}: config {values[f]!r}, export {exported.get(f)!r}"
+                   for f in SHAPE_FIELDS if f in values and values[f] != exported.get(f)]
     if differences and strict:
         raise ConversionError(f"{path} does not match the given config", mismatched=differences)
     if requested is not None:
-        return export.merge_architecture(exported, requested, path)
+        return merge_architecture(exported, requested, path)
     kept = set(SHAPE_FIELDS) | set(BEHAVIOUR_FIELDS)
     return exported.replace(**{k: v for k, v in values.items() if k not in kept})
 
 
 def load_ours(path: str, config: ElectraConfig | None = None, overrides: dict | None = None, strict: bool = True):
     """`(ElectraConfig, ElectraPretrainer, vocab_file or None)` from an export directory."""
-    if not export.is_export_dir(path):
-        raise ConversionError(f"{path} is not an electra-tf export directory",
-                              missing=[os.path.join(path, export.CONFIG_FILE)])
-    weights = os.path.join(path, export.PRETRAINER_WEIGHTS)
+    _check_export_dir(path)
+    weights = os.path.join(path, PRETRAINER_WEIGHTS)
     if not os.path.isfile(weights):
         raise ConversionError(f"{path} holds only the fine-tuning encoder, not generator + discriminator",
                               missing=[weights])
-    meta = export.read_export_metadata(path)
+    meta = read_export_metadata(path)
     resolved = _resolve(path, ElectraConfig.from_dict(meta["config"]), config, overrides, strict)
     pretrainer = keras_model.build_pretrainer(resolved, meta.get("special_token_ids"))
     pretrainer.load_weights(weights)
-    vocab = os.path.join(path, "vocab.txt")
-    return resolved, pretrainer, vocab if os.path.isfile(vocab) else None
+    return resolved, pretrainer, export_vocab(path)
 
 
-def save_ours(pretrainer, out_dir: str, vocab_file: str | None) -> str:
-    """An export directory of ours (see `electra_tf.export`); returns its path."""
-    return export.export_pretrained(pretrainer, out_dir, vocab_file=vocab_file)
+def load_ours_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator"):
+    """`(ElectraEncoder, config, vocab_file or None)`: the export's fine-tuning encoder alone.
+
+    The export decides every weight-shaping field (differences from `config`
+    are logged); `config`'s training fields (dropout, learning rate, ...) are kept.
+    """
+    _check_export_dir(path)
+    meta = read_export_metadata(path)
+    config = merge_architecture(ElectraConfig.from_dict(meta["config"]), config, path)
+    encoder = ElectraEncoder.from_config_object(config, meta["finetuning_role"], name=name)
+    encoder.build()
+    encoder.load_weights(os.path.join(path, ENCODER_WEIGHTS))
+    return encoder, config, export_vocab(path)
