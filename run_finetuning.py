@@ -42,7 +42,7 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES
-from electra_tf.options import PRECISIONS, STRATEGIES
+from electra_tf.options import PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default
 
 FLAGS = flags.FLAGS
 
@@ -68,28 +68,33 @@ flags.DEFINE_float("layerwise_lr_decay", None, "Per-layer LR decay; <=0 or 1 dis
 flags.DEFINE_boolean("official_layerwise_lr_bug", None, "Reproduce the official code's extra layer-wise decay "
                      "factor (default: the config's finetune_official_layerwise_lr_bug, true); "
                      "--noofficial_layerwise_lr_bug gives the corrected formula.")
-flags.DEFINE_boolean("select_best_epoch", False, "Predict and report with the weights of the best dev "
+flags.DEFINE_boolean("select_best_epoch", default(RunOptions, "select_best_epoch"),
+                     "Predict and report with the weights of the best dev "
                      "evaluation (best.weights.h5) instead of the final weights.")
-flags.DEFINE_boolean("dynamic_padding", True, "Cut each batch to its longest example (rounded up to 16 "
+flags.DEFINE_boolean("dynamic_padding", default(RunOptions, "dynamic_padding"),
+                     "Cut each batch to its longest example (rounded up to 16 "
                      "tokens per 128); false pads every batch to --max_seq_length (always on TPU).")
-flags.DEFINE_boolean("length_bucketing", True, "Fill each training batch with examples of similar length "
+flags.DEFINE_boolean("length_bucketing", default(RunOptions, "length_bucketing"),
+                     "Fill each training batch with examples of similar length "
                      "(deterministic per seed; with --dynamic_padding).")
 flags.DEFINE_integer("max_seq_length", None, "Tokens per example (default 128; SQuAD 512, capped at "
                      "the model's max_position_embeddings).")
 flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (quick runs).")
-flags.DEFINE_integer("seed", 0, "Random seed of the first run.")
+flags.DEFINE_integer("seed", default(RunOptions, "seed"), "Random seed of the first run.")
 flags.DEFINE_integer("num_seeds", 1, "Runs with seeds seed, seed+1, ...; metrics.json holds the medians.")
-flags.DEFINE_boolean("do_train", True, "Fine-tune.")
-flags.DEFINE_boolean("do_eval", True, "Score the dev set(s) after every epoch and at the end.")
-flags.DEFINE_boolean("do_predict", False, "Write test-set predictions (GLUE submission files, "
+flags.DEFINE_boolean("do_train", default(RunOptions, "do_train"), "Fine-tune.")
+flags.DEFINE_boolean("do_eval", default(RunOptions, "do_eval"),
+                     "Score the dev set(s) after every epoch and at the end.")
+flags.DEFINE_boolean("do_predict", default(RunOptions, "do_predict"),
+                     "Write test-set predictions (GLUE submission files, "
                      "SQuAD predictions.json).")
 flags.DEFINE_enum("strategy", "auto", STRATEGIES,
                   "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
-flags.DEFINE_enum("mixed_precision", "none", list(PRECISIONS), "Compute precision.")
-flags.DEFINE_boolean("jit_compile", False, "XLA-compile the train step (slow on CPU).")
-flags.DEFINE_integer("log_steps", 50, "Log train loss/LR every this many steps.")
+flags.DEFINE_enum("mixed_precision", default(RunOptions, "mixed_precision"), list(PRECISIONS), "Compute precision.")
+flags.DEFINE_boolean("jit_compile", default(RunOptions, "jit_compile"), "XLA-compile the train step (slow on CPU).")
+flags.DEFINE_integer("log_steps", default(RunOptions, "log_steps"), "Log train loss/LR every this many steps.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "
                     "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/.")
@@ -105,11 +110,12 @@ flags.DEFINE_boolean("double_unordered", True, "MRPC/STS-B: also train on swappe
 flags.DEFINE_string("text_column", "text_a", "text_classification: text column (name or index).")
 flags.DEFINE_string("text_b_column", None, "text_classification: optional second text column.")
 flags.DEFINE_string("label_column", "label", "text_classification: label column (name or index).")
-flags.DEFINE_integer("doc_stride", 128, "SQuAD: stride between document windows.")
-flags.DEFINE_integer("max_query_length", 64, "SQuAD: question tokens kept.")
-flags.DEFINE_integer("n_best_size", 20, "SQuAD: size of the n-best list (with squad_joint_prediction=false also "
+flags.DEFINE_integer("doc_stride", SquadOptions.doc_stride, "SQuAD: stride between document windows.")
+flags.DEFINE_integer("max_query_length", SquadOptions.max_query_length, "SQuAD: question tokens kept.")
+flags.DEFINE_integer("n_best_size", SquadOptions.n_best_size,
+                     "SQuAD: size of the n-best list (with squad_joint_prediction=false also "
                      "the starts/ends considered; the joint head's beam is squad_beam_size, via --hparams).")
-flags.DEFINE_integer("max_answer_length", 30, "SQuAD: longest answer in tokens.")
+flags.DEFINE_integer("max_answer_length", SquadOptions.max_answer_length, "SQuAD: longest answer in tokens.")
 flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold (default -2.75, the official "
                    "qa_na_threshold) for the headline exact/f1 and predictions.json; best_exact/best_f1 and "
                    "their thresholds are reported beside.")

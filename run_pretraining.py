@@ -63,23 +63,30 @@ flags.DEFINE_float("collective_timeout_seconds", 0, "multi_worker: a collective 
                    "service's heartbeats, within ~10 s). 0 = off. For debugging only: TensorFlow keeps a thread "
                    "per collective for this long (there are dozens per step), and it must exceed the longest "
                    "pause of a worker, e.g. the chief's export.")
-flags.DEFINE_enum("input_sharding", default(TrainOptions, "input_sharding"), INPUT_SHARDINGS, "multi_worker: batch = every worker reads all "
+flags.DEFINE_enum("input_sharding", default(TrainOptions, "input_sharding"), INPUT_SHARDINGS,
+                  "multi_worker: batch = every worker reads all "
                   "shards and takes its slice of each global batch (the batches, losses and resume of one "
                   "process, with any number of workers); file = worker i reads shards i, i+N, ... only (1/N of "
                   "the reading; the data order depends on N).")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
-flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), list(PRECISIONS), "fp16 uses dynamic loss scaling.")
-flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"), "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
-flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"), "Checkpoint every this many steps.")
+flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), list(PRECISIONS),
+                  "fp16 uses dynamic loss scaling.")
+flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"),
+                  "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
+flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"),
+                     "Checkpoint every this many steps.")
 flags.DEFINE_integer("keep_checkpoint_max", default(TrainOptions, "keep_checkpoint_max"), "Checkpoints kept.")
 flags.DEFINE_integer("log_steps", default(TrainOptions, "log_steps"), "Log metrics every this many steps.")
 flags.DEFINE_integer("steps_per_loop", default(TrainOptions, "steps_per_loop"), "Steps per tf.function call.")
-flags.DEFINE_integer("seed", default(TrainOptions, "seed"), "Seed for initialisation, data order, masking and sampling.")
-flags.DEFINE_integer("shuffle_buffer", default(TrainOptions, "shuffle_buffer"), "Example shuffle buffer (saved in checkpoints).")
+flags.DEFINE_integer("seed", default(TrainOptions, "seed"),
+                     "Seed for initialisation, data order, masking and sampling.")
+flags.DEFINE_integer("shuffle_buffer", default(TrainOptions, "shuffle_buffer"),
+                     "Example shuffle buffer (saved in checkpoints).")
 flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
 flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
 flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
-flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"), "Skip (and count) steps whose loss or gradient norm is "
+flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"),
+                  "Skip (and count) steps whose loss or gradient norm is "
                   "NaN/Inf instead of stopping there.")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 

@@ -52,30 +52,36 @@ def options_from_flags():
 
 
 def define_flags() -> None:
-    """Register the command-line flags (only when run as a program)."""
+    """Register the command-line flags (only when run as a program); defaults are `BuildOptions`'."""
+    import dataclasses
+
+    from data_prep import corpus
+    from data_prep.plan import BuildOptions
+
+    default = {field.name: field.default for field in dataclasses.fields(BuildOptions)}
     flags.DEFINE_string("input", "", "Comma-separated input files, globs or directories.")
     flags.DEFINE_string("output_dir", None, "Where the shards and manifest.json are written.")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab (one token per line).")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased vocab).")
+    flags.DEFINE_bool("do_lower_case", default["do_lower_case"], "Lower-case the text (uncased vocab).")
     flags.DEFINE_enum("strip_accents", None, ["true", "false"],
                       "Strip accents; default: same as --do_lower_case.")
-    flags.DEFINE_integer("max_seq_length", 128, "Tokens per example (incl. [CLS]/[SEP]).")
-    flags.DEFINE_integer("max_position_embeddings", 512,
+    flags.DEFINE_integer("max_seq_length", default["max_seq_length"], "Tokens per example (incl. [CLS]/[SEP]).")
+    flags.DEFINE_integer("max_position_embeddings", default["max_position_embeddings"],
                          "The model's position table size; --max_seq_length may not exceed it.")
-    flags.DEFINE_float("short_seq_prob", 0.05, "Probability of a random shorter target length.")
-    flags.DEFINE_float("single_segment_prob", 0.1, "Probability of a single-segment example.")
+    flags.DEFINE_float("short_seq_prob", default["short_seq_prob"], "Probability of a random shorter target length.")
+    flags.DEFINE_float("single_segment_prob", default["single_segment_prob"], "Probability of a single-segment example.")
     flags.DEFINE_integer("num_processes", 1, "Worker processes (0 = all CPU cores).")
     flags.DEFINE_integer("num_shards", None,
                          "Output shards (default: one per 32 MiB of input, at least min(8, input MiB); "
                          "independent of --num_processes).")
-    flags.DEFINE_integer("seed", 12345, "Seed of the packing randomness.")
-    flags.DEFINE_enum("input_format", "auto", ["auto", "text", "wikiextractor", "jsonl"],
+    flags.DEFINE_integer("seed", default["seed"], "Seed of the packing randomness.")
+    flags.DEFINE_enum("input_format", default["input_format"], list(corpus.FORMATS),
                       "Input format; auto detects it per file.")
-    flags.DEFINE_string("text_field", "text", "JSON Lines field holding the document text.")
-    flags.DEFINE_string("tfds_name", "", "TFDS dataset name (prepared data only; never downloads).")
-    flags.DEFINE_string("tfds_split", "train", "TFDS split.")
+    flags.DEFINE_string("text_field", default["text_field"], "JSON Lines field holding the document text.")
+    flags.DEFINE_string("tfds_name", default["tfds_name"], "TFDS dataset name (prepared data only; never downloads).")
+    flags.DEFINE_string("tfds_split", default["tfds_split"], "TFDS split.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data_dir.")
-    flags.DEFINE_string("tfds_text_field", "text", "TFDS feature holding the text.")
+    flags.DEFINE_string("tfds_text_field", default["tfds_text_field"], "TFDS feature holding the text.")
 
 
 def run() -> None:

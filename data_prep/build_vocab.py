@@ -191,7 +191,7 @@ def define_flags() -> None:
                       "Strip accents; default: same as --do_lower_case.")
     flags.DEFINE_list("reserved_tokens", list(DEFAULT_RESERVED),
                       "Tokens at ids 0..N-1; must include [PAD],[UNK],[CLS],[SEP],[MASK].")
-    flags.DEFINE_enum("input_format", "auto", ["auto", "text", "wikiextractor", "jsonl"],
+    flags.DEFINE_enum("input_format", "auto", list(corpus.FORMATS),
                       "Input format; auto detects it per file.")
     flags.DEFINE_string("text_field", "text", "JSON Lines field holding the text.")
     flags.DEFINE_integer("max_unique_chars", None,

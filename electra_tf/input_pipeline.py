@@ -34,6 +34,7 @@ from absl import logging
 from data_prep.manifest import FEATURE_NAMES, load_manifest, validate_manifest
 from electra_tf import distribution
 from electra_tf.config import ElectraConfig
+from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 
 
 def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
@@ -59,7 +60,7 @@ def _parser(seq_length: int):
 
 def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed: int = 0,
                         input_context: tf.distribute.InputContext | None = None,
-                        shuffle_buffer: int = 1000, repeat: bool = True) -> tf.data.Dataset:
+                        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, repeat: bool = True) -> tf.data.Dataset:
     """Batches of `{input_ids, input_mask, segment_ids}` (int32 `[batch, seq]`).
 
     `batch_size` is per input pipeline: with a strategy pass the per-replica
@@ -87,11 +88,11 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-INPUT_SHARDINGS = ("batch", "file")
 
 
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
-                   *, seed: int = 0, shuffle_buffer: int = 1000, sharding: str = "batch") -> tf.data.Dataset:
+                   *, seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                   sharding: str = "batch") -> tf.data.Dataset:
     """This worker's input; `distribution.split_for_replicas` hands each replica its slice.
 
     With several workers (MultiWorkerMirroredStrategy), `sharding`:

@@ -21,7 +21,8 @@ Example:
 >>> from electra_tf.config import get_config
 >>> from electra_tf.optimization import create_optimizer
 >>> from electra_tf.pretrainer import ElectraPretrainer
->>> config = get_config("tiny", vocab_size=64, hparams={"discriminator.num_layers": 1, "generator.num_layers": 1}, max_seq_length=16)
+>>> config = get_config("tiny", {"discriminator.num_layers": 1, "generator.num_layers": 1},
+...                     vocab_size=64, max_seq_length=16)
 >>> model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
 >>> model.compile(optimizer=create_optimizer(config))
 >>> ids = np.random.RandomState(0).randint(5, 64, size=(4, 16)).astype("int32")

@@ -28,7 +28,8 @@ def imported(path: pathlib.Path, name: str, modules) -> set:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
             candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue

@@ -19,6 +19,7 @@ Example:
 import dataclasses
 import json
 
+from electra_tf.config import ACTIVATIONS as OUR_ACTIVATIONS
 from electra_tf.config import ENCODER_FIELDS, ROLES, ElectraConfig, flatten
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import HF_TO_OURS_ACT
@@ -32,7 +33,7 @@ IGNORED = {"architectures", "model_type", "transformers_version", "dtype", "torc
            "summary_last_dropout", "use_cache", "classifier_dropout", "is_decoder", "add_cross_attention",
            "tie_word_embeddings", "position_embedding_type", "directionality", "pooler_fc_size",
            "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}
-ACTIVATIONS = {**HF_TO_OURS_ACT, "gelu_approximate": "gelu_approximate"}
+ACTIVATIONS = {**HF_TO_OURS_ACT, **{name: name for name in OUR_ACTIVATIONS}}
 
 
 def read_config_json(path: str) -> dict:

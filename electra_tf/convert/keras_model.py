@@ -8,7 +8,8 @@ Example:
 
 >>> from electra_tf.config import get_config
 >>> from electra_tf.convert import keras_model
->>> config = get_config("tiny", vocab_size=40, hparams={"discriminator.num_layers": 1, "generator.num_layers": 1}, max_seq_length=16)
+>>> config = get_config("tiny", {"discriminator.num_layers": 1, "generator.num_layers": 1},
+...                     vocab_size=40, max_seq_length=16)
 >>> pretrainer = keras_model.build_pretrainer(config)
 >>> weights = keras_model.read_weights(pretrainer)
 >>> weights["discriminator/layer_0/attention/query/kernel"].shape

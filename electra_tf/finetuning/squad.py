@@ -56,6 +56,7 @@ from absl import logging
 from electra_tf.finetuning import metrics as metrics_lib
 from electra_tf.finetuning.heads import SpanHead
 from electra_tf.finetuning.task import EvalSet, Task
+from electra_tf.options import SquadOptions
 
 # The official `qa_na_threshold`: 2.0 predicts "no answer" where the null odds exceed it.
 OFFICIAL_NULL_THRESHOLD = -2.75
@@ -190,7 +191,8 @@ def _tokenize_paragraphs(tokenizer, examples):
     return result
 
 
-def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_stride=128, max_query_length=64,
+def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_stride=SquadOptions.doc_stride,
+                                 max_query_length=SquadOptions.max_query_length,
                                  is_training=False):
     """Features (dict of int32 arrays) and one metadata dict per feature.
 
@@ -367,7 +369,8 @@ def _nbest(example, prelim, meta, tokenizer, n_best_size, do_lower_case):
     return nbest or [("empty", 0.0, 0.0)]  # the official nonce answer when no span is valid
 
 
-def decode_predictions(examples, meta, outputs, tokenizer, n_best_size=20, max_answer_length=30, v2=False,
+def decode_predictions(examples, meta, outputs, tokenizer, n_best_size=SquadOptions.n_best_size,
+                       max_answer_length=SquadOptions.max_answer_length, v2=False,
                        do_lower_case=True):
     """(predictions, nbest, null_odds) dicts keyed by question id, as the official `write_predictions`.
 
@@ -434,8 +437,9 @@ class SquadTask(Task):
     default_epochs = 2
     default_max_seq_length = 512
 
-    def __init__(self, v2=False, data_dir=None, file_overrides=None, max_query_length=64, doc_stride=128,
-                 n_best_size=20, max_answer_length=30, train_articles=None, dev_articles=None,
+    def __init__(self, v2=False, data_dir=None, file_overrides=None, max_query_length=SquadOptions.max_query_length,
+                 doc_stride=SquadOptions.doc_stride, n_best_size=SquadOptions.n_best_size,
+                 max_answer_length=SquadOptions.max_answer_length, train_articles=None, dev_articles=None,
                  null_score_threshold=None, do_lower_case=True):
         super().__init__("squad_v2" if v2 else "squad")
         self.v2 = v2

@@ -64,6 +64,7 @@ from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.finetuning.task import Task
 from electra_tf.modeling import ElectraEncoder
 from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
+from electra_tf.options import RunOptions
 
 INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
 BEST_WEIGHTS = "best.weights.h5"
@@ -139,38 +140,6 @@ class FinetuningModel(keras.Model):
         encoder = keras.saving.deserialize_keras_object(config.pop("encoder"))
         head = keras.saving.deserialize_keras_object(config.pop("head"))
         return cls(encoder, head, **config)
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """What one fine-tuning run needs besides the config and the task.
-
-    `official_layerwise_lr_bug=None` takes `config.finetune_official_layerwise_lr_bug`.
-    """
-
-    output_dir: str
-    learning_rate: float
-    train_batch_size: int
-    eval_batch_size: int
-    num_train_epochs: float
-    warmup_fraction: float
-    weight_decay: float
-    layerwise_lr_decay: float
-    max_seq_length: int
-    seed: int = 0
-    official_layerwise_lr_bug: Optional[bool] = None
-    max_train_steps: Optional[int] = None
-    do_train: bool = True
-    do_eval: bool = True
-    do_predict: bool = False
-    select_best_epoch: bool = False
-    export_saved_model: Optional[str] = None  # a text-in / label-out SavedModel of the selected weights
-    dynamic_padding: bool = True
-    length_bucketing: bool = True
-    mixed_precision: str = "none"
-    log_steps: int = 50
-    steps_per_loop: int = 50
-    jit_compile: bool = False
 
 
 # --------------------------------------------------------------------------
