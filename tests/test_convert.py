@@ -178,3 +178,40 @@ def test_config_json_completes_and_checks_our_export(from_hf, tmp_path):
     assert loaded == config.replace(learning_rate=1e-4)
     with pytest.raises(ConversionError, match="num_layers: config 3, export 1"):
         load_any(str(tmp_path / "export"), overrides={"num_layers": 3})
+
+
+def test_read_config_builds_no_model_and_agrees_with_loading(from_hf, official_dir, tmp_path, monkeypatch):
+    from electra_tf.convert import api, ours
+    from electra_tf.modeling import ElectraEncoder
+
+    config, pretrainer, vocab = from_hf
+    export_dir = save_ours(pretrainer, str(tmp_path / "export"), vocab, keras_hub=False)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / api.RUN_CONFIG).write_text(config.to_json())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("read_config built a model")
+
+    monkeypatch.setattr(keras_model, "build_pretrainer", refuse)
+    monkeypatch.setattr(ElectraEncoder, "__init__", refuse)
+    assert api.read_config(str(HF_DIR))[0] == config
+    assert api.read_config(export_dir) == (config, {k: v for k, v in config.to_dict().items()
+                                                     if k.startswith("finetune_")})
+    assert api.read_config(str(run_dir))[0] == config
+    assert api.read_config(str(official_dir))[0].discriminator == config.discriminator
+    assert api.checkpoint_vocab(export_dir) == os.path.join(export_dir, "vocab.txt")
+    assert ours.read_ours_config(export_dir)[0] == config
+
+
+def test_run_directories_of_older_runs_keep_their_flat_config(tmp_path):
+    from electra_tf.config import get_config
+    from electra_tf.convert import api
+
+    config = get_config("mini", num_train_steps=10)
+    flat = {k: v for k, v in config.to_dict().items() if k not in ("discriminator", "generator")}
+    flat.update({f"generator_{k}": v for k, v in config.to_dict()["generator"].items()})
+    flat.update(config.to_dict()["discriminator"])
+    (tmp_path / "electra_config.json").write_text(json.dumps(flat))
+    assert api.run_config_path(str(tmp_path)).endswith("electra_config.json")
+    assert api.read_config(str(tmp_path))[0] == config
