@@ -283,21 +283,25 @@ def runs_per_arm(budget: Budget) -> int:
 
 
 class Progress:
-    """Prints each fine-tuning run with an ETA over the runs still to do."""
+    """Prints each fine-tuning run with an ETA over the runs still to do (each run counted once)."""
 
     def __init__(self, total_runs: int):
-        self.total, self.done, self.seconds = total_runs, 0, []
+        self.total, self.done, self.seconds = total_runs, set(), []
 
     def __call__(self, arm, task, lr, seed, fn):
+        key = (arm, task, lr, seed)
+        if key in self.done:  # the selection task's runs are asked for again, cached, with the other tasks
+            return fn()
         started = time.time()
         value = fn()
         elapsed = time.time() - started
-        self.done += 1
+        self.done.add(key)
         if elapsed > 1.0:  # cached runs take no time and say nothing about speed
             self.seconds.append(elapsed)
-        eta = statistics.mean(self.seconds) * (self.total - self.done) if self.seconds else 0.0
-        log(f"[{arm}] {task} lr {lr:g} seed {seed}: {value:.2f}  ({self.done}/{self.total} runs, "
+        eta = statistics.mean(self.seconds) * (self.total - len(self.done)) if self.seconds else 0.0
+        log(f"[{arm}] {task} lr {lr:g} seed {seed}: {value:.2f}  ({len(self.done)}/{self.total} runs, "
             f"ETA ≤ {format_seconds(eta)})")
+        return value
 
 
 # --------------------------------------------------------------------------- results

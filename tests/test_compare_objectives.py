@@ -59,3 +59,12 @@ def test_schedule_fine_tunes_no_pretraining_right_after_the_first_arm():
     assert co.schedule(("rtd", "mlm", "none")) == ["rtd", "none", "mlm"]
     assert co.schedule(("mlm", "gdes")) == ["mlm", "gdes"]
     assert co.schedule(("none",)) == ["none"]
+
+
+def test_progress_counts_each_run_once(capsys):
+    progress = co.Progress(total_runs=2)
+    assert progress("rtd", "STS-B", 1e-4, 0, lambda: 1.5) == 1.5
+    progress("rtd", "STS-B", 1e-4, 0, lambda: 1.5)  # asked again (cached): not a new run
+    progress("rtd", "MRPC", 1e-4, 0, lambda: 2.5)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "(1/2 runs" in lines[0] and "(2/2 runs" in lines[1]
