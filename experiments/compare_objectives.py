@@ -353,9 +353,16 @@ def build_results(budget: Budget, work_dir: Path, arms, command: str) -> dict:
         entry["pretrain_seconds"] = sum(
             budget.save_checkpoints_steps * budget.train_batch_size / r["examples_per_second"]
             for r in log_rows if r.get("examples_per_second"))
+        entry["finetune_seconds"] = finetune_seconds(work_dir, arm)
         entry["fraction_of_electra_small_flops"] = entry["pretrain_flops"] / small_flops
         results["arms"][arm] = entry
     return results
+
+
+def finetune_seconds(work_dir: Path, arm: str) -> float:
+    """Wall-clock of the arm's finished fine-tuning runs."""
+    return sum(json.loads(done.read_text()).get("seconds", 0.0)
+               for done in (work_dir / "arms" / arm / "finetune").glob("*/*/*/result.json"))
 
 
 def headline(entry: dict, task: str) -> Optional[float]:
@@ -403,7 +410,11 @@ def markdown(results: dict) -> str:
     lines += ["", "Pre-training FLOPs: forward matmul FLOPs × 3, generator included (`electra_tf/flops.py`); "
               f"ELECTRA-Small (1M steps × 128 × 128) is {results['electra_small_pretrain_flops']:.3g} by the same "
               "formula. The rtd arm runs the budget's steps; every other arm the steps that spend rtd's FLOPs, "
-              "but never fewer than rtd's.", ""]
+              "but never fewer than rtd's.", "",
+              "Wall-clock on the machine that ran it (2 CPU cores unless said otherwise): "
+              + "; ".join(f"{arm} pre-training {format_seconds(e['pretrain_seconds'])}, fine-tuning "
+                          f"{format_seconds(e.get('finetune_seconds', 0.0))}" for arm, e in results["arms"].items())
+              + ".", ""]
     return "\n".join(lines)
 
 
