@@ -42,9 +42,8 @@ classification, ours ``FinetuningModel`` + ``ClassificationHead`` +
 ``ElectraAdamW`` with layer-wise rates vs ``ElectraForSequenceClassification``
 + AdamW, fp32); the tf.data pipeline alone (TFRecord shards → parsed batches);
 optional ablations of our step (``--ablations``: monkeypatched variants,
-interleaved with the unchanged step; ``keras_dropout``, ``keras_layernorm``
-and ``before_11`` undo issue #11's speed-ups one at a time or both) and a
-TF-profiler trace summarised by op self time (``--profile``).
+interleaved with the unchanged step) and a TF-profiler trace summarised by op
+self time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
 
 FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every
@@ -92,7 +91,7 @@ import tensorflow as tf  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # each implementation traces its own step: no retracing warnings
 
-from electra_tf import distribution, flops, masking, modeling, training  # noqa: E402
+from electra_tf import distribution, flops, masking, training  # noqa: E402
 from electra_tf.config import get_config  # noqa: E402
 
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
@@ -101,8 +100,7 @@ PEERS = ("hf", "keras_hub")
 ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
-             "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
-             "keras_dropout", "keras_layernorm", "before_11")
+             "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla")
 
 try:
     import torch
@@ -639,11 +637,6 @@ def _ablation_patches(variant, model, optimizer):
             patch(optimizer, "apply", lambda grads, variables: None)
         elif variant == "no_nonfinite_guard":
             patch(loop, "apply_gradients", _apply_gradients_without_guard)
-        # Issue #11's changes undone, one at a time or both ("before_11": the step before them).
-        if variant in ("keras_dropout", "before_11"):
-            patch(modeling.ElectraDropout, "call", keras.layers.Dropout.call)
-        if variant in ("keras_layernorm", "before_11"):
-            patch(modeling.ElectraLayerNormalization, "call", keras.layers.LayerNormalization.call)
         try:
             yield
         finally:

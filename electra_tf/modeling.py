@@ -1,4 +1,4 @@
-"""ELECTRA encoders and heads in Keras 3 (TensorFlow backend).
+"""ELECTRA encoders and heads in backend-agnostic Keras 3.
 
 The discriminator is laid out exactly like `keras_hub.models.ElectraBackbone`
 (same layer classes, names and weight order), so its weights copy into that
@@ -6,9 +6,6 @@ class one layer at a time (see `electra_tf.convert.keras_hub_preset`). The gener
 discriminator's whole `ElectraEmbeddings` block (word, position and segment
 embeddings plus their LayerNorm: the same variable objects) and adds its own
 projection and narrower transformer layers, as in the official code.
-("Same layer classes" up to two speed-ups, issue #11: dropout and LayerNorm run as
-`ElectraDropout` / `ElectraLayerNormalization`, subclasses that only replace `call`,
-with the same weights and names.)
 
 Example:
 
@@ -29,7 +26,6 @@ Example:
 import dataclasses
 
 import keras
-import tensorflow as tf
 from keras import layers, ops
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
@@ -58,117 +54,6 @@ def get_activation(name: str):
     if name not in activations:
         raise ValueError(f"hidden_act must be one of {sorted(activations)}, got {name!r}")
     return activations[name]
-
-
-# Dropout keep decisions at 16-bit resolution: one 32-bit Philox number gives two decisions.
-_DROPOUT_LEVELS = 1 << 16
-
-
-def dropout16(x, rate: float, seed):
-    """Inverted dropout whose keep decisions use 16 random bits each (two per 32-bit draw).
-
-    Element i is dropped iff its 16-bit number is below `round(rate × 65536)`, so the drop
-    probability is that threshold / 65536: within 0.5 / 65536 < 1e-5 of `rate` (0.1 →
-    6554 / 65536 = 0.100006). Kept elements are scaled by 1 / (1 − that probability), so the
-    expectation is exactly `x`. Half the Philox work of Keras' one-float-per-element mask,
-    and one select + one multiply. Deterministic in `seed` (an int `[2]`), like Keras' dropout.
-    """
-    threshold = int(round(rate * _DROPOUT_LEVELS))
-    if threshold <= 0:
-        return x
-    if threshold >= _DROPOUT_LEVELS:
-        return tf.zeros_like(x)
-    scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
-    size = x.shape.num_elements()
-    if size is None:
-        size = tf.size(x)
-    bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32)
-    keep = tf.reshape(tf.bitcast(bits, tf.uint16), [-1]) >= threshold
-    if not isinstance(size, int) or size % 2:
-        keep = keep[:size]
-    keep = tf.reshape(keep, tf.shape(x))
-    return x * tf.where(keep, tf.constant(scale, x.dtype), tf.constant(0, x.dtype))
-
-
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class ElectraDropout(layers.Dropout):
-    """`keras.layers.Dropout` with `dropout16` masks (same seed generator, same state)."""
-
-    def call(self, inputs, training=False):
-        if training and self.rate > 0 and self.noise_shape is None:
-            seed = self.seed_generator.next()
-            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras' TF backend
-            return dropout16(inputs, self.rate, seed)
-        return super().call(inputs, training=training)
-
-
-def layer_norm_last_axis(x, gamma, beta, epsilon):
-    """LayerNorm over the last axis: Keras' forward formula, a hand-written backward.
-
-    The forward pass is `keras.ops.layer_normalization`'s, op for op (statistics in
-    float32, `x * inv + (beta - mean * inv)` with `inv = rsqrt(var + eps) * gamma`), so
-    outputs are bit-identical to `keras.layers.LayerNormalization`. The gradient is the
-    closed form `inv0 * (g - mean(g) - x̂ * mean(g * x̂))` with `g = dy * gamma`,
-    `inv0 = rsqrt(var + eps)` and `x̂ = (x - mean) * inv0`, instead of autodiff through
-    `moments` (about a third of the ops; equal to it within float32 round-off).
-    """
-    x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
-
-    @tf.custom_gradient
-    def forward(x, gamma, beta):
-        x32, g32, b32 = (tf.cast(t, tf.float32) for t in (x, gamma, beta))
-        mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
-        inv0 = tf.math.rsqrt(variance + epsilon)
-        inv = inv0 * g32
-        outputs = tf.cast(x32 * inv + (-mean * inv + b32), x_dtype)
-
-        def grad(dy):
-            dy32 = tf.cast(dy, tf.float32)
-            xhat = (x32 - mean) * inv0
-            batch_axes = list(range(len(x.shape) - 1))
-            dgamma = tf.reduce_sum(dy32 * xhat, batch_axes)
-            dbeta = tf.reduce_sum(dy32, batch_axes)
-            g = dy32 * g32
-            dx = inv0 * (g - tf.reduce_mean(g, -1, keepdims=True)
-                         - xhat * tf.reduce_mean(g * xhat, -1, keepdims=True))
-            return tf.cast(dx, x_dtype), tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype)
-
-        return outputs, grad
-
-    return forward(x, gamma, beta)
-
-
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class ElectraLayerNormalization(layers.LayerNormalization):
-    """`keras.layers.LayerNormalization` computed by `layer_norm_last_axis` (same weights, same outputs)."""
-
-    def call(self, inputs):
-        axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
-        rank = len(inputs.shape)
-        if self.rms_scaling or not (self.center and self.scale) or [a % rank for a in axes] != [rank - 1]:
-            return super().call(inputs)
-        outputs = layer_norm_last_axis(inputs, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
-                                       self.epsilon)
-        return ops.cast(outputs, self.compute_dtype)
-
-
-def use_fast_layers(layer: TransformerEncoder):
-    """Makes a built keras-hub `TransformerEncoder` use `ElectraDropout` and `ElectraLayerNormalization`.
-
-    Its three `Dropout` layers (attention probabilities, attention output, feed-forward
-    output) and two `LayerNormalization` layers change class in place: the same objects,
-    names, weights, seed generators and tracking order, so checkpoints and the dropout RNG
-    state list are unchanged. (keras-hub builds them inside `TransformerEncoder.build`, with
-    no hook to pass other layer classes.)
-    """
-    attention = getattr(layer, "_self_attention_layer", None)
-    for dropout in (getattr(layer, "_self_attention_dropout", None), getattr(layer, "_feedforward_dropout", None),
-                    getattr(attention, "_dropout_layer", None)):
-        if type(dropout) is layers.Dropout:
-            dropout.__class__ = ElectraDropout
-    for norm in (getattr(layer, "_self_attention_layer_norm", None), getattr(layer, "_feedforward_layer_norm", None)):
-        if type(norm) is layers.LayerNormalization:
-            norm.__class__ = ElectraLayerNormalization
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -213,10 +98,10 @@ class ElectraEmbeddings(layers.Layer):
             type_vocab_size, embedding_size, embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy, name="segment_embedding",
         )
-        self.embeddings_layer_norm = ElectraLayerNormalization(
+        self.embeddings_layer_norm = layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="embeddings_layer_norm"
         )
-        self.embeddings_dropout = ElectraDropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
+        self.embeddings_dropout = layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         self.token_embedding.build(token_ids_shape)
@@ -433,7 +318,6 @@ class ElectraEncoder(keras.Model):
             width = self.hidden_size
         for layer in self.transformer_layers:
             layer.build(shape + (width,))
-            use_fast_layers(layer)
         self.built = True
 
     def call(self, inputs, training=None):
@@ -503,7 +387,7 @@ class MaskedLMHead(layers.Layer):
             embedding_size, activation=get_activation(hidden_act),
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
-        self.layer_norm = ElectraLayerNormalization(
+        self.layer_norm = layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 
