@@ -407,7 +407,30 @@ def torch_adamw(named_parameters, lr, weight_decay, config):
     return torch.optim.AdamW(groups, lr=lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
 
 
-class HFPair:
+class EagerTorchStep:
+    """What the PyTorch peers share: the eager update after the loss, and the timing of `_step`."""
+
+    def _update(self, loss, params):
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, self.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def first_step(self):
+        start = time.perf_counter()
+        loss = self._step()
+        return time.perf_counter() - start, loss
+
+    def run(self, n):
+        start = time.perf_counter()
+        for _ in range(n):
+            self._step()
+        return time.perf_counter() - start
+
+
+class HFPair(EagerTorchStep):
     """transformers ElectraForMaskedLM + ElectraForPreTraining on PyTorch, the same RTD step."""
 
     framework = "torch"
@@ -461,23 +484,7 @@ class HFPair:
                                     token_type_ids=self.segment_ids).logits.float()
             bce = torch.nn.functional.binary_cross_entropy_with_logits(disc_logits, labels, reduction="none")
             loss = mlm + self.disc_weight * (bce * self.real).sum() / self.real.sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
-
-    def first_step(self):
-        start = time.perf_counter()
-        loss = self._step()
-        return time.perf_counter() - start, loss
-
-    def run(self, n):
-        start = time.perf_counter()
-        for _ in range(n):
-            self._step()
-        return time.perf_counter() - start
+        return self._update(loss, self.params)
 
     def close(self):
         del self.disc, self.gen, self.optimizer
@@ -530,7 +537,7 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
-class HFFinetune:
+class HFFinetune(EagerTorchStep):
     framework = "torch"
     name = "hf_finetune"
 
@@ -549,24 +556,7 @@ class HFFinetune:
                            token_type_ids=t(batch["segment_ids"]), labels=t(batch["label_ids"]))
 
     def _step(self):
-        loss = self.model(**self.inputs).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
-
-    def first_step(self):
-        start = time.perf_counter()
-        loss = self._step()
-        return time.perf_counter() - start, loss
-
-    def run(self, n):
-        start = time.perf_counter()
-        for _ in range(n):
-            self._step()
-        return time.perf_counter() - start
+        return self._update(self.model(**self.inputs).loss, self.model.parameters())
 
     def close(self):
         del self.model, self.optimizer
