@@ -70,6 +70,8 @@ SHAPE_FIELDS = EMBEDDING_SHAPE_FIELDS + tuple(f"{role}.{name}" for role in ROLES
 BEHAVIOUR_FIELDS = ("hidden_act", "layer_norm_epsilon")
 # Which encoder a pre-training run trains for fine-tuning: recorded with its weights.
 OBJECTIVE_FIELDS = ("objective", "mlm_encoder")
+# Everything a checkpoint decides: a run resumes, and a fine-tuning run loads, only with these as stored.
+CHECKPOINT_FIELDS = SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,7 +320,7 @@ def merge_architecture(source: ElectraConfig, requested: ElectraConfig | None,
     """
     if requested is None:
         return source
-    arch = {f: source.get(f) for f in SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS}
+    arch = {f: source.get(f) for f in CHECKPOINT_FIELDS}
     changed = {f: (requested.get(f), v) for f, v in arch.items() if requested.get(f) != v}
     if changed:
         logging.warning("%s: architecture taken from the checkpoint: %s", source_name,

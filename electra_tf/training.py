@@ -18,7 +18,6 @@ Example (see `run_pretraining.py` for the command-line front end):
 """
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -30,24 +29,20 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf import distribution, input_pipeline, loop, masking, preemption
-from electra_tf.config import BEHAVIOUR_FIELDS, OBJECTIVE_FIELDS, SHAPE_FIELDS, ElectraConfig
+from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
 from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
 from electra_tf.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
 
-RUN_CONFIG = convert_api.RUN_CONFIG  # flat fields in runs started before the config tree: still read
-
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs."""
     existing = convert_api.run_config_path(model_dir)
     if existing:
-        with open(existing) as f:
-            previous = ElectraConfig.from_dict(json.load(f))
-        diff = {f: (previous.get(f), config.get(f)) for f in SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS
-                if previous.get(f) != config.get(f)}
+        previous = convert_api.load_run_config(existing)
+        diff = {f: (previous.get(f), config.get(f)) for f in CHECKPOINT_FIELDS if previous.get(f) != config.get(f)}
         if diff:
             details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
             raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
@@ -55,7 +50,7 @@ def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     if not write:
         return
     os.makedirs(model_dir, exist_ok=True)
-    path = existing or os.path.join(model_dir, RUN_CONFIG)
+    path = existing or os.path.join(model_dir, convert_api.RUN_CONFIG)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(config.to_json())

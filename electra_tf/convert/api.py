@@ -119,14 +119,12 @@ def read_config(path: str) -> tuple[ElectraConfig, dict]:
 
     `path` may also be a pre-training run directory of ours (its run config).
     """
-    run_config = run_config_path(path)
-    if run_config and not ours.is_export_dir(path):
-        with open(run_config) as f:
-            return ElectraConfig.from_dict(json.load(f)), {}
-    source_format = detect_format(path)
-    if source_format == "ours":
+    if ours.is_export_dir(path):
         return ours.read_ours_config(path)
-    return open_foreign(path, source_format).resolve(None, strict=False), {}
+    run_config = run_config_path(path)
+    if run_config:
+        return load_run_config(run_config), {}
+    return open_foreign(path, detect_format(path)).resolve(None, strict=False), {}
 
 
 def checkpoint_vocab(path: str) -> str | None:
@@ -154,6 +152,12 @@ def run_config_path(model_dir: str) -> str | None:
         if os.path.isfile(path):
             return path
     return None
+
+
+def load_run_config(path: str) -> ElectraConfig:
+    """The config in run config file `path` (either schema)."""
+    with open(path) as f:
+        return ElectraConfig.from_dict(json.load(f))
 
 
 def initialize_pretrainer(model, path: str, generator_path: str | None = None) -> tuple:
