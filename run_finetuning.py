@@ -204,11 +204,14 @@ def load_encoder(config):
         return new_encoder_fn(config), config, None
     from electra_tf.convert import api
 
+    checkpoint_vocab = api.checkpoint_vocab(FLAGS.init_checkpoint)
+
     def build():  # a fresh copy of the pre-trained weights for every seed
-        encoder, _, _ = api.load_encoder(FLAGS.init_checkpoint, config, strict=False)
+        encoder, _, _ = api.load_encoder(FLAGS.init_checkpoint, config, vocab_file=FLAGS.vocab_file or checkpoint_vocab,
+                                         strict=False)
         return encoder
 
-    return build, config, api.checkpoint_vocab(FLAGS.init_checkpoint)
+    return build, config, checkpoint_vocab
 
 
 def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows):

@@ -92,3 +92,19 @@ def test_unrecognised_checkpoint_is_one_line(tmp_path, glue_dir):
         _run(tmp_path, glue_dir, tmp_path / "empty", "out")
     text = str(info.value.code)
     assert "--init_checkpoint" in text and "unrecognised checkpoint" in text and "\n" not in text
+
+
+def test_hf_checkpoint_without_its_vocab_takes_vocab_file(tmp_path, glue_dir):
+    """A checkpoint folder without vocab.txt fine-tunes with --vocab_file (the encoder loader gets it too)."""
+    import shutil
+
+    bare = tmp_path / "bare"
+    for role in ("discriminator", "generator"):
+        (bare / role).mkdir(parents=True)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(HF_FIXTURE / role / name, bare / role / name)
+    vocab = HF_FIXTURE / "discriminator" / "vocab.txt"
+    with pytest.raises(SystemExit, match="--vocab_file is required"):
+        _run(tmp_path, glue_dir, bare, "no_vocab")
+    config, _ = _run(tmp_path, glue_dir, bare, "with_vocab", [f"--vocab_file={vocab}"])
+    assert config.vocab_size == 1000
