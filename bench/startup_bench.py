@@ -1,0 +1,169 @@
+"""Where the first pre-training step's time goes: build, trace, graph optimisation, first step.
+
+Not a test. Splits the first call of `training.make_train_fn`'s loop (what `run_pretraining.py`
+runs) into Python tracing (`get_concrete_function`) and the first execution (grappler, function
+instantiation, oneDNN rewrites and one step); counts the traced graph's nodes by part (forward,
+backward, optimizer update); and compares, interleaved in one process, steps with TF's grappler
+meta-optimizer on (TF's default) and off. Wall and CPU seconds are both printed: on a shared
+machine CPU seconds are the steadier measure.
+
+    python bench/startup_bench.py --size=small --rounds=4
+    python bench/startup_bench.py --size=small --grappler_log   # per-pass grappler times
+
+`--grappler_log` sets `TF_CPP_VMODULE=meta_optimizer=1` before TensorFlow is imported, so TF
+logs each grappler pass with its time on stderr; the script sums them per pass.
+"""
+
+import os
+import re
+import sys
+
+GRAPPLER_LOG = None
+if "--grappler_log" in sys.argv:
+    # TF's C++ log goes to file descriptor 2: send it to a file to parse at the end.
+    os.environ["TF_CPP_VMODULE"] = "meta_optimizer=1"
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    GRAPPLER_LOG = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"startup_bench_{os.getpid()}.log")
+    os.dup2(os.open(GRAPPLER_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+
+import collections  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import step_bench  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("size", "small", ["tiny", "mini", "small", "base"], "Model size (batch 32 × 128).")
+flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Precision of the step.")
+flags.DEFINE_integer("rounds", 4, "Interleaved rounds of the grappler on/off step comparison (0: skip it).")
+flags.DEFINE_integer("steps", 3, "Timed steps per implementation per round.")
+flags.DEFINE_bool("grappler_log", False, "Also report grappler's per-pass times (from TF's own log).")
+flags.DEFINE_string("json_out", None, "Write the numbers here as JSON.")
+
+
+class Timer:
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+    def pair(self):
+        return {"wall_s": round(self.wall, 2), "cpu_s": round(self.cpu, 2)}
+
+
+def set_grappler(enabled: bool):
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not enabled})
+
+
+def graph_parts(concrete) -> dict:
+    """Node counts of the traced loop by part: the optimizer update lives in the non-finite guard's
+    true branch; backward nodes carry the tape's `gradient_tape/` prefix."""
+    counts = collections.Counter()
+    graph = concrete.graph.as_graph_def()
+    for function in graph.library.function:
+        for node in function.node_def:
+            if "electra_adam_w" in node.name or "electra_lamb" in node.name:
+                counts["optimizer update"] += 1
+            elif node.name.startswith("gradient_tape/"):
+                counts["backward"] += 1
+            else:
+                counts["forward, losses, metrics, loop"] += 1
+    counts["outer graph"] = len(graph.node)
+    return dict(counts)
+
+
+def first_step(config, batch, strategy, grappler: bool) -> tuple:
+    set_grappler(grappler)
+    with Timer() as build:
+        impl = step_bench.Ours(config, batch, FLAGS.precision, strategy=strategy)
+    with Timer() as trace:
+        concrete = impl.fn.get_concrete_function(impl.iterator, tf.constant(1))
+    with Timer() as first:
+        impl._call(1)
+    times = {"build": build.pair(), "trace": trace.pair(), "first_call": first.pair()}
+    return impl, times, concrete
+
+
+def timed_steps(impl, grappler: bool, steps: int) -> dict:
+    set_grappler(grappler)
+    impl._call(1)
+    with Timer() as t:
+        impl._call(steps)
+    return {"wall_s": t.wall / steps, "cpu_s": t.cpu / steps}
+
+
+def grappler_pass_times(log_path: str) -> dict:
+    """Seconds per grappler pass (summed over its iterations) for the first optimisation of the
+    traced loop (`__inference_run_*`), from meta_optimizer's log lines. Later optimisations of the
+    same function (TF re-instantiates it when the optimizer options are toggled) are left out."""
+    totals = collections.defaultdict(float)
+    pattern = re.compile(r"meta_optimizer\.cc:\d+\] (\S+?)(\{.*\})?: Graph size after: .* time = ([\d.]+)ms")
+    inside = False
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if "Starting optimization for grappler item: __inference_run" in line:
+                inside = True
+            elif inside and "Optimized main graph" in line:
+                break
+            elif inside and (match := pattern.search(line)):
+                totals[match.group(1)] += float(match.group(3)) / 1000
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def main(argv):
+    del argv
+    if GRAPPLER_LOG:
+        print(f"TensorFlow's log (and stderr) goes to {GRAPPLER_LOG}", flush=True)
+    config = step_bench.bench_config(FLAGS.size)
+    batch = step_bench.synthetic_batch(32, 128, config.vocab_size)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    report = {"command": "python bench/startup_bench.py " + " ".join(sys.argv[1:]),
+              "hardware": step_bench.hardware_line(), "size": FLAGS.size, "precision": FLAGS.precision}
+
+    impls = {}
+    for grappler in (True, False):
+        impl, times, concrete = first_step(config, batch, strategy, grappler)
+        impls[grappler] = impl
+        report[f"grappler_{'on' if grappler else 'off'}"] = times
+        print(f"grappler {'on ' if grappler else 'off'}: " + ", ".join(
+            f"{k} {v['wall_s']} s wall / {v['cpu_s']} CPU-s" for k, v in times.items()), flush=True)
+    report["graph_nodes"] = graph_parts(concrete)
+    print("traced loop, nodes by part:", report["graph_nodes"], flush=True)
+
+    per_round = {True: [], False: []}
+    for round_index in range(FLAGS.rounds):
+        for grappler in ((True, False) if round_index % 2 == 0 else (False, True)):
+            per_round[grappler].append(timed_steps(impls[grappler], grappler, FLAGS.steps))
+        on, off = per_round[True][-1], per_round[False][-1]
+        print(f"round {round_index}: CPU-s/step on {on['cpu_s']:.3f}, off {off['cpu_s']:.3f} "
+              f"(on ÷ off {on['cpu_s'] / off['cpu_s']:.3f})", flush=True)
+    if FLAGS.rounds:
+        ratios = [on["cpu_s"] / off["cpu_s"] for on, off in zip(per_round[True], per_round[False])]
+        report["steps"] = {"on": per_round[True], "off": per_round[False],
+                           "cpu_ratio_on_over_off": ratios, "median_ratio": statistics.median(ratios)}
+        print(f"step CPU time, grappler on ÷ off: median {statistics.median(ratios):.3f} "
+              f"(range {min(ratios):.3f}–{max(ratios):.3f}; < 1: grappler makes steps faster)")
+
+    if GRAPPLER_LOG:
+        passes = grappler_pass_times(GRAPPLER_LOG)
+        report["grappler_pass_seconds"] = passes
+        print(f"grappler passes (grappler-on first call; log {GRAPPLER_LOG}), seconds: total "
+              f"{sum(passes.values()):.1f}: " + ", ".join(f"{k} {v:.2f}" for k, v in passes.items()))
+    if FLAGS.json_out:
+        with open(FLAGS.json_out + ".tmp", "w") as f:
+            json.dump(report, f, indent=2)
+        os.replace(FLAGS.json_out + ".tmp", FLAGS.json_out)
+    print("command:", report["command"])
+
+
+if __name__ == "__main__":
+    app.run(main)
