@@ -10,42 +10,32 @@ machine CPU seconds are the steadier measure.
     python bench/startup_bench.py --size=small --rounds=4
     python bench/startup_bench.py --size=small --grappler_log   # per-pass grappler times
 
-`--grappler_log` sets `TF_CPP_VMODULE=meta_optimizer=1` before TensorFlow is imported, so TF
-logs each grappler pass with its time on stderr; the script sums them per pass.
+`--grappler_log` sets `TF_CPP_VMODULE=meta_optimizer=1` before TensorFlow is imported and sends
+TF's log (file descriptor 2) to a file; the script sums each grappler pass's time from it, for the
+first optimisation of the traced loop. TensorFlow is imported only in `main`, so the log parser
+can be imported (and tested) without it.
 """
 
+import argparse
+import collections
+import json
 import os
 import re
+import statistics
 import sys
+import time
 
-GRAPPLER_LOG = None
-if "--grappler_log" in sys.argv:
-    # TF's C++ log goes to file descriptor 2: send it to a file to parse at the end.
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def redirect_tf_log() -> str:
+    """Before TensorFlow is imported: have meta_optimizer log each pass, and send file descriptor 2
+    (TF's C++ log, and Python's stderr) to a file to parse at the end."""
     os.environ["TF_CPP_VMODULE"] = "meta_optimizer=1"
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
-    GRAPPLER_LOG = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"startup_bench_{os.getpid()}.log")
-    os.dup2(os.open(GRAPPLER_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
-
-import collections  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from absl import app, flags  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import step_bench  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_enum("size", "small", ["tiny", "mini", "small", "base"], "Model size (batch 32 × 128).")
-flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Precision of the step.")
-flags.DEFINE_integer("rounds", 4, "Interleaved rounds of the grappler on/off step comparison (0: skip it).")
-flags.DEFINE_integer("steps", 3, "Timed steps per implementation per round.")
-flags.DEFINE_bool("grappler_log", False, "Also report grappler's per-pass times (from TF's own log).")
-flags.DEFINE_string("json_out", None, "Write the numbers here as JSON.")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"startup_bench_{os.getpid()}.log")
+    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    return path
 
 
 class Timer:
@@ -61,6 +51,7 @@ class Timer:
 
 
 def set_grappler(enabled: bool):
+    import tensorflow as tf
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not enabled})
 
 
@@ -81,10 +72,12 @@ def graph_parts(concrete) -> dict:
     return dict(counts)
 
 
-def first_step(config, batch, strategy, grappler: bool) -> tuple:
+def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple:
+    import step_bench
+    import tensorflow as tf
     set_grappler(grappler)
     with Timer() as build:
-        impl = step_bench.Ours(config, batch, FLAGS.precision, strategy=strategy)
+        impl = step_bench.Ours(config, batch, precision, strategy=strategy)
     with Timer() as trace:
         concrete = impl.fn.get_concrete_function(impl.iterator, tf.constant(1))
     with Timer() as first:
@@ -119,19 +112,38 @@ def grappler_pass_times(log_path: str) -> dict:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="small", choices=["tiny", "mini", "small", "base"],
+                        help="model size; batch as in step_bench (Small 32, Base 8) × 128")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="interleaved rounds of the grappler on/off step comparison (0: skip it)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per build per round")
+    parser.add_argument("--grappler_log", action="store_true",
+                        help="also report grappler's per-pass times (from TF's own log)")
+    parser.add_argument("--json_out", default=None, help="write the numbers here as JSON")
+    return parser.parse_args(argv)
+
+
 def main(argv):
-    del argv
-    if GRAPPLER_LOG:
-        print(f"TensorFlow's log (and stderr) goes to {GRAPPLER_LOG}", flush=True)
-    config = step_bench.bench_config(FLAGS.size)
-    batch = step_bench.synthetic_batch(32, 128, config.vocab_size)
+    args = parse_args(argv)
+    grappler_log = redirect_tf_log() if args.grappler_log else None
+    if grappler_log:
+        print(f"TensorFlow's log (and stderr) goes to {grappler_log}", flush=True)
+    sys.path[:0] = [os.path.dirname(BENCH_DIR), BENCH_DIR]
+    import step_bench
+    import tensorflow as tf
+
+    config = step_bench.bench_config(args.size)
+    batch = step_bench.synthetic_batch(step_bench.BATCH[args.size], 128, config.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    report = {"command": "python bench/startup_bench.py " + " ".join(sys.argv[1:]),
-              "hardware": step_bench.hardware_line(), "size": FLAGS.size, "precision": FLAGS.precision}
+    report = {"command": "python bench/startup_bench.py " + " ".join(argv),
+              "hardware": step_bench.hardware_line(), "size": args.size, "precision": args.precision}
 
     impls = {}
     for grappler in (True, False):
-        impl, times, concrete = first_step(config, batch, strategy, grappler)
+        impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision)
         impls[grappler] = impl
         report[f"grappler_{'on' if grappler else 'off'}"] = times
         print(f"grappler {'on ' if grappler else 'off'}: " + ", ".join(
@@ -140,30 +152,30 @@ def main(argv):
     print("traced loop, nodes by part:", report["graph_nodes"], flush=True)
 
     per_round = {True: [], False: []}
-    for round_index in range(FLAGS.rounds):
+    for round_index in range(args.rounds):
         for grappler in ((True, False) if round_index % 2 == 0 else (False, True)):
-            per_round[grappler].append(timed_steps(impls[grappler], grappler, FLAGS.steps))
+            per_round[grappler].append(timed_steps(impls[grappler], grappler, args.steps))
         on, off = per_round[True][-1], per_round[False][-1]
         print(f"round {round_index}: CPU-s/step on {on['cpu_s']:.3f}, off {off['cpu_s']:.3f} "
               f"(on ÷ off {on['cpu_s'] / off['cpu_s']:.3f})", flush=True)
-    if FLAGS.rounds:
+    if args.rounds:
         ratios = [on["cpu_s"] / off["cpu_s"] for on, off in zip(per_round[True], per_round[False])]
         report["steps"] = {"on": per_round[True], "off": per_round[False],
                            "cpu_ratio_on_over_off": ratios, "median_ratio": statistics.median(ratios)}
         print(f"step CPU time, grappler on ÷ off: median {statistics.median(ratios):.3f} "
               f"(range {min(ratios):.3f}–{max(ratios):.3f}; < 1: grappler makes steps faster)")
 
-    if GRAPPLER_LOG:
-        passes = grappler_pass_times(GRAPPLER_LOG)
+    if grappler_log:
+        passes = grappler_pass_times(grappler_log)
         report["grappler_pass_seconds"] = passes
-        print(f"grappler passes (grappler-on first call; log {GRAPPLER_LOG}), seconds: total "
+        print(f"grappler passes (grappler-on first call; log {grappler_log}), seconds: total "
               f"{sum(passes.values()):.1f}: " + ", ".join(f"{k} {v:.2f}" for k, v in passes.items()))
-    if FLAGS.json_out:
-        with open(FLAGS.json_out + ".tmp", "w") as f:
+    if args.json_out:
+        with open(args.json_out + ".tmp", "w") as f:
             json.dump(report, f, indent=2)
-        os.replace(FLAGS.json_out + ".tmp", FLAGS.json_out)
+        os.replace(args.json_out + ".tmp", args.json_out)
     print("command:", report["command"])
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main(sys.argv[1:])
