@@ -450,16 +450,17 @@ def plot(results: dict, work_dir: Path, out_dir: Path) -> list[Path]:
     curves = [("disc_auc", "discriminator AUC"), ("gen_accuracy", "generator / MLM accuracy"),
               ("gen_loss", "generator / MLM loss"), ("disc_loss", "discriminator loss")]
     fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.5))
-    for arm in results["arms"]:
+    for index, arm in enumerate(results["arms"]):
         rows = read_train_log(work_dir / "arms" / arm / "pretrain") if ARMS[arm] else []
         for ax, (key, title) in zip(axes, curves):
             points = [(r["step"], r[key]) for r in rows if key in r]
-            if points:
-                ax.plot(*zip(*points), label=arm)
+            if points:  # one colour per arm in every panel, even where an arm has no such curve
+                ax.plot(*zip(*points), label=arm, color=f"C{index}")
             ax.set_title(title)
             ax.set_xlabel("step")
-    if axes[0].get_legend_handles_labels()[0]:
-        axes[0].legend()
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     paths.append(out_dir / "compare_objectives_pretraining.png")
     fig.savefig(paths[-1], dpi=100)
