@@ -18,7 +18,6 @@ can be imported (and tested) without it.
 
 import argparse
 import collections
-import json
 import os
 import re
 import statistics
@@ -134,6 +133,7 @@ def main(argv):
     sys.path[:0] = [os.path.dirname(BENCH_DIR), BENCH_DIR]
     import step_bench
     import tensorflow as tf
+    from data_prep.manifest import write_json_atomic
 
     config = step_bench.bench_config(args.size)
     batch = step_bench.synthetic_batch(step_bench.BATCH[args.size], 128, config.vocab_size)
@@ -170,10 +170,9 @@ def main(argv):
         report["grappler_pass_seconds"] = passes
         print(f"grappler passes (grappler-on first call; log {grappler_log}), seconds: total "
               f"{sum(passes.values()):.1f}: " + ", ".join(f"{k} {v:.2f}" for k, v in passes.items()))
-    if args.json_out:
-        with open(args.json_out + ".tmp", "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(args.json_out + ".tmp", args.json_out)
+    if args.json_out:  # bench/results/ is git-ignored: absent in a fresh clone
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        write_json_atomic(args.json_out, report)
     print("command:", report["command"])
 
 
