@@ -42,8 +42,9 @@ classification, ours ``FinetuningModel`` + ``ClassificationHead`` +
 ``ElectraAdamW`` with layer-wise rates vs ``ElectraForSequenceClassification``
 + AdamW, fp32); the tf.data pipeline alone (TFRecord shards → parsed batches);
 optional ablations of our step (``--ablations``: monkeypatched variants,
-interleaved with the unchanged step) and a TF-profiler trace summarised by op
-self time (``--profile``).
+interleaved with the unchanged step; ``keras_gelu``, ``keras_layernorm`` and
+``keras_gelu_layernorm`` undo issue #11's closed-form GELU / LayerNorm backward
+passes) and a TF-profiler trace summarised by op self time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
 
 FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every
@@ -91,7 +92,7 @@ import tensorflow as tf  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # each implementation traces its own step: no retracing warnings
 
-from electra_tf import distribution, flops, masking, training  # noqa: E402
+from electra_tf import distribution, flops, masking, modeling, training  # noqa: E402
 from electra_tf.config import get_config  # noqa: E402
 
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
@@ -100,7 +101,8 @@ PEERS = ("hf", "keras_hub")
 ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
-             "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla")
+             "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
+             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm")
 
 try:
     import torch
@@ -627,6 +629,11 @@ def _ablation_patches(variant, model, optimizer):
             patch(optimizer, "apply", lambda grads, variables: None)
         elif variant == "no_nonfinite_guard":
             patch(loop, "apply_gradients", _apply_gradients_without_guard)
+        # Issue #11's closed-form backward passes undone, one at a time or both.
+        if variant in ("keras_gelu", "keras_gelu_layernorm"):
+            patch(modeling, "gelu_erf", lambda x: keras.activations.gelu(x, approximate=False))
+        if variant in ("keras_layernorm", "keras_gelu_layernorm"):
+            patch(modeling.ElectraLayerNormalization, "call", keras.layers.LayerNormalization.call)
         try:
             yield
         finally:

@@ -38,9 +38,33 @@ def truncated_normal(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
+_SQRT_HALF = 0.7071067811865476  # 1 / √2
+_INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 def gelu_exact(x):
-    return keras.activations.gelu(x, approximate=False)
+    """x · Φ(x) with the erf CDF, as the official code's `gelu`; see `gelu_erf`."""
+    return gelu_erf(x)
+
+
+@ops.custom_gradient
+def gelu_erf(x):
+    """`x · ½(1 + erf(x/√2))` (the official formula) with the closed-form gradient `Φ(x) + x·φ(x)`.
+
+    Autodiff through Keras' GELU differentiates each elementwise op of the formula in
+    turn; the closed form is two passes fewer over every [batch, seq, 4·hidden]
+    activation, forward and backward (issue #11). Values agree with
+    `keras.activations.gelu(x, approximate=False)` to float32 round-off.
+    """
+    cdf = 0.5 * (1.0 + ops.erf(x * _SQRT_HALF))
+
+    def grad(*args, upstream=None):
+        upstream = args[0] if upstream is None else upstream
+        pdf = ops.exp(-0.5 * ops.square(x)) * _INV_SQRT_2PI
+        return upstream * (cdf + x * pdf)
+
+    return x * cdf, grad
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -54,6 +78,77 @@ def get_activation(name: str):
     if name not in activations:
         raise ValueError(f"hidden_act must be one of {sorted(activations)}, got {name!r}")
     return activations[name]
+
+
+def layer_norm_last_axis(x, gamma, beta, epsilon):
+    """LayerNorm over the last axis: Keras' forward formula, a hand-written backward.
+
+    The forward pass is `keras.ops.layer_normalization`'s, op for op (statistics in
+    float32, `x · inv + (β − mean · inv)` with `inv = rsqrt(var + ε) · γ`), so outputs
+    are bit-identical to `keras.layers.LayerNormalization`. The gradient is the closed
+    form `inv0 · (g − mean(g) − x̂ · mean(g · x̂))` with `g = dy · γ`,
+    `inv0 = rsqrt(var + ε)` and `x̂ = (x − mean) · inv0`, instead of autodiff through
+    `moments` (about a third of the ops; equal to it within float32 round-off).
+    """
+    x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
+    batch_axes = tuple(range(len(x.shape) - 1))
+
+    @ops.custom_gradient
+    def forward(x, gamma, beta):
+        x32, g32, b32 = (ops.cast(t, "float32") for t in (x, gamma, beta))
+        mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
+        inv0 = ops.rsqrt(variance + epsilon)
+        inv = inv0 * g32
+        outputs = ops.cast(x32 * inv + (-mean * inv + b32), x_dtype)
+
+        def grad(*args, upstream=None):
+            dy32 = ops.cast(args[0] if upstream is None else upstream, "float32")
+            xhat = (x32 - mean) * inv0
+            g = dy32 * g32
+            dx = inv0 * (g - ops.mean(g, axis=-1, keepdims=True)
+                         - xhat * ops.mean(g * xhat, axis=-1, keepdims=True))
+            return (ops.cast(dx, x_dtype), ops.cast(ops.sum(dy32 * xhat, axis=batch_axes), gamma_dtype),
+                    ops.cast(ops.sum(dy32, axis=batch_axes), beta_dtype))
+
+        return outputs, grad
+
+    return forward(x, gamma, beta)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraLayerNormalization(layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` computed by `layer_norm_last_axis`: same weights, same outputs.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ElectraLayerNormalization(epsilon=1e-12)
+    >>> x = np.array([[1.0, 2.0, 3.0, 6.0]], "float32")
+    >>> [round(float(v), 4) for v in np.asarray(layer(x))[0]]
+    [-1.069, -0.5345, 0.0, 1.6036]
+    """
+
+    def call(self, inputs):
+        axes = [self.axis] if isinstance(self.axis, int) else list(self.axis)
+        rank = len(inputs.shape)
+        if self.rms_scaling or not (self.center and self.scale) or [a % rank for a in axes] != [rank - 1]:
+            return super().call(inputs)
+        # Values, not variables: TF's custom gradient would otherwise ask for variable gradients.
+        outputs = layer_norm_last_axis(inputs, ops.copy(self.gamma), ops.copy(self.beta), self.epsilon)
+        return ops.cast(outputs, self.compute_dtype)
+
+
+def use_electra_layer_norm(layer: TransformerEncoder):
+    """Makes a built keras-hub `TransformerEncoder` normalise with `ElectraLayerNormalization`.
+
+    Its two `LayerNormalization` layers change class in place: the same objects, names,
+    weights and tracking order, so checkpoints are unchanged. (keras-hub builds them
+    inside `TransformerEncoder.build`, with no hook to pass another layer class; the
+    subclass only replaces `call`.)
+    """
+    for norm in (getattr(layer, "_self_attention_layer_norm", None), getattr(layer, "_feedforward_layer_norm", None)):
+        if type(norm) is layers.LayerNormalization:
+            norm.__class__ = ElectraLayerNormalization
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -98,7 +193,7 @@ class ElectraEmbeddings(layers.Layer):
             type_vocab_size, embedding_size, embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy, name="segment_embedding",
         )
-        self.embeddings_layer_norm = layers.LayerNormalization(
+        self.embeddings_layer_norm = ElectraLayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="embeddings_layer_norm"
         )
         self.embeddings_dropout = layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
@@ -318,6 +413,7 @@ class ElectraEncoder(keras.Model):
             width = self.hidden_size
         for layer in self.transformer_layers:
             layer.build(shape + (width,))
+            use_electra_layer_norm(layer)
         self.built = True
 
     def call(self, inputs, training=None):
@@ -387,7 +483,7 @@ class MaskedLMHead(layers.Layer):
             embedding_size, activation=get_activation(hidden_act),
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
-        self.layer_norm = layers.LayerNormalization(
+        self.layer_norm = ElectraLayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 

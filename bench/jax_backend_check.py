@@ -1,0 +1,68 @@
+"""Runs the model code's closed-form GELU / LayerNorm gradients and an encoder under Keras' JAX backend.
+
+The model code (`electra_tf/modeling.py`) is backend-agnostic Keras 3; the project's
+requirements install TensorFlow only, so this check needs an environment with JAX,
+Keras and keras-hub (no TensorFlow needed), e.g.:
+
+    python -m venv /tmp/jaxenv && /tmp/jaxenv/bin/pip install "jax[cpu]" keras==3.15.1 \\
+        tokenizers sentencepiece kagglehub && /tmp/jaxenv/bin/pip install --no-deps keras-hub==0.32.0
+    /tmp/jaxenv/bin/python bench/jax_backend_check.py
+
+It prints the largest gradient differences against JAX's own autodiff and exits non-zero
+if any exceeds its tolerance.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["KERAS_BACKEND"] = "jax"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from electra_tf import modeling  # noqa: E402
+from electra_tf.config import get_config  # noqa: E402
+
+
+def reference_layer_norm(x, gamma, beta):
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(variance + 1e-12) * gamma + beta
+
+
+def main():
+    failures = []
+
+    def check(name, got, want, tol):
+        diff = float(jnp.max(jnp.abs(got - want)))
+        print(f"{name}: max |ours - jax autodiff| = {diff:.3g} (tolerance {tol:g})")
+        if not diff <= tol:
+            failures.append(name)
+
+    x = jnp.linspace(-6.0, 6.0, 101)
+    check("gelu_erf gradient", jax.grad(lambda t: jnp.sum(modeling.gelu_erf(t) ** 2))(x),
+          jax.grad(lambda t: jnp.sum(jax.nn.gelu(t, approximate=False) ** 2))(x), 1e-5)
+    xs = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 8))
+    gamma, beta = jnp.linspace(0.5, 1.5, 8), jnp.linspace(-1.0, 1.0, 8)
+
+    def grads(fn):
+        return jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=(0, 1, 2))(xs, gamma, beta)
+
+    ours = grads(lambda *a: modeling.layer_norm_last_axis(*a, 1e-12))
+    for name, got, want in zip(("x", "gamma", "beta"), ours, grads(reference_layer_norm)):
+        check(f"layer_norm_last_axis gradient d/d{name}", got, want, 1e-5)
+    encoder = modeling.ElectraEncoder.from_config_object(get_config("tiny"), "discriminator")
+    inputs = {"token_ids": np.array([[2, 10, 11, 3, 0]], "int32"), "segment_ids": np.zeros((1, 5), "int32"),
+              "padding_mask": np.array([[1, 1, 1, 1, 0]], "int32")}
+    out = encoder(inputs)
+    print(f"encoder under {jax.default_backend()} JAX {jax.__version__}: output {tuple(out.shape)}, "
+          f"LayerNorm class {type(encoder.transformer_layers[0]._feedforward_layer_norm).__name__}")
+    if failures:
+        sys.exit(f"jax_backend_check: failed: {', '.join(failures)}")
+
+
+if __name__ == "__main__":
+    main()

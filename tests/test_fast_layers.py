@@ -1,0 +1,127 @@
+"""The step-speed layers of issue #11: GELU and LayerNorm with closed-form backward passes."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras_hub.layers import TransformerEncoder
+
+from electra_tf.config import get_config
+from electra_tf.modeling import (ElectraEncoder, ElectraLayerNormalization, gelu_erf, gelu_exact,
+                                 get_activation, layer_norm_last_axis)
+
+
+def _value_and_grads(fn, *inputs, weights=None):
+    """fn(inputs), and d/d inputs of sum(fn(inputs)² · weights), in float32."""
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        y = fn(*inputs)
+        y32 = tf.cast(y, tf.float32)
+        loss = tf.reduce_sum(y32 * y32 * (1.0 if weights is None else weights))
+    return y, tape.gradient(loss, list(inputs))
+
+
+def test_gelu_matches_the_official_formula_and_keras_exact_gelu():
+    x = tf.constant(np.linspace(-8.0, 8.0, 4001, dtype="float32"))
+    official = 0.5 * x * (1.0 + tf.math.erf(x / tf.sqrt(2.0)))  # electra/model/modeling.py `gelu`
+    # For x ≪ 0, 1 + erf(x/√2) cancels: an ulp of x/√2 (÷ √2 vs × 1/√2) moves the
+    # result by up to ~1e-6 absolute there, in the official code as here.
+    np.testing.assert_allclose(gelu_exact(x).numpy(), official.numpy(), rtol=1e-6, atol=2e-6)
+    np.testing.assert_allclose(gelu_exact(x).numpy(), keras.activations.gelu(x, approximate=False).numpy(),
+                               rtol=1e-6, atol=2e-6)
+    assert get_activation("gelu") is gelu_exact
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gelu_gradient_equals_autodiff_of_the_formula(dtype):
+    rng = np.random.RandomState(0)
+    x = tf.cast(tf.constant(rng.normal(0.0, 2.0, size=(8, 16, 64)).astype("float32")), dtype)
+    weights = tf.constant(rng.normal(size=(8, 16, 64)).astype("float32"))
+    y, (grad,) = _value_and_grads(gelu_erf, x, weights=weights)
+    y_ref, (grad_ref,) = _value_and_grads(lambda t: keras.activations.gelu(t, approximate=False), x,
+                                          weights=weights)
+    assert y.dtype == y_ref.dtype == grad.dtype == tf.as_dtype(dtype)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    g, g_ref = (np.asarray(tf.cast(t, tf.float32)) for t in (grad, grad_ref))
+    np.testing.assert_allclose(g, g_ref, rtol=0, atol=tol * np.abs(g_ref).max())
+
+
+def test_gelu_gradient_matches_central_differences_in_float64():
+    x = tf.constant(np.linspace(-6.0, 6.0, 241), tf.float64)
+    _, (grad,) = _value_and_grads(gelu_erf, x)
+    h = 1e-6
+    numeric = (gelu_erf(x + h).numpy() ** 2 - gelu_erf(x - h).numpy() ** 2) / (2 * h)
+    np.testing.assert_allclose(grad.numpy(), numeric, rtol=1e-6, atol=1e-9)
+
+
+def test_encoder_normalises_with_electra_layer_norm_and_keeps_its_weight_layout():
+    keras.utils.set_random_seed(0)
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 2})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    encoder.build()
+    kinds = [type(layer) for layer in encoder._flatten_layers()]
+    assert keras.layers.LayerNormalization not in kinds
+    assert kinds.count(ElectraLayerNormalization) == 1 + 2 * 2
+    # Same weights, in the same order, as an untouched keras-hub layer built alike.
+    layer = encoder.transformer_layers[0]
+    plain = TransformerEncoder(intermediate_dim=config.discriminator.intermediate_size,
+                               num_heads=config.discriminator.num_heads, name=layer.name)
+    plain.build((None, None, config.discriminator.hidden_size))
+    def layout(layer):
+        return [(w.path.split(layer.name + "/", 1)[1], tuple(w.shape)) for w in layer.weights]
+
+    assert layout(layer) == layout(plain) and len(layout(plain)) == 16
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_layer_norm_matches_keras_forward_exactly_and_backward_closely(policy):
+    shape = (4, 16, 64)
+    ours = ElectraLayerNormalization(epsilon=1e-12, dtype=policy)
+    reference = keras.layers.LayerNormalization(epsilon=1e-12, dtype=policy)
+    for layer in (ours, reference):
+        layer.build(shape)
+    rng = np.random.RandomState(0)
+    gamma, beta = rng.normal(size=64).astype("float32"), rng.normal(size=64).astype("float32")
+    for layer in (ours, reference):
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+    x = tf.constant(rng.normal(1.0, 3.0, size=shape).astype("float32"))
+    weights = tf.constant(rng.normal(size=shape).astype("float32"))
+    results = []
+    for layer in (ours, reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2 * weights)
+        results.append((y, tape.gradient(loss, [x, layer.gamma, layer.beta])))
+    (y, grads), (y_ref, grads_ref) = results
+    assert y.dtype == y_ref.dtype
+    np.testing.assert_array_equal(y.numpy(), y_ref.numpy())
+    for g, g_ref in zip(grads, grads_ref):
+        g, g_ref = np.asarray(g, np.float32), np.asarray(g_ref, np.float32)
+        np.testing.assert_allclose(g, g_ref, rtol=0, atol=1e-5 * np.abs(g_ref).max())
+
+
+def test_layer_norm_last_axis_in_graph_matches_autodiff():
+    x = tf.random.normal([2, 3, 8], seed=1)
+    gamma, beta = tf.random.normal([8], seed=2), tf.random.normal([8], seed=3)
+
+    @tf.function
+    def grads(fn):
+        with tf.GradientTape() as tape:
+            tape.watch([x, gamma, beta])
+            loss = tf.reduce_sum(tf.sin(fn(x, gamma, beta)))
+        return tape.gradient(loss, [x, gamma, beta])
+
+    def reference(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + 1e-12) * gamma + beta
+
+    for g, g_ref in zip(grads(lambda *a: layer_norm_last_axis(*a, 1e-12)), grads(reference)):
+        np.testing.assert_allclose(g.numpy(), g_ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_falls_back_to_keras_off_the_last_axis():
+    x = tf.random.normal([3, 5, 4], seed=4)
+    ours, reference = ElectraLayerNormalization(axis=1), keras.layers.LayerNormalization(axis=1)
+    np.testing.assert_array_equal(ours(x).numpy(), reference(x).numpy())
