@@ -102,9 +102,9 @@ def write_text_atomic(path: str, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
+def write_json_atomic(path: str, obj: Any, sort_keys: bool = False) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically (``write_text_atomic``)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
 def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -100,10 +99,10 @@ def format_seconds(seconds: float) -> str:
 
 
 def write_json_atomic(path: Path, value) -> None:
+    from data_prep.manifest import write_json_atomic as write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, value, sort_keys=True)
 
 
 # --------------------------------------------------------------------------- compute accounting
