@@ -68,3 +68,53 @@ def test_progress_counts_each_run_once(capsys):
     progress("rtd", "MRPC", 1e-4, 0, lambda: 2.5)
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and "(1/2 runs" in lines[0] and "(2/2 runs" in lines[1]
+
+
+def test_run_all_runs_side_by_side_shares_the_cores_and_reports_every_run(capsys, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(co.os, "cpu_count", lambda: 4)
+    running, peak, seen = [0], [0], []
+    lock = threading.Lock()
+
+    def fake_run(value, threads):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            seen.append(threads)
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return value
+
+    runs = [("rtd", "MRPC", 1e-4, seed, lambda threads, v=seed: fake_run(float(v), threads)) for seed in range(4)]
+    co.run_all(runs, co.Progress(total_runs=4, jobs=2), jobs=2)
+    assert peak[0] == 2 and seen == [2, 2, 2, 2]  # two at once, 4 cores // 2 jobs each
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and sorted(line.split("(")[1][:8] for line in lines) == [f"{i}/4 runs" for i in range(1, 5)]
+    seen.clear()
+    co.run_all(runs[:2], co.Progress(total_runs=2), jobs=1)
+    assert seen == [None, None]  # one at a time: TensorFlow's default threads
+
+
+def test_run_all_finishes_the_other_runs_before_raising_the_failure():
+    finished = []
+
+    def ok(threads):
+        finished.append(threads)
+        return 1.0
+
+    def broken(threads):
+        raise RuntimeError("[rtd] MRPC lr 0.0001 seed 0 failed")
+
+    runs = [("rtd", "MRPC", 1e-4, 0, broken), ("rtd", "MRPC", 1e-4, 1, ok), ("rtd", "MRPC", 1e-4, 2, ok)]
+    with pytest.raises(RuntimeError, match="seed 0 failed"):
+        co.run_all(runs, co.Progress(total_runs=3, jobs=2), jobs=2)
+    assert len(finished) == 2
+
+
+def test_thread_env_limits_tensorflow_threads_only_when_asked():
+    assert co.thread_env(None) is None
+    env = co.thread_env(1)
+    assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env["TF_NUM_INTEROP_THREADS"] == "1" and "PATH" in env
