@@ -274,7 +274,7 @@ class GdesEmbeddings(layers.Layer):
         length = ops.shape(token_ids)[1]
         positions = ops.expand_dims(tables["position"][:length], 0)
         x = tokens + positions + ops.take(tables["segment"], segment_ids, axis=0)
-        x = layer_norm(x, tables["gamma"], tables["beta"], self.base.layer_norm_epsilon)
+        x = layer_norm_last_axis(x, tables["gamma"], tables["beta"], self.base.layer_norm_epsilon)
         return self.base.embeddings_dropout(x, training=training)
 
     def fold(self) -> ElectraEmbeddings:
@@ -294,14 +294,6 @@ class GdesEmbeddings(layers.Layer):
 
 def _shared_variables(embeddings: ElectraEmbeddings):
     return GdesEmbeddings(embeddings)._shared()
-
-
-def layer_norm(x, gamma, beta, epsilon):
-    """LayerNorm over the last axis with explicit parameters, statistics in float32."""
-    x32 = ops.cast(x, "float32")
-    mean, variance = ops.moments(x32, axes=[-1], keepdims=True)
-    normed = (x32 - mean) * ops.rsqrt(variance + epsilon)
-    return ops.cast(normed * ops.cast(gamma, "float32") + ops.cast(beta, "float32"), x.dtype)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
