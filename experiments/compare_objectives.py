@@ -282,11 +282,17 @@ def run_all(runs: list, progress, jobs: int = 1) -> None:
         future.result()
 
 
+def finetune_runs(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, tasks,
+                  learning_rates) -> list:
+    """`run_all`'s runs for every task × learning rate × seed, in that order."""
+    return [(arm, task, lr, seed, functools.partial(finetune, budget, arm, export_dir, task, lr, seed, work_dir))
+            for task in tasks for lr in learning_rates for seed in budget.seeds]
+
+
 def finetune_grid(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress,
                   task: str, jobs: int = 1) -> None:
     """The task at every learning rate of the grid, every seed."""
-    run_all([(arm, task, lr, seed, functools.partial(finetune, budget, arm, export_dir, task, lr, seed, work_dir))
-             for lr in budget.learning_rates for seed in budget.seeds], progress, jobs)
+    run_all(finetune_runs(budget, arm, export_dir, work_dir, [task], budget.learning_rates), progress, jobs)
 
 
 def finetune_arm(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress,
@@ -294,8 +300,8 @@ def finetune_arm(budget: Budget, arm: str, export_dir: Optional[Path], work_dir:
     for task in TUNING_TASKS:
         finetune_grid(budget, arm, export_dir, work_dir, progress, task, jobs)
     lr = chosen_lr(collect_finetune(budget, arm, work_dir))
-    run_all([(arm, task, lr, seed, functools.partial(finetune, budget, arm, export_dir, task, lr, seed, work_dir))
-             for task in TASKS if task not in TUNING_TASKS for seed in budget.seeds], progress, jobs)
+    other_tasks = [task for task in TASKS if task not in TUNING_TASKS]
+    run_all(finetune_runs(budget, arm, export_dir, work_dir, other_tasks, [lr]), progress, jobs)
 
 
 def schedule(arms) -> list:
