@@ -539,6 +539,19 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
+class OursFinetuneFullLastLayer(OursFinetune):
+    """Ours with the last encoder layer run at every position, as before the [CLS]-only shortcut
+    (`ElectraEncoder.call(output_length=...)`); `--finetune_full_last_layer` times it alongside."""
+
+    name = "ours_finetune_full_last_layer"
+
+    def __init__(self, config, batch, strategy, tmpdir):
+        super().__init__(config, batch, strategy, tmpdir)
+        self.model.head.output_length = None  # instance attribute shadows ClassificationHead's 1
+        from electra_tf.finetuning import trainer
+        self.fn = trainer._make_train_fn(strategy, self.model)
+
+
 class HFFinetune(EagerTorchStep):
     framework = "torch"
     name = "hf_finetune"
@@ -880,6 +893,9 @@ def summarize_xplane(path, steps) -> dict:
 # Report
 # --------------------------------------------------------------------------
 
+REFERENCES = ("ours", "ours_finetune")  # the implementation each group's ratios divide
+
+
 def fmt_ratio(stats) -> str:
     if not stats:
         return "-"
@@ -911,9 +927,9 @@ def print_report(report, args):
             print(f"| {group['size']} {group['batch_size']}×{group['seq_length']} | {group['precision']} | "
                   f"{name} | {seq:.2f} | {min(r['seq_s']):.2f}-{max(r['seq_s']):.2f} | {gflops:.1f} | "
                   f"{100 * gflops / group['peak_gflops']:.1f} % | {r['first_step_s']:.1f} | {r['build_s']:.1f} | "
-                  f"{fmt_ratio(ratio) if ratio else ('1' if name == 'ours' else '-')} | "
+                  f"{fmt_ratio(ratio) if ratio else ('1' if name in REFERENCES else '-')} | "
                   f"{statistics.median(r['cpu_s_per_step']) if r.get('cpu_s_per_step') else float('nan'):.2f} | "
-                  f"{fmt_ratio(group.get('cpu_ratios', {}).get(name)) if name != 'ours' else '1'} |")
+                  f"{'1' if name in REFERENCES else fmt_ratio(group.get('cpu_ratios', {}).get(name))} |")
     attn = sorted({g["hf_attn_implementation"] for g in report["groups"] if "hf_attn_implementation" in g})
     if attn:
         print(f"\nHF attention implementation: {', '.join(attn)}; FLOPs per step: " + ", ".join(
@@ -969,6 +985,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="timed steps per implementation per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before each timed run")
     parser.add_argument("--pipeline_batches", type=int, default=300)
+    parser.add_argument("--finetune_full_last_layer", action="store_true",
+                        help="with finetune: also time ours with the last layer at every position")
     parser.add_argument("--ablations", action="store_true", help="time monkeypatched variants of our step")
     parser.add_argument("--ablation_list", default=",".join(ABLATIONS))
     parser.add_argument("--ablation_size", default="small")
@@ -1061,6 +1079,8 @@ def main():
             batch = synthetic_batch(32, 128, config.vocab_size, seed=1)
             batch["label_ids"] = np.random.RandomState(1).randint(0, 2, 32).astype(np.int32)
             impls = [OursFinetune(config, batch, strategy, tmp)]
+            if args.finetune_full_last_layer:
+                impls.append(OursFinetuneFullLastLayer(config, batch, strategy, tmp))
             if torch is not None:
                 impls.append(HFFinetune(config, batch))
             results = interleave(impls, args.rounds, args.steps, args.warmup, 32, "finetune")
@@ -1070,11 +1090,12 @@ def main():
                      "seq_length": 128, "flops_per_step": flops.BACKWARD_FACTOR * 32 * encoder,
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "fp32"),
                      "results": results, "ratios": {}}
-            if "hf_finetune" in results:
-                group["ratios"]["hf_finetune"] = ratio_stats(results["ours_finetune"]["seq_s"],
-                                                             results["hf_finetune"]["seq_s"])
-                group["cpu_ratios"] = {"hf_finetune": ratio_stats(results["hf_finetune"]["cpu_s_per_step"],
-                                                                  results["ours_finetune"]["cpu_s_per_step"])}
+            group["cpu_ratios"] = {}
+            for peer in ("hf_finetune", "ours_finetune_full_last_layer"):
+                if peer in results:
+                    group["ratios"][peer] = ratio_stats(results["ours_finetune"]["seq_s"], results[peer]["seq_s"])
+                    group["cpu_ratios"][peer] = ratio_stats(results[peer]["cpu_s_per_step"],
+                                                            results["ours_finetune"]["cpu_s_per_step"])
             report["groups"].append(group)
             for impl in impls:
                 impl.close()

@@ -296,6 +296,23 @@ def _shared_variables(embeddings: ElectraEmbeddings):
     return GdesEmbeddings(embeddings)._shared()
 
 
+def transformer_layer_at_first(layer, x, padding_mask, length, training=None):
+    """keras-hub `TransformerEncoder` (post-LN) `layer(x, padding_mask)[:, :length]`, computed
+    at those positions only: attention from the first `length` queries to every key, then the
+    residuals, LayerNorms and feed-forward on `[batch, length, hidden]`. Same sub-layers and
+    order as `TransformerEncoder.call`."""
+    if layer.normalize_first:
+        raise ValueError("transformer_layer_at_first supports post-LN layers (normalize_first=False)")
+    query = x[:, :length]
+    attention_mask = ops.expand_dims(ops.cast(padding_mask, "int32"), axis=1)  # [batch, 1, keys]
+    attended = layer._self_attention_layer(query=query, value=x, attention_mask=attention_mask,
+                                           training=training)
+    hidden = layer._self_attention_layer_norm(
+        layer._self_attention_dropout(attended, training=training) + query)
+    feedforward = layer._feedforward_output_dense(layer._feedforward_intermediate_dense(hidden))
+    return layer._feedforward_layer_norm(layer._feedforward_dropout(feedforward, training=training) + hidden)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraEncoder(keras.Model):
     """Embeddings → optional projection → post-LN transformer layers.
@@ -408,14 +425,23 @@ class ElectraEncoder(keras.Model):
             use_electra_layer_norm(layer)
         self.built = True
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, output_length=None):
+        """`output_length=n`: the last layer runs its queries, residuals and feed-forward only at
+        the first n positions (keys and values still span the sequence) and the output is
+        `[batch, n, hidden]`. Those n positions equal the full output's; a [CLS] head passes 1
+        and skips (L − 1)/L of the last layer's work, forward and backward."""
         x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
         if self.embeddings_projection is not None:
             x = self.embeddings_projection(x)
         padding_mask = ops.cast(inputs["padding_mask"], "bool")
-        for layer in self.transformer_layers:
+        transformer_layers = self.transformer_layers
+        if output_length is not None:
+            *transformer_layers, last = transformer_layers
+        for layer in transformer_layers:
             x = layer(x, padding_mask=padding_mask, training=training)
-        return x
+        if output_length is None:
+            return x
+        return transformer_layer_at_first(last, x, padding_mask, output_length, training)
 
     def get_config(self):
         # A shared embeddings block is re-created (not shared) on deserialisation.

@@ -125,3 +125,71 @@ def test_layer_norm_falls_back_to_keras_off_the_last_axis():
     x = tf.random.normal([3, 5, 4], seed=4)
     ours, reference = ElectraLayerNormalization(axis=1), keras.layers.LayerNormalization(axis=1)
     np.testing.assert_array_equal(ours(x).numpy(), reference(x).numpy())
+
+
+# --------------------------------------------------------------------------- [CLS]-only last layer
+
+def _encoder_and_batch(num_layers=3, seq=12):
+    keras.utils.set_random_seed(1)
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": num_layers})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    rng = np.random.RandomState(1)
+    lengths = np.array([seq, 7, 3, 9])
+    mask = (np.arange(seq)[None] < lengths[:, None]).astype("int32")
+    inputs = {"token_ids": tf.constant(rng.randint(1, 100, size=(4, seq)) * mask, tf.int32),
+              "segment_ids": tf.constant((np.arange(seq)[None] >= lengths[:, None] // 2) * mask, tf.int32),
+              "padding_mask": tf.constant(mask)}
+    return encoder, inputs
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_last_layer_at_the_first_positions_equals_the_full_output_there(length):
+    encoder, inputs = _encoder_and_batch()
+    full = encoder(inputs, training=False).numpy()
+    first = encoder(inputs, training=False, output_length=length).numpy()
+    assert first.shape == (4, length, full.shape[-1])
+    np.testing.assert_allclose(first, full[:, :length], rtol=0, atol=2e-5)
+    # The shortcut must not be a no-op slice of the full output: the other positions differ.
+    assert np.abs(full[:, length:length + 1] - full[:, :1]).max() > 1e-2
+
+
+def test_last_layer_at_cls_gives_the_full_paths_gradients():
+    encoder, inputs = _encoder_and_batch()
+    weights = tf.constant(np.random.RandomState(2).normal(size=(4, encoder.hidden_size)).astype("float32"))
+
+    def grads(output_length):
+        with tf.GradientTape() as tape:
+            cls = encoder(inputs, training=False, output_length=output_length)[:, 0]
+            loss = tf.reduce_sum(tf.square(cls) * weights)
+        return loss, tape.gradient(loss, encoder.trainable_variables)
+
+    loss_full, grads_full = grads(None)
+    loss_cls, grads_cls = grads(1)
+    np.testing.assert_allclose(loss_cls.numpy(), loss_full.numpy(), rtol=1e-5)
+    for variable, g_full, g_cls in zip(encoder.trainable_variables, grads_full, grads_cls):
+        g_full, g_cls = (tf.convert_to_tensor(g).numpy() for g in (g_full, g_cls))
+        np.testing.assert_allclose(g_cls, g_full, rtol=0, atol=1e-4 * max(np.abs(g_full).max(), 1e-3),
+                                   err_msg=variable.path)
+
+
+def test_classification_model_runs_the_last_layer_at_cls_only():
+    from electra_tf.finetuning.heads import ClassificationHead, SpanHead
+    from electra_tf.finetuning.trainer import FinetuningModel
+
+    assert ClassificationHead.output_length == 1 and SpanHead.output_length is None
+    encoder, inputs = _encoder_and_batch()
+    model = FinetuningModel(encoder, ClassificationHead(3))
+    batch = {"input_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"],
+             "input_mask": inputs["padding_mask"]}
+    logits = model(batch)["logits"].numpy()
+    reference = model.head(encoder(inputs, training=False), batch)["logits"].numpy()
+    np.testing.assert_allclose(logits, reference, rtol=0, atol=1e-5)
+    last = encoder.transformer_layers[-1]
+    seen = []
+    original = last._feedforward_intermediate_dense.call
+    last._feedforward_intermediate_dense.call = lambda x, *a, **k: seen.append(x.shape) or original(x, *a, **k)
+    try:
+        model(batch)
+    finally:
+        last._feedforward_intermediate_dense.call = original
+    assert [tuple(shape) for shape in seen] == [(4, 1, encoder.hidden_size)]

@@ -79,6 +79,9 @@ def _new_initializer(identifier):
 class ClassificationHead(layers.Layer):
     """[CLS] hidden state → dropout → dense(num_labels). num_labels=1: regression."""
 
+    # Positions of the encoder output the head reads: the encoder's last layer runs only there.
+    output_length = 1
+
     def __init__(self, num_labels, dropout_rate=0.1, kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         self.num_labels = int(num_labels)
@@ -157,6 +160,8 @@ class SpanHead(layers.Layer):
       `start_top_index` `[B, K]`, `end_top_log_probs`, `end_top_index`
       `[B, K, K]` (row i: the best ends given start `start_top_index[:, i]`).
     """
+
+    output_length = None  # every position
 
     def __init__(self, answerable=True, answerable_hidden_size=512, answerable_weight=0.5,
                  joint_prediction=True, beam_size=20, joint_hidden_size=512, hidden_act="gelu",

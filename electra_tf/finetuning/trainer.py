@@ -100,7 +100,8 @@ class FinetuningModel(keras.Model):
     def call(self, batch, training=False):
         inputs = {"token_ids": batch["input_ids"], "segment_ids": batch["segment_ids"],
                   "padding_mask": batch["input_mask"]}
-        return self.head(self.encoder(inputs, training=training), batch, training=training)
+        sequence = self.encoder(inputs, training=training, output_length=getattr(self.head, "output_length", None))
+        return self.head(sequence, batch, training=training)
 
     def build_all(self, seq_length: int):
         """Creates every variable with a dummy batch."""
