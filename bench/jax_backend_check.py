@@ -1,4 +1,4 @@
-"""Runs the model code's closed-form GELU / LayerNorm gradients and an encoder under Keras' JAX backend.
+"""Runs the model code's closed-form GELU / LayerNorm gradients, 16-bit dropout and an encoder under Keras' JAX backend.
 
 The model code (`electra_tf/modeling.py`) is backend-agnostic Keras 3; the project's
 requirements install TensorFlow only, so this check needs an environment with JAX,
@@ -54,12 +54,25 @@ def main():
     ours = grads(lambda *a: modeling.layer_norm_last_axis(*a, 1e-12))
     for name, got, want in zip(("x", "gamma", "beta"), ours, grads(reference_layer_norm)):
         check(f"layer_norm_last_axis gradient d/d{name}", got, want, 1e-5)
-    encoder = modeling.ElectraEncoder.from_config_object(get_config("tiny"), "discriminator")
+    y = np.asarray(modeling.ElectraDropout(0.1, seed=0)(jnp.ones((500, 1001)), training=True))
+    kept = np.unique(y[y != 0])
+    print(f"dropout16: dropped {(y == 0).mean():.5f} (expected {6554 / 65536:.5f}), kept values {kept}")
+    if not (abs((y == 0).mean() - 6554 / 65536) < 0.002 and np.allclose(kept, 65536 / (65536 - 6554))):
+        failures.append("dropout16")
+    encoder = modeling.ElectraEncoder.from_config_object(get_config("tiny", hparams={"dropout_rate": 0.1,
+                                                                                     "attention_dropout_rate": 0.1}),
+                                                         "discriminator")
     inputs = {"token_ids": np.array([[2, 10, 11, 3, 0]], "int32"), "segment_ids": np.zeros((1, 5), "int32"),
               "padding_mask": np.array([[1, 1, 1, 1, 0]], "int32")}
     out = encoder(inputs)
+    train_a, train_b = encoder(inputs, training=True), encoder(inputs, training=True)
+    layer = encoder.transformer_layers[0]
     print(f"encoder under {jax.default_backend()} JAX {jax.__version__}: output {tuple(out.shape)}, "
-          f"LayerNorm class {type(encoder.transformer_layers[0]._feedforward_layer_norm).__name__}")
+          f"LayerNorm class {type(layer._feedforward_layer_norm).__name__}, dropout class "
+          f"{type(layer._feedforward_dropout).__name__}, two training calls differ by "
+          f"{float(jnp.max(jnp.abs(train_a - train_b))):.3g}")
+    if not float(jnp.max(jnp.abs(train_a - train_b))) > 0:
+        failures.append("encoder dropout under training")
     if failures:
         sys.exit(f"jax_backend_check: failed: {', '.join(failures)}")
 

@@ -44,7 +44,9 @@ classification, ours ``FinetuningModel`` + ``ClassificationHead`` +
 optional ablations of our step (``--ablations``: monkeypatched variants,
 interleaved with the unchanged step; ``keras_gelu``, ``keras_layernorm`` and
 ``keras_gelu_layernorm`` undo issue #11's closed-form GELU / LayerNorm backward
-passes) and a TF-profiler trace summarised by op self time (``--profile``).
+passes, ``keras_dropout`` its 16-bit dropout masks; ``--finetune_ablations`` does
+the same for the fine-tuning step) and a TF-profiler trace summarised by op self
+time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
 
 FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every
@@ -56,6 +58,7 @@ Usage (``pip install -r requirements-bench.txt`` for torch/transformers):
     python bench/step_bench.py --sizes=small --rounds=3
     python bench/step_bench.py --sizes=base --rounds=3 --only=ours,hf,keras_hub
     python bench/step_bench.py --sizes=small --only=ours --ablations --profile --precisions=fp32
+    python bench/step_bench.py --sizes=small --only=finetune --finetune_ablations=full_last_layer,keras_dropout
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
              "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
-             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm")
+             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout")
 
 try:
     import torch
@@ -539,17 +542,32 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
-class OursFinetuneFullLastLayer(OursFinetune):
-    """Ours with the last encoder layer run at every position, as before the [CLS]-only shortcut
-    (`ElectraEncoder.call(output_length=...)`); `--finetune_full_last_layer` times it alongside."""
+FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout")
 
-    name = "ours_finetune_full_last_layer"
 
-    def __init__(self, config, batch, strategy, tmpdir):
+class OursFinetuneAblation(OursFinetune):
+    """Ours with one of issue #11's fine-tuning speed-ups undone while the step is traced
+    (`--finetune_ablations`): `full_last_layer` runs the last encoder layer at every position
+    (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
+    draws Keras' one-float-per-element masks instead of `dropout16`'s."""
+
+    def __init__(self, config, batch, strategy, tmpdir, variant):
         super().__init__(config, batch, strategy, tmpdir)
-        self.model.head.output_length = None  # instance attribute shadows ClassificationHead's 1
-        from electra_tf.finetuning import trainer
-        self.fn = trainer._make_train_fn(strategy, self.model)
+        if variant not in FINETUNE_ABLATIONS:
+            raise ValueError(f"unknown fine-tuning ablation {variant!r}; choose from {FINETUNE_ABLATIONS}")
+        self.name, self.variant = f"ours_finetune_{variant}", variant
+        if variant == "full_last_layer":
+            self.model.head.output_length = None  # instance attribute shadows ClassificationHead's 1
+
+    def first_step(self):
+        if self.variant != "keras_dropout":
+            return super().first_step()
+        saved = modeling.ElectraDropout.call
+        modeling.ElectraDropout.call = keras.layers.Dropout.call
+        try:
+            return super().first_step()  # traces the step
+        finally:
+            modeling.ElectraDropout.call = saved
 
 
 class HFFinetune(EagerTorchStep):
@@ -647,6 +665,8 @@ def _ablation_patches(variant, model, optimizer):
             patch(modeling, "gelu_erf", lambda x: keras.activations.gelu(x, approximate=False))
         if variant in ("keras_layernorm", "keras_gelu_layernorm"):
             patch(modeling.ElectraLayerNormalization, "call", keras.layers.LayerNormalization.call)
+        if variant == "keras_dropout":  # Keras' one-float-per-element masks instead of dropout16
+            patch(modeling.ElectraDropout, "call", keras.layers.Dropout.call)
         try:
             yield
         finally:
@@ -985,8 +1005,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="timed steps per implementation per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before each timed run")
     parser.add_argument("--pipeline_batches", type=int, default=300)
-    parser.add_argument("--finetune_full_last_layer", action="store_true",
-                        help="with finetune: also time ours with the last layer at every position")
+    parser.add_argument("--finetune_ablations", default="",
+                        help=f"with finetune: also time ours with these speed-ups undone ({', '.join(FINETUNE_ABLATIONS)})")
     parser.add_argument("--ablations", action="store_true", help="time monkeypatched variants of our step")
     parser.add_argument("--ablation_list", default=",".join(ABLATIONS))
     parser.add_argument("--ablation_size", default="small")
@@ -1079,8 +1099,8 @@ def main():
             batch = synthetic_batch(32, 128, config.vocab_size, seed=1)
             batch["label_ids"] = np.random.RandomState(1).randint(0, 2, 32).astype(np.int32)
             impls = [OursFinetune(config, batch, strategy, tmp)]
-            if args.finetune_full_last_layer:
-                impls.append(OursFinetuneFullLastLayer(config, batch, strategy, tmp))
+            for variant in filter(None, args.finetune_ablations.split(",")):
+                impls.append(OursFinetuneAblation(config, batch, strategy, tmp, variant))
             if torch is not None:
                 impls.append(HFFinetune(config, batch))
             results = interleave(impls, args.rounds, args.steps, args.warmup, 32, "finetune")
@@ -1091,8 +1111,8 @@ def main():
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "fp32"),
                      "results": results, "ratios": {}}
             group["cpu_ratios"] = {}
-            for peer in ("hf_finetune", "ours_finetune_full_last_layer"):
-                if peer in results:
+            for peer in results:
+                if peer != "ours_finetune":
                     group["ratios"][peer] = ratio_stats(results["ours_finetune"]["seq_s"], results[peer]["seq_s"])
                     group["cpu_ratios"][peer] = ratio_stats(results[peer]["cpu_s_per_step"],
                                                             results["ours_finetune"]["cpu_s_per_step"])

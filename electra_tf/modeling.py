@@ -24,6 +24,7 @@ Example:
 """
 
 import dataclasses
+import math
 
 import keras
 from keras import layers, ops
@@ -136,6 +137,90 @@ class ElectraLayerNormalization(layers.LayerNormalization):
         # Values, not variables: TF's custom gradient would otherwise ask for variable gradients.
         outputs = layer_norm_last_axis(inputs, ops.copy(self.gamma), ops.copy(self.beta), self.epsilon)
         return ops.cast(outputs, self.compute_dtype)
+
+
+# Dropout keep decisions at 16-bit resolution: one 32-bit random number gives two decisions.
+_DROPOUT_LEVELS = 1 << 16
+
+
+def _random_uint16(count, seed):
+    """At least `count` uniform 16-bit integers (flat), two per 32-bit draw; None if the backend
+    has no raw-bits generator (then `ElectraDropout` falls back to Keras' dropout)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras' TF backend
+        bits = tf.random.stateless_uniform([(count + 1) // 2], seed=seed, minval=None, maxval=None,
+                                           dtype=tf.uint32)
+        return tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
+    if backend == "jax":
+        import jax
+
+        bits = jax.random.bits(seed, ((count + 1) // 2,), dtype="uint32")
+        return jax.lax.bitcast_convert_type(bits, "uint16").reshape(-1)
+    return None
+
+
+def dropout16(x, rate: float, seed):
+    """Inverted dropout whose keep decisions use 16 random bits each (two per 32-bit draw).
+
+    An element is dropped iff its 16-bit number is below `round(rate × 65536)`: the drop
+    probability is that threshold / 65536, within 0.5 / 65536 < 1e-5 of `rate` (0.1 → 0.100006).
+    Kept elements are scaled by 1 / (1 − that probability), so `E[y] = x` exactly. Half the
+    random-number work of Keras' one float per element (issue #11). Deterministic in `seed`
+    (a `SeedGenerator` draw), like Keras' dropout. Returns None where `_random_uint16` does.
+    """
+    threshold = int(round(rate * _DROPOUT_LEVELS))
+    if threshold <= 0:
+        return x
+    if threshold >= _DROPOUT_LEVELS:
+        return ops.zeros_like(x)
+    static_size = None not in x.shape and math.prod(x.shape)
+    size = static_size or ops.size(x)
+    bits = _random_uint16(size, seed)
+    if bits is None:
+        return None
+    if not static_size or size % 2:
+        bits = bits[:size]
+    keep = ops.reshape(bits, ops.shape(x)) >= threshold
+    scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+    return x * ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraDropout(layers.Dropout):
+    """`keras.layers.Dropout` with `dropout16` masks: same seed generator, advanced once per call.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ElectraDropout(0.5, seed=0)
+    >>> y = np.asarray(layer(np.ones((4, 1000), "float32"), training=True))
+    >>> sorted(set(np.round(y.ravel(), 3).tolist())), bool(0.45 < (y == 0).mean() < 0.55)
+    ([0.0, 2.0], True)
+    """
+
+    def call(self, inputs, training=False):
+        if training and 0 < self.rate < 1 and self.noise_shape is None:
+            outputs = dropout16(inputs, self.rate, self.seed_generator.next())
+            if outputs is not None:
+                return outputs
+        return super().call(inputs, training=training)
+
+
+def use_electra_dropout(layer: TransformerEncoder):
+    """Makes a built keras-hub `TransformerEncoder` drop out with `ElectraDropout`.
+
+    Its three `Dropout` layers (attention probabilities, attention output, feed-forward
+    output) change class in place: the same objects, names and seed generators, so
+    checkpoints and the dropout RNG state list are unchanged.
+    """
+    attention = getattr(layer, "_self_attention_layer", None)
+    for dropout in (getattr(layer, "_self_attention_dropout", None), getattr(layer, "_feedforward_dropout", None),
+                    getattr(attention, "_dropout_layer", None)):
+        if type(dropout) is layers.Dropout:
+            dropout.__class__ = ElectraDropout
 
 
 def use_electra_layer_norm(layer: TransformerEncoder):
@@ -423,6 +508,7 @@ class ElectraEncoder(keras.Model):
         for layer in self.transformer_layers:
             layer.build(shape + (width,))
             use_electra_layer_norm(layer)
+            use_electra_dropout(layer)
         self.built = True
 
     def call(self, inputs, training=None, output_length=None):

@@ -7,8 +7,8 @@ import tensorflow as tf
 from keras_hub.layers import TransformerEncoder
 
 from electra_tf.config import get_config
-from electra_tf.modeling import (ElectraEncoder, ElectraLayerNormalization, gelu_erf, gelu_exact,
-                                 get_activation, layer_norm_last_axis)
+from electra_tf.modeling import (ElectraDropout, ElectraEncoder, ElectraLayerNormalization, dropout16, gelu_erf,
+                                 gelu_exact, get_activation, layer_norm_last_axis)
 
 
 def _value_and_grads(fn, *inputs, weights=None):
@@ -193,3 +193,64 @@ def test_classification_model_runs_the_last_layer_at_cls_only():
     finally:
         last._feedforward_intermediate_dense.call = original
     assert [tuple(shape) for shape in seen] == [(4, 1, encoder.hidden_size)]
+
+
+# --------------------------------------------------------------------------- 16-bit dropout masks
+
+def test_dropout16_drops_at_the_quantised_rate_and_keeps_the_expectation():
+    x = tf.fill([1000, 1001], 3.0)  # odd size: the last 32-bit draw is half used
+    y = dropout16(x, 0.1, tf.constant([7, 11], tf.int64)).numpy()
+    p = 6554 / 65536  # round(0.1 · 65536) / 65536
+    dropped = (y == 0).mean()
+    assert abs(dropped - p) < 5 * np.sqrt(p * (1 - p) / y.size)
+    kept = y[y != 0]
+    np.testing.assert_array_equal(np.unique(kept), np.float32(3.0 * 65536 / (65536 - 6554)))
+    assert abs(y.mean() / 3.0 - 1.0) < 5 * np.sqrt(p / (1 - p) / y.size)
+
+
+def test_dropout16_is_a_function_of_the_seed_and_shape_agnostic():
+    seed = tf.constant([1, 2], tf.int64)
+    x = tf.ones([5, 7])
+    a, b = dropout16(x, 0.3, seed).numpy(), dropout16(x, 0.3, seed).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, dropout16(x, 0.3, tf.constant([1, 3], tf.int64)).numpy())
+    dynamic = tf.function(lambda t: dropout16(t, 0.3, seed),
+                          input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    np.testing.assert_array_equal(dynamic(x).numpy(), a)  # dynamic size draws the same bits
+    assert dropout16(x, 0.0, seed) is x
+    np.testing.assert_array_equal(dropout16(x, 1.0, seed).numpy(), 0.0)
+
+
+def test_dropout16_gradient_is_the_mask_times_the_scale():
+    x = tf.Variable(tf.random.normal([64, 33]))
+    seed = tf.constant([5, 6], tf.int64)
+    with tf.GradientTape() as tape:
+        y = dropout16(x, 0.2, seed)
+    grad = tape.gradient(y, x).numpy()
+    mask = (y.numpy() != 0).astype("float32")
+    np.testing.assert_allclose(grad, mask * 65536 / (65536 - round(0.2 * 65536)), rtol=1e-6)
+
+
+def test_electra_dropout_layer_advances_its_seed_generator_and_is_identity_at_inference():
+    layer = ElectraDropout(0.5, seed=3)
+    x = np.ones((8, 64), "float32")
+    first, second = (np.asarray(layer(x, training=True)) for _ in range(2))
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    replay = ElectraDropout(0.5, seed=3)
+    np.testing.assert_array_equal(np.asarray(replay(x, training=True)), first)
+
+
+def test_encoder_drops_out_with_electra_dropout_and_keeps_its_rng_state_list():
+    keras.utils.set_random_seed(0)
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 2})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    encoder.build()
+    layer = encoder.transformer_layers[0]
+    dropouts = (layer._self_attention_dropout, layer._feedforward_dropout, layer._self_attention_layer._dropout_layer)
+    assert [type(d) for d in dropouts] == [ElectraDropout] * 3
+    keras.utils.set_random_seed(0)
+    plain = TransformerEncoder(intermediate_dim=1024, num_heads=4, dropout=0.1)
+    plain.build((None, None, 256))
+    seeds = lambda l: [v.path.split("/")[-2:] for v in l.non_trainable_variables if "seed" in v.path]  # noqa: E731
+    assert seeds(layer) and len(seeds(layer)) == len(seeds(plain))
