@@ -39,6 +39,9 @@ OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 # Objectives with a generator that corrupts the main model's input.
 GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 ACTIVATIONS = ("gelu", "gelu_approximate")
+# Encoder dropout masks: two 16-bit keep decisions per 32-bit random draw (rate 0.1 → 0.100006,
+# about 4 % of a step on CPU, `modeling.dropout16`) or Keras' one float per element.
+DROPOUT_MASKS = ("16bit", "keras")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +90,7 @@ class ElectraConfig:
     type_vocab_size: int = 2
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
+    dropout_masks: str = "16bit"  # one of DROPOUT_MASKS
     # "gelu" is the exact erf GELU of the official code and HF; keras-hub's
     # ElectraBackbone uses the tanh approximation ("gelu_approximate").
     hidden_act: str = "gelu"
@@ -159,6 +163,8 @@ class ElectraConfig:
             problems.append(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.mlm_encoder not in ("generator", "discriminator"):
             problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
+        if self.dropout_masks not in DROPOUT_MASKS:
+            problems.append(f"dropout_masks must be one of {DROPOUT_MASKS}, got {self.dropout_masks!r}")
         if self.hidden_act not in ACTIVATIONS:
             problems.append(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
         for role in ROLES:

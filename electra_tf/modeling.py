@@ -405,6 +405,8 @@ class ElectraEncoder(keras.Model):
     Inputs: a dict with int `token_ids`, `segment_ids` and `padding_mask`
     (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
     Pass `embeddings=` to share an existing `ElectraEmbeddings` block.
+    `dropout_masks="16bit"` (default) drops out with `ElectraDropout`, `"keras"` with
+    Keras' own masks (`ElectraConfig.dropout_masks`).
     """
 
     def __init__(
@@ -423,9 +425,12 @@ class ElectraEncoder(keras.Model):
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
         embeddings=None,
+        dropout_masks="16bit",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if dropout_masks not in ("16bit", "keras"):
+            raise ValueError(f"dropout_masks must be '16bit' or 'keras', got {dropout_masks!r}")
         self.embeddings = embeddings or ElectraEmbeddings(
             vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
             dropout_rate, layer_norm_epsilon, initializer_range,
@@ -463,7 +468,7 @@ class ElectraEncoder(keras.Model):
             max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range,
+            initializer_range=initializer_range, dropout_masks=dropout_masks,
         )
 
     @classmethod
@@ -479,6 +484,7 @@ class ElectraEncoder(keras.Model):
             hidden_act=config.hidden_act,
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
+            dropout_masks=config.dropout_masks,
             embeddings=embeddings,
             dtype=dtype,
             name=name or role,
@@ -508,7 +514,8 @@ class ElectraEncoder(keras.Model):
         for layer in self.transformer_layers:
             layer.build(shape + (width,))
             use_electra_layer_norm(layer)
-            use_electra_dropout(layer)
+            if self._config["dropout_masks"] == "16bit":
+                use_electra_dropout(layer)
         self.built = True
 
     def call(self, inputs, training=None, output_length=None):

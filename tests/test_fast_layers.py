@@ -254,3 +254,13 @@ def test_encoder_drops_out_with_electra_dropout_and_keeps_its_rng_state_list():
     plain.build((None, None, 256))
     seeds = lambda l: [v.path.split("/")[-2:] for v in l.non_trainable_variables if "seed" in v.path]  # noqa: E731
     assert seeds(layer) and len(seeds(layer)) == len(seeds(plain))
+
+
+def test_dropout_masks_option_keeps_keras_dropout_and_is_validated():
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 1, "dropout_masks": "keras"})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    encoder.build()
+    assert type(encoder.transformer_layers[0]._feedforward_dropout) is keras.layers.Dropout
+    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["dropout_masks"] == "keras"
+    with pytest.raises(ValueError, match="dropout_masks must be one of"):
+        get_config("small", hparams={"dropout_masks": "8bit"})
