@@ -40,7 +40,7 @@ OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 ACTIVATIONS = ("gelu", "gelu_approximate")
 # Encoder dropout masks: two 16-bit keep decisions per 32-bit random draw (rate 0.1 → 0.100006,
-# about 4 % of a step on CPU, `modeling.dropout16`) or Keras' one float per element.
+# about 3 % of a step on CPU, `modeling.dropout16`) or Keras' one float per element.
 DROPOUT_MASKS = ("16bit", "keras")
 
 

@@ -6,6 +6,8 @@ class one layer at a time (see `electra_tf.convert.keras_hub_preset`). The gener
 discriminator's whole `ElectraEmbeddings` block (word, position and segment
 embeddings plus their LayerNorm: the same variable objects) and adds its own
 projection and narrower transformer layers, as in the official code.
+(Issue #11: the encoder layers' LayerNorms and dropouts run as `ElectraLayerNormalization` /
+`ElectraDropout`, subclasses that replace only `call`, switched in place: same weights and names.)
 
 Example:
 
