@@ -738,6 +738,17 @@ def ratio_stats(ours: list, peer: list) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "per_round": ratios}
 
 
+def add_ratios(group: dict, reference: str) -> None:
+    """`group`'s ratios of `reference` to every other implementation: throughput and CPU time per step."""
+    results = group["results"]
+    group["cpu_ratios"] = {}
+    for name in results:
+        if name != reference:
+            group["ratios"][name] = ratio_stats(results[reference]["seq_s"], results[name]["seq_s"])
+            group["cpu_ratios"][name] = ratio_stats(results[name]["cpu_s_per_step"],
+                                                    results[reference]["cpu_s_per_step"])
+
+
 # --------------------------------------------------------------------------
 # The tf.data pipeline
 # --------------------------------------------------------------------------
@@ -1082,12 +1093,7 @@ def main():
                 if hf_impl is not None:
                     group["hf_attn_implementation"] = hf_impl.attn_implementation
                 if "ours" in results:
-                    group["cpu_ratios"] = {}
-                    for name in results:
-                        if name != "ours":
-                            group["ratios"][name] = ratio_stats(results["ours"]["seq_s"], results[name]["seq_s"])
-                            group["cpu_ratios"][name] = ratio_stats(results[name]["cpu_s_per_step"],
-                                                                    results["ours"]["cpu_s_per_step"])
+                    add_ratios(group, "ours")
                 report["groups"].append(group)
                 for impl in impls:
                     impl.close()
@@ -1110,12 +1116,7 @@ def main():
                      "seq_length": 128, "flops_per_step": flops.BACKWARD_FACTOR * 32 * encoder,
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "fp32"),
                      "results": results, "ratios": {}}
-            group["cpu_ratios"] = {}
-            for peer in results:
-                if peer != "ours_finetune":
-                    group["ratios"][peer] = ratio_stats(results["ours_finetune"]["seq_s"], results[peer]["seq_s"])
-                    group["cpu_ratios"][peer] = ratio_stats(results[peer]["cpu_s_per_step"],
-                                                            results["ours_finetune"]["cpu_s_per_step"])
+            add_ratios(group, "ours_finetune")
             report["groups"].append(group)
             for impl in impls:
                 impl.close()
