@@ -169,9 +169,10 @@ def dropout16(x, rate: float, seed):
 
     An element is dropped iff its 16-bit number is below `round(rate × 65536)`: the drop
     probability is that threshold / 65536, within 0.5 / 65536 < 1e-5 of `rate` (0.1 → 0.100006).
-    Kept elements are scaled by 1 / (1 − that probability), so `E[y] = x` exactly. Half the
-    random-number work of Keras' one float per element (issue #11). Deterministic in `seed`
-    (a `SeedGenerator` draw), like Keras' dropout. Returns None where `_random_uint16` does.
+    Kept elements are scaled by 1 / (1 − that probability), so `E[y] = x` (up to the scale's
+    rounding in x's dtype, as in Keras). Half the random-number work of Keras' one float per
+    element (issue #11). Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
+    Returns None where `_random_uint16` does.
     """
     threshold = int(round(rate * _DROPOUT_LEVELS))
     if threshold <= 0:
