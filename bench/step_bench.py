@@ -555,19 +555,14 @@ class OursFinetuneAblation(OursFinetune):
         super().__init__(config, batch, strategy, tmpdir)
         if variant not in FINETUNE_ABLATIONS:
             raise ValueError(f"unknown fine-tuning ablation {variant!r}; choose from {FINETUNE_ABLATIONS}")
-        self.name, self.variant = f"ours_finetune_{variant}", variant
+        self.name = f"ours_finetune_{variant}"
         if variant == "full_last_layer":
             self.model.head.output_length = None  # instance attribute shadows ClassificationHead's 1
+        self.patches = _ablation_patches(variant, self.model, self.optimizer)
 
     def first_step(self):
-        if self.variant != "keras_dropout":
+        with self.patches():  # monkeypatches act while the step is traced
             return super().first_step()
-        saved = modeling.ElectraDropout.call
-        modeling.ElectraDropout.call = keras.layers.Dropout.call
-        try:
-            return super().first_step()  # traces the step
-        finally:
-            modeling.ElectraDropout.call = saved
 
 
 class HFFinetune(EagerTorchStep):

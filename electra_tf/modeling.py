@@ -32,7 +32,7 @@ import keras
 from keras import layers, ops
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
-from electra_tf.config import ElectraConfig
+from electra_tf.config import DROPOUT_MASKS, ElectraConfig
 
 PACKAGE = "electra_tf"
 
@@ -432,8 +432,8 @@ class ElectraEncoder(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if dropout_masks not in ("16bit", "keras"):
-            raise ValueError(f"dropout_masks must be '16bit' or 'keras', got {dropout_masks!r}")
+        if dropout_masks not in DROPOUT_MASKS:
+            raise ValueError(f"dropout_masks must be one of {DROPOUT_MASKS}, got {dropout_masks!r}")
         self.embeddings = embeddings or ElectraEmbeddings(
             vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
             dropout_rate, layer_norm_epsilon, initializer_range,

@@ -539,7 +539,10 @@ def parse_args(argv=None):
     parser.add_argument("--work_dir", default=None,
                         help="default: ~/.cache/electra_tf/compare_objectives/<budget> (outside the checkout)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the table, JSON and plots go")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    return args
 
 
 def main(argv=None):
@@ -558,8 +561,6 @@ def main(argv=None):
     exports = {}
     if args.stage in ("all", "pretrain", "finetune"):
         data_dir = build_data(work_dir)
-    if args.jobs < 1:
-        sys.exit(f"compare_objectives: error: --jobs must be at least 1, got {args.jobs}")
     progress = Progress(runs_per_arm(budget) * len(arms), args.jobs)
     if args.stage == "pretrain":
         for arm in arms:

@@ -118,3 +118,9 @@ def test_thread_env_limits_tensorflow_threads_only_when_asked():
     assert co.thread_env(None) is None
     env = co.thread_env(1)
     assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env["TF_NUM_INTEROP_THREADS"] == "1" and "PATH" in env
+
+
+def test_jobs_below_one_is_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit):
+        co.parse_args(["--jobs=0"])
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
