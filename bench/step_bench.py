@@ -90,6 +90,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import electra_tf  # noqa: E402  (before TensorFlow: oneDNN kernels on, as in run_pretraining.py)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -145,7 +146,9 @@ def hardware_line() -> str:
         flags = set(next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), []))
     except OSError:
         pass
-    isa = ",".join(f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags) or "-"
+    isa = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+                   if f in flags) or "-"
+    onednn = "on" if electra_tf.onednn_enabled() else "off"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     versions = f"TF {tf.__version__}, Keras {keras.__version__}"
     try:
@@ -156,7 +159,7 @@ def hardware_line() -> str:
     if torch is not None:
         versions += f", torch {torch.__version__}, transformers {transformers.__version__}"
     return (f"{model}, {num_cores()} cores ({os.cpu_count()} CPUs online; ISA {isa}), "
-            f"load average {load:.1f} at start; {versions}; Python {platform.python_version()}")
+            f"load average {load:.1f} at start; TF oneDNN kernels {onednn}; {versions}; Python {platform.python_version()}")
 
 
 def tf_matmul_peak(dtype: str, n=2048, reps=5) -> float:

@@ -6,6 +6,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
+
+import electra_tf  # noqa: E402,F401  (before TensorFlow: the tests run with the kernels the entry points get)
 import tensorflow as tf  # noqa: E402
 
 NUM_LOGICAL_CPUS = 2
