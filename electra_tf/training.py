@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+import electra_tf
 from electra_tf import distribution, input_pipeline, loop, masking, preemption
 from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
 from electra_tf.convert import api as convert_api
@@ -245,9 +246,10 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     progress = loop.ProgressReporter(total, step, config.train_batch_size,
                                      keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
     window_start, window_step = time.time(), step
-    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s",
-                 config.model_size, config.objective, step, total, config.train_batch_size,
-                 strategy.num_replicas_in_sync, workers, "" if chief else f" (this is worker {worker})")
+    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s; "
+                 "TF oneDNN CPU kernels %s", config.model_size, config.objective, step, total,
+                 config.train_batch_size, strategy.num_replicas_in_sync, workers,
+                 "" if chief else f" (this is worker {worker})", "on" if electra_tf.onednn_enabled() else "off")
     last = min(total, options.stop_after_steps or total)
     with stop_request, _scratch_dir(chief, worker) as scratch:
         saver = manager if chief else tf.train.CheckpointManager(checkpoint, scratch, max_to_keep=1,

@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+import electra_tf
 from electra_tf import distribution, loop
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.finetuning.task import Task
@@ -453,9 +454,9 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
                                          options.length_bucketing))
     train_steps = _make_train_fn(strategy, model, options.jit_compile)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
-                 "loss %s over the batch, clip %g", task.name, num_examples, total_steps, steps_per_epoch,
-                 options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
-                 model.loss_reduction, model.clip_norm)
+                 "loss %s over the batch, clip %g; TF oneDNN CPU kernels %s", task.name, num_examples, total_steps,
+                 steps_per_epoch, options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
+                 model.loss_reduction, model.clip_norm, "on" if electra_tf.onednn_enabled() else "off")
     step, start = 0, time.time()
     progress = loop.ProgressReporter(total_steps, 0, options.train_batch_size, keys=("loss",))
     while step < total_steps:
