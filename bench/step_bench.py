@@ -44,7 +44,8 @@ classification, ours ``FinetuningModel`` + ``ClassificationHead`` +
 optional ablations of our step (``--ablations``: monkeypatched variants,
 interleaved with the unchanged step; ``keras_gelu``, ``keras_layernorm`` and
 ``keras_gelu_layernorm`` undo issue #11's closed-form GELU / LayerNorm backward
-passes, ``keras_dropout`` its 16-bit dropout masks; ``--finetune_ablations`` does
+passes, ``keras_dropout`` its 16-bit dropout masks, ``unfused_adam`` its fused
+AdamW kernel; ``--finetune_ablations`` does
 the same for the fine-tuning step) and a TF-profiler trace summarised by op self
 time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
@@ -106,7 +107,7 @@ ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
              "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
-             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout")
+             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout", "unfused_adam")
 
 try:
     import torch
@@ -545,14 +546,15 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
-FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout")
+FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam")
 
 
 class OursFinetuneAblation(OursFinetune):
     """Ours with one of issue #11's fine-tuning speed-ups undone while the step is traced
     (`--finetune_ablations`): `full_last_layer` runs the last encoder layer at every position
     (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
-    draws Keras' one-float-per-element masks instead of `dropout16`'s."""
+    draws Keras' one-float-per-element masks instead of `dropout16`'s, `unfused_adam` runs AdamW as
+    separate ops instead of the fused kernel."""
 
     def __init__(self, config, batch, strategy, tmpdir, variant):
         super().__init__(config, batch, strategy, tmpdir)
@@ -665,6 +667,8 @@ def _ablation_patches(variant, model, optimizer):
             patch(modeling.ElectraLayerNormalization, "call", keras.layers.LayerNormalization.call)
         if variant == "keras_dropout":  # Keras' one-float-per-element masks instead of dropout16
             patch(modeling.ElectraDropout, "call", keras.layers.Dropout.call)
+        if variant == "unfused_adam":  # AdamW as ~20 graph ops per variable instead of ResourceApplyAdam
+            patch(optimizer, "fused", False)
         try:
             yield
         finally:

@@ -133,6 +133,11 @@ class ElectraConfig:
     # The official AdamWeightDecayOptimizer has no bias correction: lr · (m / (√v + ε) + wd · w).
     # True gives Keras' bias-corrected Adam step (smaller by (1 − β1^t) / √(1 − β2^t) early on).
     adam_bias_correction: bool = False
+    # AdamW as TF's fused ResourceApplyAdam kernel per variable (the same update; the kernel
+    # forms 1 − β2 in float32, 0.00099998713 instead of 0.001, the weight of g² in v). It makes
+    # the traced step a third smaller and its first call seconds faster; False: separate ops.
+    # Pre-training and fine-tuning alike.
+    adam_fused_kernel: bool = True
 
     # Fine-tuning defaults of this size (paper table 7).
     finetune_learning_rate: float = 3e-4

@@ -130,9 +130,8 @@ def _accumulated_gradients(model, batch, variables, num_micro):
     micro = tf.nest.map_structure(
         lambda t: tf.reshape(t, tf.concat([[num_micro, -1], tf.shape(t)[1:]], 0)), sliced)
     names = [n for n in model.step_output_names if n not in ("grad_norm", "nonfinite")]
-    grads = [tf.zeros_like(v) for v in variables]
-    totals = {name: tf.constant(0.0) for name in names}
-    for k in tf.range(num_micro):
+
+    def body(k, grads, totals):
         part = tf.nest.map_structure(lambda t: t[k], micro)
         extra = {key: value for key, value in part.items() if key != "batch"}
         with tf.GradientTape() as tape:
@@ -142,6 +141,12 @@ def _accumulated_gradients(model, batch, variables, num_micro):
         grads = [total if g is None else total + tf.convert_to_tensor(g) for total, g in zip(grads, step_grads)]
         totals = {name: totals[name] + outputs[name] for name in names}
         model.update_metrics(part["batch"], outputs)
+        return k + 1, grads, totals
+
+    # An explicit loop: the step is traced without autograph (see `make_step_driver`).
+    _, grads, totals = tf.while_loop(
+        lambda k, grads, totals: k < num_micro, body,
+        (tf.constant(0), [tf.zeros_like(v) for v in variables], {name: tf.constant(0.0) for name in names}))
     return totals, grads
 
 
@@ -151,11 +156,15 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     step's outputs summed over replicas (step functions return replica partials) and
     `nonfinite_steps`, the number of steps not applied because they were not finite.
 
-    The step is traced once, inside the loop; the outputs ride along as loop variables.
+    The step is traced once, inside the loop; the outputs ride along as loop variables. Only
+    the loop itself goes through autograph: step functions use explicit TF control flow
+    (`tf.cond`, `tf.while_loop`), and converting them, with every function they call, took
+    a quarter of the tracing time (2.6 of 10.3 CPU-s for Small).
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress.
     """
+    step_fn = tf.autograph.experimental.do_not_convert(step_fn)
     step_fn = tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
     output_names = [name for name in output_names if name != "nonfinite"]
 

@@ -17,6 +17,15 @@ has and Keras lacks:
   applied to the Adam step and to the decoupled weight decay alike;
 * no weight decay on LayerNorm parameters and biases.
 
+Under TensorFlow the update runs, by default, as TF's fused `ResourceApplyAdam`
+kernel per variable (`fused=True`): one kernel instead of about twenty graph
+ops per variable, which shrinks the traced training step by a third and cuts
+the first step's tracing and graph optimisation accordingly. Its arithmetic is
+the same update; the one difference is that the kernel forms `1 − β2` in
+float32 (0.00099998713 for β2 = 0.999, where the per-op update multiplies by
+float32(0.001)), a relative difference of 1.3e-5 in the weight given to g².
+`fused=False` runs the per-op update.
+
 Example:
 
 >>> from electra_tf.optimization import WarmupLinearDecay
@@ -70,15 +79,19 @@ class ElectraAdamW(keras.optimizers.AdamW):
         lr_multipliers: optional `{variable.path: multiplier}`; missing paths get 1.
         gradients_are_reduced: the caller passes gradients summed over replicas,
             so the optimizer must not all-reduce them again.
+        fused: under TensorFlow, update each variable with the fused
+            `ResourceApplyAdam` kernel (see the module docstring); False runs
+            the same update as separate ops.
     """
 
     def __init__(self, learning_rate=1e-3, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 bias_correction=False, lr_multipliers=None, gradients_are_reduced=True, **kwargs):
+                 bias_correction=False, lr_multipliers=None, gradients_are_reduced=True, fused=True, **kwargs):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1,
                          beta_2=beta_2, epsilon=epsilon, **kwargs)
         self.bias_correction = bool(bias_correction)
         self.lr_multipliers = dict(lr_multipliers or {})
         self.gradients_are_reduced = gradients_are_reduced
+        self.fused = bool(fused)
 
     def build(self, variables):
         super().build(variables)
@@ -113,6 +126,49 @@ class ElectraAdamW(keras.optimizers.AdamW):
     def _apply_weight_decay(self, variables):
         pass  # done per variable in update_step
 
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        """TF backend only: the fused update, with the step's scalars computed once, not per variable."""
+        if not self.fused or type(self).update_step is not ElectraAdamW.update_step:
+            return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
+        import tensorflow as tf
+
+        beta_1, beta_2 = tf.constant(self.beta_1, "float32"), tf.constant(self.beta_2, "float32")
+        epsilon = tf.constant(self.epsilon, "float32")
+        if self.bias_correction:
+            step = tf.cast(self.iterations + 1, "float32")
+            beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
+        else:  # alpha = lr · √(1 − 0) / (1 − 0) = lr exactly: the official uncorrected step
+            beta_1_power = beta_2_power = tf.constant(0.0)
+        # The learning rate arrives per replica (under MirroredStrategy each device has its own
+        # tensor): the rates derived from it are made once per device and multiplier.
+        rates = {}
+
+        def rates_for(learning_rate, multiplier):
+            key = (id(learning_rate), multiplier)  # the objects outlive this loop
+            if key not in rates:
+                rate = tf.cast(learning_rate, "float32") * multiplier
+                rates[key] = (rate, rate * self.weight_decay)
+            return rates[key]
+
+        def update(variable, gradient, m, v, learning_rate, multiplier, decays):
+            rate, decay_rate = rates_for(learning_rate, multiplier)
+            if decays:
+                variable.assign_sub(variable.read_value() * decay_rate)
+            return tf.raw_ops.ResourceApplyAdam(
+                var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
+                lr=rate, beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))
+
+        for gradient, variable in grads_and_vars:
+            if variable.dtype != tf.float32:
+                raise TypeError(f"ElectraAdamW(fused=True) updates float32 variables; {variable.name} is "
+                                f"{variable.dtype.name}: pass fused=False")
+            index = self._get_variable_index(variable)
+            decays = bool(self.weight_decay) and self._use_weight_decay(variable)
+            m, v = self._momentums[index].value, self._velocities[index].value
+            distribution.extended.update(
+                variable, update, args=(gradient, m, v, learning_rate),
+                kwargs={"multiplier": self._settings[index][0], "decays": decays}, group=False)
+
     def _all_reduce_sum_gradients(self, grads_and_vars):
         if self.gradients_are_reduced:
             return list(grads_and_vars)
@@ -121,7 +177,7 @@ class ElectraAdamW(keras.optimizers.AdamW):
     def get_config(self):
         config = super().get_config()
         config.update(bias_correction=self.bias_correction, lr_multipliers=self.lr_multipliers,
-                      gradients_are_reduced=self.gradients_are_reduced)
+                      gradients_are_reduced=self.gradients_are_reduced, fused=self.fused)
         return config
 
 
@@ -169,4 +225,5 @@ def create_optimizer(config: ElectraConfig) -> ElectraAdamW:
         beta_2=config.adam_beta2,
         epsilon=config.adam_epsilon,
         bias_correction=config.adam_bias_correction,
+        fused=config.adam_fused_kernel,
     )

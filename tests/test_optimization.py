@@ -77,8 +77,9 @@ def official_adamw(params, grads_per_step, lrs, multipliers, decays, wd, b1=0.9,
     return params
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("bias_correction", [False, True])
-def test_update_matches_the_official_adamw_in_numpy(bias_correction):
+def test_update_matches_the_official_adamw_in_numpy(bias_correction, fused):
     rng = np.random.RandomState(0)
     model = make_model()
     for variable in model.weights:
@@ -87,7 +88,7 @@ def test_update_matches_the_official_adamw_in_numpy(bias_correction):
     schedule = WarmupLinearDecay(1e-2, num_train_steps=20, num_warmup_steps=3)
     multipliers = {"net/dense/kernel": 0.5}
     optimizer = ElectraAdamW(learning_rate=schedule, weight_decay=0.1, lr_multipliers=multipliers,
-                             bias_correction=bias_correction)
+                             bias_correction=bias_correction, fused=fused)
     grads_per_step = [{k: rng.normal(size=v.shape) for k, v in start.items()} for _ in range(6)]
     for grads in grads_per_step:
         after = step(model, optimizer, [grads[v.path].astype("float32") for v in model.trainable_variables])
@@ -99,6 +100,78 @@ def test_update_matches_the_official_adamw_in_numpy(bias_correction):
         return
     for path, value in expected.items():
         np.testing.assert_allclose(after[path], value, atol=1e-6, err_msg=path)
+
+
+def numpy_keras_adam(params, grads_per_step, lrs, multipliers, decays, wd, b1=0.9, b2=0.999, eps=1e-6):
+    """Keras' bias-corrected Adam step plus the decoupled decay, in NumPy."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
+        for k in params:
+            rate = lr * multipliers[k]
+            if decays[k]:
+                params[k] = params[k] - rate * wd * params[k]
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v2[k] = b2 * v2[k] + (1 - b2) * grads[k] ** 2
+            alpha = rate * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            params[k] = params[k] - alpha * m[k] / (np.sqrt(v2[k]) + eps)
+    return params
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bias_corrected_update_matches_numpy(fused):
+    rng = np.random.RandomState(1)
+    model = make_model()
+    for variable in model.weights:
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    start = {v.path: v.numpy() for v in model.trainable_variables}
+    multipliers = {"net/dense/kernel": 0.5}
+    optimizer = ElectraAdamW(learning_rate=1e-2, weight_decay=0.1, lr_multipliers=multipliers,
+                             bias_correction=True, fused=fused)
+    grads_per_step = [{k: rng.normal(size=v.shape) for k, v in start.items()} for _ in range(5)]
+    for grads in grads_per_step:
+        after = step(model, optimizer, [grads[v.path].astype("float32") for v in model.trainable_variables])
+    expected = numpy_keras_adam(start, grads_per_step, [1e-2] * 5, {k: multipliers.get(k, 1.0) for k in start},
+                                {k: k.endswith("kernel") for k in start}, wd=0.1)
+    for path, value in expected.items():
+        np.testing.assert_allclose(after[path], value, atol=1e-6, err_msg=path)
+
+
+def traced_update_ops(fused):
+    import tensorflow as tf
+
+    model = make_model()
+    optimizer = ElectraAdamW(learning_rate=1e-3, fused=fused)
+    grads = [tf.ones(v.shape) for v in model.trainable_variables]
+    optimizer.build(model.trainable_variables)
+    graph = tf.function(lambda: optimizer.apply(grads, model.trainable_variables)).get_concrete_function().graph
+    return [op.type for op in graph.get_operations()]
+
+
+def test_fused_update_is_one_kernel_per_variable_and_smaller():
+    fused, unfused = traced_update_ops(True), traced_update_ops(False)
+    assert fused.count("ResourceApplyAdam") == 4 and "ResourceApplyAdam" not in unfused
+    assert unfused.count("Sqrt") == 4 and "Sqrt" not in fused
+    assert len(fused) < len(unfused) / 1.5
+
+
+def test_fused_update_rejects_non_float32_variables():
+    variable = keras.Variable(np.ones(3, "float16"), dtype="float16", name="kernel")
+    optimizer = ElectraAdamW(learning_rate=0.1)
+    with pytest.raises(TypeError, match="fused=False"):
+        optimizer.apply([np.ones(3, "float16")], [variable])
+    ElectraAdamW(learning_rate=0.1, fused=False).apply([np.ones(3, "float16")], [variable])
+
+
+def test_config_chooses_the_fused_kernel():
+    from electra_tf.config import get_config
+    from electra_tf.optimization import create_optimizer
+
+    assert create_optimizer(get_config("small")).fused is True
+    assert create_optimizer(get_config("small", adam_fused_kernel=False)).fused is False
+    restored = ElectraAdamW.from_config(ElectraAdamW(fused=False).get_config())
+    assert restored.fused is False
 
 
 def test_config_defaults_to_the_official_update_and_mini_opts_out():

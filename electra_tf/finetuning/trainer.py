@@ -222,7 +222,8 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
     optimizer = ElectraAdamW(
         learning_rate=WarmupLinearDecay(options.learning_rate, total_steps, warmup, power=1.0),
         weight_decay=options.weight_decay, beta_1=config.adam_beta1, beta_2=config.adam_beta2,
-        epsilon=config.adam_epsilon, bias_correction=config.finetune_adam_bias_correction, lr_multipliers=multipliers)
+        epsilon=config.adam_epsilon, bias_correction=config.finetune_adam_bias_correction, lr_multipliers=multipliers,
+        fused=config.adam_fused_kernel)
     if options.mixed_precision == "fp16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
