@@ -69,7 +69,7 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
     grads = distribution.all_reduce_sum(grads)
     scale = loss_scale(optimizer)
-    grads, grad_norm = tf.clip_by_global_norm(grads, clip_norm * scale)
+    grads, grad_norm = clip_by_global_norm(grads, clip_norm * scale)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer.apply(grads, variables)  # skips overflowed steps and lowers the scale itself
         return grad_norm / scale, tf.constant(0.0)
@@ -78,6 +78,16 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
         finite = tf.logical_and(finite, tf.math.is_finite(distribution.all_reduce_sum(loss)))
     _apply_if(finite, optimizer, grads, variables)
     return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """`tf.clip_by_global_norm`'s arithmetic (a NaN or infinite norm makes every gradient NaN)
+    without its per-tensor `Identity` and colocation scopes: 400 fewer graph nodes for Small."""
+    norm = tf.linalg.global_norm(grads)
+    with tf.name_scope("clip_by_global_norm"):
+        scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, norm.dtype) / clip_norm)
+        scale = scale + (norm - norm)
+        return [g * tf.cast(scale, g.dtype) for g in grads], norm
 
 
 def _apply_if(finite, optimizer, grads, variables):

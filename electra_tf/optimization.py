@@ -152,8 +152,9 @@ class ElectraAdamW(keras.optimizers.AdamW):
 
         def update(variable, gradient, m, v, learning_rate, multiplier, decays):
             rate, decay_rate = rates_for(learning_rate, multiplier)
-            if decays:
-                variable.assign_sub(variable.read_value() * decay_rate)
+            if decays:  # w ← w − (lr · wd) · w, as one kernel
+                tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=decay_rate,
+                                                        delta=variable.read_value())
             return tf.raw_ops.ResourceApplyAdam(
                 var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
                 lr=rate, beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))

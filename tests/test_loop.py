@@ -98,3 +98,20 @@ def test_step_driver_stops_when_asked():
     run = loop.make_step_driver(tf.distribute.get_strategy(), step, ["loss"], stop_requested=stop)
     run(iter(data), tf.constant(10))
     assert int(model.optimizer.iterations.numpy()) == 2
+
+
+def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
+    import numpy as np
+
+    from electra_tf.loop import clip_by_global_norm
+
+    rng = np.random.RandomState(0)
+    grads = [tf.constant(rng.normal(size=s).astype("float32")) for s in ((3, 4), (5,), (2, 2))]
+    for clip_norm in (0.5, 100.0):  # clipping, then not
+        ours, norm = clip_by_global_norm(grads, clip_norm)
+        theirs, their_norm = tf.clip_by_global_norm(grads, clip_norm)
+        assert float(norm) == float(their_norm)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    clipped, norm = clip_by_global_norm([grads[0], tf.constant([np.inf])], 1.0)
+    assert not np.isfinite(float(norm)) and np.isnan(clipped[0].numpy()).all()
