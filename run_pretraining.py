@@ -30,7 +30,7 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES, OBJECTIVES
-from electra_tf.options import INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default
+from electra_tf.options import GRAPH_OPTIMIZERS, INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
@@ -73,6 +73,8 @@ flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), l
                   "fp16 uses dynamic loss scaling.")
 flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"),
                   "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
+flags.DEFINE_enum("graph_optimizer", default(TrainOptions, "graph_optimizer"), GRAPH_OPTIMIZERS,
+                  "TF's graph optimizer (grappler) for the training loop: auto = off when every device is a CPU (there it costs ~5 s of start-up and buys no step time; bench/README_step_bench.md), on elsewhere.")
 flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"),
                      "Checkpoint every this many steps.")
 flags.DEFINE_integer("keep_checkpoint_max", default(TrainOptions, "keep_checkpoint_max"), "Checkpoints kept.")
@@ -157,6 +159,7 @@ def main(argv):
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,
+        graph_optimizer=FLAGS.graph_optimizer,
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, input_sharding=FLAGS.input_sharding,

@@ -49,11 +49,6 @@ class Timer:
         return {"wall_s": round(self.wall, 2), "cpu_s": round(self.cpu, 2)}
 
 
-def set_grappler(enabled: bool):
-    import tensorflow as tf
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not enabled})
-
-
 def graph_parts(concrete) -> dict:
     """Node counts of the traced loop by part: the optimizer update lives in the non-finite guard's
     true branch; backward nodes carry the tape's `gradient_tape/` prefix."""
@@ -74,19 +69,18 @@ def graph_parts(concrete) -> dict:
 def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple:
     import step_bench
     import tensorflow as tf
-    set_grappler(grappler)
     with Timer() as build:
-        impl = step_bench.Ours(config, batch, precision, strategy=strategy)
+        impl = step_bench.Ours(config, batch, precision, strategy=strategy,
+                               graph_optimizer="on" if grappler else "off")
     with Timer() as trace:
-        concrete = impl.fn.get_concrete_function(impl.iterator, tf.constant(1))
+        concrete = impl.fn.function.get_concrete_function(impl.iterator, tf.constant(1))
     with Timer() as first:
         impl._call(1)
     times = {"build": build.pair(), "trace": trace.pair(), "first_call": first.pair()}
     return impl, times, concrete
 
 
-def timed_steps(impl, grappler: bool, steps: int) -> dict:
-    set_grappler(grappler)
+def timed_steps(impl, steps: int) -> dict:
     impl._call(1)
     with Timer() as t:
         impl._call(steps)
@@ -154,7 +148,7 @@ def main(argv):
     per_round = {True: [], False: []}
     for round_index in range(args.rounds):
         for grappler in ((True, False) if round_index % 2 == 0 else (False, True)):
-            per_round[grappler].append(timed_steps(impls[grappler], grappler, args.steps))
+            per_round[grappler].append(timed_steps(impls[grappler], args.steps))
         on, off = per_round[True][-1], per_round[False][-1]
         print(f"round {round_index}: CPU-s/step on {on['cpu_s']:.3f}, off {off['cpu_s']:.3f} "
               f"(on ÷ off {on['cpu_s'] / off['cpu_s']:.3f})", flush=True)

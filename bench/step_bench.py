@@ -45,7 +45,8 @@ optional ablations of our step (``--ablations``: monkeypatched variants,
 interleaved with the unchanged step; ``keras_gelu``, ``keras_layernorm`` and
 ``keras_gelu_layernorm`` undo issue #11's closed-form GELU / LayerNorm backward
 passes, ``keras_dropout`` its 16-bit dropout masks, ``unfused_adam`` its fused
-AdamW kernel; ``--finetune_ablations`` does
+AdamW kernel, ``grappler_on`` runs TF's graph optimizer on the loop, which
+``--graph_optimizer=auto`` turns off on CPUs; ``--finetune_ablations`` does
 the same for the fine-tuning step) and a TF-profiler trace summarised by op self
 time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
@@ -107,7 +108,8 @@ ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
              "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
-             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout", "unfused_adam")
+             "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout", "unfused_adam",
+             "grappler_on")
 
 try:
     import torch
@@ -254,7 +256,8 @@ class Ours:
 
     framework = "tf"
 
-    def __init__(self, config, batch, precision, *, strategy, variant="baseline", jit_compile=False):
+    def __init__(self, config, batch, precision, *, strategy, variant="baseline", jit_compile=False,
+                 graph_optimizer="auto"):
         self.name = "ours" if variant == "baseline" else f"ours[{variant}]"
         self.variant = variant
         set_policy(precision)
@@ -270,7 +273,8 @@ class Ours:
             step = tf.function(self.model.train_step)
             self.fn = lambda iterator, n: _repeat_calls(step, iterator, n)
         else:
-            self.fn = training.make_train_fn(strategy, self.model, jit_compile=jit_compile)
+            self.fn = training.make_train_fn(strategy, self.model, jit_compile=jit_compile,
+                                             graph_optimizer=graph_optimizer)
         self.patches = _ablation_patches(variant, self.model, self.optimizer)
 
     def _call(self, n):
@@ -507,7 +511,7 @@ class OursFinetune:
     framework = "tf"
     name = "ours_finetune"
 
-    def __init__(self, config, batch, strategy, tmpdir):
+    def __init__(self, config, batch, strategy, tmpdir, graph_optimizer="auto"):
         from electra_tf.finetuning import trainer
         from electra_tf.finetuning.text_classification import TextClassificationTask
         set_policy("fp32")
@@ -530,7 +534,7 @@ class OursFinetune:
         self.build_seconds = time.perf_counter() - start
         tensors = {k: tf.constant(v) for k, v in batch.items()}
         self.iterator = iter(tf.data.Dataset.from_tensors(tensors).repeat())
-        self.fn = trainer._make_train_fn(strategy, self.model)  # what trainer.train runs
+        self.fn = trainer._make_train_fn(strategy, self.model, graph_optimizer=graph_optimizer)  # as trainer.train
 
     def first_step(self):
         start = time.perf_counter()
@@ -546,7 +550,7 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
-FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam")
+FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grappler_on")
 
 
 class OursFinetuneAblation(OursFinetune):
@@ -554,10 +558,10 @@ class OursFinetuneAblation(OursFinetune):
     (`--finetune_ablations`): `full_last_layer` runs the last encoder layer at every position
     (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
     draws Keras' one-float-per-element masks instead of `dropout16`'s, `unfused_adam` runs AdamW as
-    separate ops instead of the fused kernel."""
+    separate ops instead of the fused kernel, `grappler_on` runs TF's graph optimizer on the loop."""
 
     def __init__(self, config, batch, strategy, tmpdir, variant):
-        super().__init__(config, batch, strategy, tmpdir)
+        super().__init__(config, batch, strategy, tmpdir, graph_optimizer="on" if variant == "grappler_on" else "auto")
         if variant not in FINETUNE_ABLATIONS:
             raise ValueError(f"unknown fine-tuning ablation {variant!r}; choose from {FINETUNE_ABLATIONS}")
         self.name = f"ours_finetune_{variant}"
@@ -688,6 +692,8 @@ def build_ablation(variant, config, batch, precision, strategy):
     if variant == "gelu_approximate":
         return Ours(config.replace(hidden_act="gelu_approximate"), batch, precision, strategy=strategy,
                     variant=variant)
+    if variant == "grappler_on":  # TF's graph optimizer on, as before --graph_optimizer=auto turned it off on CPUs
+        return Ours(config, batch, precision, strategy=strategy, variant=variant, graph_optimizer="on")
     return Ours(config, batch, precision, strategy=strategy, variant=variant, jit_compile=variant == "xla")
 
 

@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -49,7 +50,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+import electra_tf
 from electra_tf import distribution
+from electra_tf.options import GRAPH_OPTIMIZERS
 
 
 def loss_scale(optimizer) -> tf.Tensor:
@@ -160,8 +163,46 @@ def _accumulated_gradients(model, batch, variables, num_micro):
     return totals, grads
 
 
+def grappler_enabled(mode: str, strategy) -> bool:
+    """Whether the training loop runs TF's graph optimizer (grappler) under `--graph_optimizer=mode`.
+
+    "auto" turns it off where every device of `strategy` is a CPU: there its passes took about
+    5 s of the Small step's first call (half of it) and bought no step time, measured interleaved
+    (`bench/startup_bench.py`); GPUs and TPUs keep TF's default.
+    """
+    if mode not in GRAPH_OPTIMIZERS:
+        raise ValueError(f"--graph_optimizer must be one of {GRAPH_OPTIMIZERS}, got {mode!r}")
+    if mode != "auto":
+        return mode == "on"
+    try:
+        devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
+    except RuntimeError:  # the default strategy places ops on an accelerator if there is one
+        devices = [device.device_type for device in tf.config.list_logical_devices()]
+    return not all(device == "CPU" for device in devices)
+
+
+@contextlib.contextmanager
+def grappler(enabled: bool):
+    """TF's graph optimizer on or off for the functions first called inside (then as before).
+
+    The setting is process-wide, but TF instantiates a function once per setting and keeps
+    both, so switching back and forth around the calls of one function costs nothing after
+    its first call under each.
+    """
+    options = tf.config.optimizer.get_experimental_options()
+    previous = options.get("disable_meta_optimizer", False)
+    if previous == (not enabled):
+        yield
+        return
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not enabled})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
+
+
 def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True,
-                     stop_requested=None):
+                     stop_requested=None, graph_optimizer="auto"):
     """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
     step's outputs summed over replicas (step functions return replica partials) and
     `nonfinite_steps`, the number of steps not applied because they were not finite.
@@ -172,8 +213,10 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     a quarter of the tracing time (2.6 of 10.3 CPU-s for Small).
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
-    runs in another thread), ends the loop after the step in progress.
+    runs in another thread), ends the loop after the step in progress. `graph_optimizer`
+    ("auto", "on", "off") says whether grappler optimises the loop (`grappler_enabled`).
     """
+    use_grappler = grappler_enabled(graph_optimizer, strategy)
     step_fn = tf.autograph.experimental.do_not_convert(step_fn)
     step_fn = tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
     output_names = [name for name in output_names if name != "nonfinite"]
@@ -200,7 +243,19 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
                 break
         return {**outputs, "nonfinite_steps": skipped}
 
-    return run
+    def run_with_graph_options(iterator, num_steps):
+        with grappler(use_grappler):
+            return run(iterator, num_steps)
+
+    run_with_graph_options.grappler = use_grappler
+    run_with_graph_options.function = run  # the tf.function itself (e.g. to trace it alone)
+    return run_with_graph_options
+
+
+def runtime_summary(run) -> str:
+    """For the training logs: which TF CPU kernels run and whether grappler optimises `run`."""
+    onednn = "on" if electra_tf.onednn_enabled() else "off"
+    return f"TF oneDNN CPU kernels {onednn}, graph optimizer (grappler) {'on' if run.grappler else 'off'}"
 
 
 class NonFiniteError(RuntimeError):

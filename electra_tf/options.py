@@ -22,6 +22,9 @@ PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "f
 # (exact, any worker count); "file" = worker i reads shards i, i+N, ... (the order depends on N).
 INPUT_SHARDINGS = ("batch", "file")
 DEFAULT_SHUFFLE_BUFFER = 1000  # examples; the shuffle state is saved in checkpoints
+# TF's graph optimizer (grappler) for the compiled training loop: "auto" = off when every device of
+# the strategy is a CPU (there it costs ~5 s of the first step and no step time), on elsewhere.
+GRAPH_OPTIMIZERS = ("auto", "on", "off")
 
 
 @dataclasses.dataclass
@@ -36,6 +39,7 @@ class TrainOptions:
     log_steps: int = 100
     steps_per_loop: int = 100
     jit_compile: bool = False
+    graph_optimizer: str = "auto"  # one of GRAPH_OPTIMIZERS
     mixed_precision: str = "none"
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     init_checkpoint: str | None = None
@@ -76,6 +80,7 @@ class RunOptions:
     log_steps: int = 50
     steps_per_loop: int = 50
     jit_compile: bool = False
+    graph_optimizer: str = "auto"  # one of GRAPH_OPTIMIZERS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import electra_tf
 from electra_tf import distribution, input_pipeline, loop, masking, preemption
 from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
 from electra_tf.convert import api as convert_api
@@ -80,7 +79,8 @@ def rng_states(model) -> list:
     return [g.state.value for g in generators]
 
 
-def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, stop_request=None):
+def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, stop_request=None,
+                  graph_optimizer="auto"):
     """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`).
 
     With a `preemption.StopRequest`, the loop ends after the step in progress once a stop
@@ -88,10 +88,11 @@ def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, st
     """
     if stop_request is None:
         return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
-                                     stop_on_nonfinite=stop_on_nonfinite)
+                                     stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer)
     step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
     return loop.make_step_driver(strategy, stop_request.wrap_step(step_fn), model.step_output_names,
-                                 stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed)
+                                 stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed,
+                                 graph_optimizer=graph_optimizer)
 
 
 def initialize_from(model, init_checkpoint):
@@ -236,7 +237,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         _restore_worker_input(input_saver, loop.current_step(optimizer), worker)
     stop_request = preemption.StopRequest(strategy, options.stop_signals)
     train_steps = make_train_fn(strategy, model, options.jit_compile,
-                                stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request)
+                                stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request,
+                                graph_optimizer=options.graph_optimizer)
     skipped_total = 0
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
     preview = _make_preview(model, options, manifest) if chief else None
@@ -246,10 +248,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     progress = loop.ProgressReporter(total, step, config.train_batch_size,
                                      keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
     window_start, window_step = time.time(), step
-    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s; "
-                 "TF oneDNN CPU kernels %s", config.model_size, config.objective, step, total,
+    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s; %s", config.model_size, config.objective, step, total,
                  config.train_batch_size, strategy.num_replicas_in_sync, workers,
-                 "" if chief else f" (this is worker {worker})", "on" if electra_tf.onednn_enabled() else "off")
+                 "" if chief else f" (this is worker {worker})", loop.runtime_summary(train_steps))
     last = min(total, options.stop_after_steps or total)
     with stop_request, _scratch_dir(chief, worker) as scratch:
         saver = manager if chief else tf.train.CheckpointManager(checkpoint, scratch, max_to_keep=1,

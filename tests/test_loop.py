@@ -115,3 +115,76 @@ def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     clipped, norm = clip_by_global_norm([grads[0], tf.constant([np.inf])], 1.0)
     assert not np.isfinite(float(norm)) and np.isnan(clipped[0].numpy()).all()
+
+
+class _FakeStrategy:
+    """Only what `grappler_enabled` reads: the strategy's worker devices."""
+
+    def __init__(self, *devices):
+        self.extended = type("Extended", (), {"worker_devices": devices})()
+
+
+def test_graph_optimizer_auto_turns_grappler_off_only_where_every_device_is_a_cpu():
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert loop.grappler_enabled("auto", tf.distribute.OneDeviceStrategy("/cpu:0")) is False
+    assert loop.grappler_enabled("auto", _FakeStrategy(cpu, cpu.replace("CPU:0", "CPU:1"))) is False
+    assert loop.grappler_enabled("auto", _FakeStrategy(cpu.replace("CPU", "GPU"))) is True
+    assert loop.grappler_enabled("auto", _FakeStrategy(cpu, "/job:worker/replica:0/task:0/device:TPU:0")) is True
+    assert loop.grappler_enabled("on", _FakeStrategy(cpu)) is True
+    assert loop.grappler_enabled("off", _FakeStrategy(cpu.replace("CPU", "GPU"))) is False
+    try:
+        loop.grappler_enabled("fast", _FakeStrategy(cpu))
+    except ValueError as error:
+        assert "--graph_optimizer" in str(error) and "'fast'" in str(error)
+    else:
+        raise AssertionError("an unknown --graph_optimizer value was accepted")
+
+
+def _meta_optimizer_disabled() -> bool:
+    return bool(tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False))
+
+
+def test_grappler_context_sets_the_option_and_restores_it_even_on_error():
+    assert not _meta_optimizer_disabled()
+    with loop.grappler(False):
+        assert _meta_optimizer_disabled()
+        with loop.grappler(True):
+            assert not _meta_optimizer_disabled()
+        assert _meta_optimizer_disabled()
+    assert not _meta_optimizer_disabled()
+    try:
+        with loop.grappler(False):
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    assert not _meta_optimizer_disabled()
+
+
+def test_step_driver_runs_its_steps_under_the_chosen_graph_optimizer_with_the_same_results():
+    """The option is in force while the loop executes (read back from inside the step), is
+    restored afterwards, and grappler on or off gives the same weights."""
+    rng = np.random.RandomState(1)
+    data = {"x": rng.normal(size=(3, 4, 2)).astype("float32"), "y": rng.normal(size=(3, 4)).astype("float32")}
+    weights, seen = {}, {}
+    for mode in ("on", "off"):
+        model = Quadratic()
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.1))
+        seen[mode] = []
+
+        def step(batch, model=model, log=seen[mode]):
+            outputs = loop.train_step(model, batch, clip_norm=1.0)
+            with tf.control_dependencies([outputs["loss"]]):
+                flag = tf.py_function(lambda: log.append(_meta_optimizer_disabled()) or 0.0, [], tf.float32)
+            return {**outputs, "loss": outputs["loss"] + 0.0 * tf.ensure_shape(flag, [])}
+
+        run = loop.make_step_driver(tf.distribute.get_strategy(), step, ["loss"], graph_optimizer=mode)
+        assert run.grappler is (mode == "on")
+        run(iter(tf.data.Dataset.from_tensor_slices(data)), tf.constant(3))
+        assert not _meta_optimizer_disabled()
+        weights[mode] = model.w.numpy()
+    assert seen == {"on": [False] * 3, "off": [True] * 3}
+    np.testing.assert_allclose(weights["off"], weights["on"], rtol=1e-6)
+
+
+def test_graph_optimizer_auto_under_the_default_strategy_follows_the_visible_devices():
+    assert loop.grappler_enabled("auto", tf.distribute.get_strategy()) is False  # tests see CPUs only

@@ -59,7 +59,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import electra_tf
 from electra_tf import distribution, loop
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.finetuning.task import Task
@@ -374,8 +373,9 @@ def ScalarWriter(run_dir):
     return loop.ScalarLogger(run_dir, "tensorboard", "log.jsonl")
 
 
-def _make_train_fn(strategy, model, jit_compile=False):
-    return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"], jit_compile)
+def _make_train_fn(strategy, model, jit_compile=False, graph_optimizer="auto"):
+    return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"], jit_compile,
+                                 graph_optimizer=graph_optimizer)
 
 
 @dataclasses.dataclass
@@ -453,11 +453,11 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
         optimizer.build(model.trainable_variables)
     iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed, padding,
                                          options.length_bucketing))
-    train_steps = _make_train_fn(strategy, model, options.jit_compile)
+    train_steps = _make_train_fn(strategy, model, options.jit_compile, options.graph_optimizer)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
-                 "loss %s over the batch, clip %g; TF oneDNN CPU kernels %s", task.name, num_examples, total_steps,
+                 "loss %s over the batch, clip %g; %s", task.name, num_examples, total_steps,
                  steps_per_epoch, options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
-                 model.loss_reduction, model.clip_norm, "on" if electra_tf.onednn_enabled() else "off")
+                 model.loss_reduction, model.clip_norm, loop.runtime_summary(train_steps))
     step, start = 0, time.time()
     progress = loop.ProgressReporter(total_steps, 0, options.train_batch_size, keys=("loss",))
     while step < total_steps:
