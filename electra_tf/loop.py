@@ -15,7 +15,8 @@ not finite is not applied (outside fp16, whose loss-scale optimizer skips
 overflows itself) and is reported as `nonfinite = 1`; the driver stops its
 loop there unless told to skip such steps. `make_step_driver` compiles
 `steps_per_loop` steps into one `tf.function` (what TPUs need, and on CPU it
-traces the step once). `ScalarLogger` writes TensorBoard scalars plus a
+traces the step once), run with or without TF's graph optimizer (grappler) as
+`--graph_optimizer` says (`grappler_enabled`: off on CPUs by default). `ScalarLogger` writes TensorBoard scalars plus a
 JSON-lines file, and `ProgressReporter` shows a progress bar on a terminal and
 log lines otherwise.
 
