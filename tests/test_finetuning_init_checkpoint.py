@@ -108,3 +108,13 @@ def test_hf_checkpoint_without_its_vocab_takes_vocab_file(tmp_path, glue_dir):
         _run(tmp_path, glue_dir, bare, "no_vocab")
     config, _ = _run(tmp_path, glue_dir, bare, "with_vocab", [f"--vocab_file={vocab}"])
     assert config.vocab_size == 1000
+
+
+def test_graph_optimizer_flag_reaches_the_fine_tuning_loop(tmp_path, glue_dir, monkeypatch):
+    from electra_tf import loop
+
+    seen = []
+    original = loop.grappler_enabled
+    monkeypatch.setattr(loop, "grappler_enabled", lambda mode, strategy: seen.append(mode) or original(mode, strategy))
+    _, options = _run(tmp_path, glue_dir, HF_FIXTURE, "on", extra=("--graph_optimizer=on", "--do_eval=false"))
+    assert options["graph_optimizer"] == "on" and seen == ["on"]
