@@ -95,7 +95,9 @@ flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logi
 flags.DEFINE_enum("mixed_precision", default(RunOptions, "mixed_precision"), list(PRECISIONS), "Compute precision.")
 flags.DEFINE_boolean("jit_compile", default(RunOptions, "jit_compile"), "XLA-compile the train step (slow on CPU).")
 flags.DEFINE_enum("graph_optimizer", default(RunOptions, "graph_optimizer"), GRAPH_OPTIMIZERS,
-                  "TF's graph optimizer (grappler) for the training loop: auto = off when every device is a CPU (there it costs ~5 s of start-up and buys no step time; bench/README_step_bench.md), on elsewhere.")
+                  "TF's graph optimizer (grappler) for the training loop: auto = off when every device is "
+                  "a CPU (there it costs ~5 s of start-up and saves no resolvable step time; "
+                  "bench/README_step_bench.md), on elsewhere.")
 flags.DEFINE_integer("log_steps", default(RunOptions, "log_steps"), "Log train loss/LR every this many steps.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "

@@ -16,9 +16,9 @@ overflows itself) and is reported as `nonfinite = 1`; the driver stops its
 loop there unless told to skip such steps. `make_step_driver` compiles
 `steps_per_loop` steps into one `tf.function` (what TPUs need, and on CPU it
 traces the step once), run with or without TF's graph optimizer (grappler) as
-`--graph_optimizer` says (`grappler_enabled`: off on CPUs by default). `ScalarLogger` writes TensorBoard scalars plus a
-JSON-lines file, and `ProgressReporter` shows a progress bar on a terminal and
-log lines otherwise.
+`--graph_optimizer` says (`grappler_enabled`: off on CPUs by default).
+`ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
+`ProgressReporter` shows a progress bar on a terminal and log lines otherwise.
 
 Example:
 
@@ -167,9 +167,10 @@ def _accumulated_gradients(model, batch, variables, num_micro):
 def grappler_enabled(mode: str, strategy) -> bool:
     """Whether the training loop runs TF's graph optimizer (grappler) under `--graph_optimizer=mode`.
 
-    "auto" turns it off where every device of `strategy` is a CPU: there its passes took about
-    5 s of the Small step's first call (half of it) and bought no step time, measured interleaved
-    (`bench/startup_bench.py`); GPUs and TPUs keep TF's default.
+    "auto" turns it off where every device of `strategy` is a CPU: there its passes took 5–6 s of
+    the Small step's first call (half of it), while the steps after it were as fast without it
+    within the noise (26 interleaved rounds, `bench/startup_bench.py`); GPUs and TPUs keep TF's
+    default.
     """
     if mode not in GRAPH_OPTIMIZERS:
         raise ValueError(f"--graph_optimizer must be one of {GRAPH_OPTIMIZERS}, got {mode!r}")

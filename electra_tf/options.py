@@ -23,7 +23,7 @@ PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "f
 INPUT_SHARDINGS = ("batch", "file")
 DEFAULT_SHUFFLE_BUFFER = 1000  # examples; the shuffle state is saved in checkpoints
 # TF's graph optimizer (grappler) for the compiled training loop: "auto" = off when every device of
-# the strategy is a CPU (there it costs ~5 s of the first step and no step time), on elsewhere.
+# the strategy is a CPU (there it costs ~5 s of the first step and saves no resolvable step time).
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
 
 
