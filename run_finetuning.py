@@ -42,7 +42,8 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES
-from electra_tf.options import GRAPH_OPTIMIZERS, PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default
+from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
+                                 PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default)
 
 FLAGS = flags.FLAGS
 
@@ -94,10 +95,7 @@ flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=t
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 flags.DEFINE_enum("mixed_precision", default(RunOptions, "mixed_precision"), list(PRECISIONS), "Compute precision.")
 flags.DEFINE_boolean("jit_compile", default(RunOptions, "jit_compile"), "XLA-compile the train step (slow on CPU).")
-flags.DEFINE_enum("graph_optimizer", default(RunOptions, "graph_optimizer"), GRAPH_OPTIMIZERS,
-                  "TF's graph optimizer (grappler) for the training loop: auto = off when every device is "
-                  "a CPU (there it costs ~5 s of start-up and saves no resolvable step time; "
-                  "bench/README_step_bench.md), on elsewhere.")
+flags.DEFINE_enum("graph_optimizer", default(RunOptions, "graph_optimizer"), GRAPH_OPTIMIZERS, GRAPH_OPTIMIZER_HELP)
 flags.DEFINE_integer("log_steps", default(RunOptions, "log_steps"), "Log train loss/LR every this many steps.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "

@@ -30,7 +30,8 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES, OBJECTIVES
-from electra_tf.options import GRAPH_OPTIMIZERS, INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default
+from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
+                                 INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default)
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
@@ -73,10 +74,7 @@ flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), l
                   "fp16 uses dynamic loss scaling.")
 flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"),
                   "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
-flags.DEFINE_enum("graph_optimizer", default(TrainOptions, "graph_optimizer"), GRAPH_OPTIMIZERS,
-                  "TF's graph optimizer (grappler) for the training loop: auto = off when every device is "
-                  "a CPU (there it costs ~5 s of start-up and saves no resolvable step time; "
-                  "bench/README_step_bench.md), on elsewhere.")
+flags.DEFINE_enum("graph_optimizer", default(TrainOptions, "graph_optimizer"), GRAPH_OPTIMIZERS, GRAPH_OPTIMIZER_HELP)
 flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"),
                      "Checkpoint every this many steps.")
 flags.DEFINE_integer("keep_checkpoint_max", default(TrainOptions, "keep_checkpoint_max"), "Checkpoints kept.")

@@ -22,9 +22,11 @@ PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "f
 # (exact, any worker count); "file" = worker i reads shards i, i+N, ... (the order depends on N).
 INPUT_SHARDINGS = ("batch", "file")
 DEFAULT_SHUFFLE_BUFFER = 1000  # examples; the shuffle state is saved in checkpoints
-# TF's graph optimizer (grappler) for the compiled training loop: "auto" = off when every device of
-# the strategy is a CPU (there it costs ~5 s of the first step and saves no resolvable step time).
+# --graph_optimizer (see loop.grappler_enabled).
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
+GRAPH_OPTIMIZER_HELP = ("TF's graph optimizer (grappler) for the training loop: auto = off when every device is a "
+                        "CPU (there it costs ~5 s of start-up and saves no resolvable step time; "
+                        "bench/README_step_bench.md), on elsewhere.")
 
 
 @dataclasses.dataclass

@@ -249,7 +249,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                                      keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
     window_start, window_step = time.time(), step
     logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s; %s",
-                 config.model_size, config.objective, step, total, config.train_batch_size, strategy.num_replicas_in_sync, workers,
+                 config.model_size, config.objective, step, total, config.train_batch_size,
+                 strategy.num_replicas_in_sync, workers,
                  "" if chief else f" (this is worker {worker})", loop.runtime_summary(train_steps))
     last = min(total, options.stop_after_steps or total)
     with stop_request, _scratch_dir(chief, worker) as scratch:

@@ -1,6 +1,7 @@
 """The pre-training loop: distribution equivalence, exact resume, data checks, export, CLI."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -222,8 +223,6 @@ def test_tensorboard_shows_what_the_discriminator_sees(data_dir, tmp_path):
 def test_graph_optimizer_option_reaches_the_loop_and_leaves_the_training_unchanged(data_dir, tmp_path, caplog):
     """--graph_optimizer=on runs grappler, the CPU default does not; the log says which, the losses and
     weights agree (grappler only rewrites the graph)."""
-    import logging
-
     caplog.set_level(logging.INFO)
     config = small(num_train_steps=3)
     runs = {}
