@@ -91,6 +91,10 @@ class ElectraConfig:
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     dropout_masks: str = "16bit"  # one of DROPOUT_MASKS
+    # The transformer layers' bias adds, GELU, masked softmax, dropouts, residual adds and LayerNorms
+    # as XLA-fused kernels between TensorFlow's matmuls (`electra_tf.fused`; TensorFlow backend,
+    # "16bit" dropout masks). False: keras-hub's layer ops. The same arithmetic up to float rounding.
+    fused_layers: bool = True
     # "gelu" is the exact erf GELU of the official code and HF; keras-hub's
     # ElectraBackbone uses the tanh approximation ("gelu_approximate").
     hidden_act: str = "gelu"

@@ -164,6 +164,19 @@ def _random_uint16(count, seed):
     return None
 
 
+def dropout_keep_bits(x, seed):
+    """uint16 random integers shaped like `x`, two per 32-bit draw from `seed` (what `dropout16`
+    compares with its threshold); None where `_random_uint16` is."""
+    static_size = None not in x.shape and math.prod(x.shape)
+    size = static_size or ops.size(x)
+    bits = _random_uint16(size, seed)
+    if bits is None:
+        return None
+    if not static_size or size % 2:
+        bits = bits[:size]
+    return ops.reshape(bits, ops.shape(x))
+
+
 def dropout16(x, rate: float, seed):
     """Inverted dropout whose keep decisions use 16 random bits each (two per 32-bit draw).
 
@@ -179,14 +192,10 @@ def dropout16(x, rate: float, seed):
         return x
     if threshold >= _DROPOUT_LEVELS:
         return ops.zeros_like(x)
-    static_size = None not in x.shape and math.prod(x.shape)
-    size = static_size or ops.size(x)
-    bits = _random_uint16(size, seed)
+    bits = dropout_keep_bits(x, seed)
     if bits is None:
         return None
-    if not static_size or size % 2:
-        bits = bits[:size]
-    keep = ops.reshape(bits, ops.shape(x)) >= threshold
+    keep = bits >= threshold
     scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
     return x * ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
 
@@ -401,6 +410,116 @@ def transformer_layer_at_first(layer, x, padding_mask, length, training=None):
     return layer._feedforward_layer_norm(layer._feedforward_dropout(feedforward, training=training) + hidden)
 
 
+def _dropout_bits(dropout, training):
+    """`bits(x)` for `fused.LayerDropout`: the 16-bit keep draws `dropout` (an `ElectraDropout`)
+    would make for `x`, from its seed generator, or None when it does not drop out."""
+    def bits(x):
+        if not training or dropout.rate <= 0:
+            return None
+        return dropout_keep_bits(x, dropout.seed_generator.next())
+
+    return bits
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraTransformerEncoder(TransformerEncoder):
+    """keras-hub's `TransformerEncoder` (same sub-layers, weights and names) whose post-LN,
+    exact-GELU call runs XLA-fused element-wise kernels (`electra_tf.fused`) on TensorFlow.
+
+    With `fused=True` (`ElectraConfig.fused_layers`), `dropout_masks="16bit"` and the
+    TensorFlow backend, the bias adds, GELU, masked softmax, dropouts, residual adds and
+    LayerNorms between the layer's matmuls run as `electra_tf.fused` kernels, and query,
+    key and value come from one matmul; the dropout masks are the ones `ElectraDropout`
+    draws from the same seed generators. Anything else (another backend, Keras' dropout
+    masks, pre-LN, another activation, an attention mask, attention scores) runs keras-hub's
+    call with `ElectraLayerNormalization` and `ElectraDropout` swapped in.
+    `call(..., query_length=n)` computes the first n positions only
+    (see `transformer_layer_at_first`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ElectraTransformerEncoder(intermediate_dim=16, num_heads=2, activation=gelu_exact)
+    >>> x = np.random.RandomState(0).normal(size=(2, 5, 8)).astype("float32")
+    >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    >>> fused, unfused = layer(x, padding_mask=mask), TransformerEncoder.call(layer, x, padding_mask=mask)
+    >>> bool(np.allclose(fused, unfused, atol=1e-5)), tuple(fused.shape)
+    (True, (2, 5, 8))
+    """
+
+    def __init__(self, *args, fused=True, dropout_masks="16bit", **kwargs):
+        # The fused call reads biases and LayerNorm parameters in their variable dtype and casts
+        # the matmuls' operands itself.
+        super().__init__(*args, autocast=not fused, **kwargs)
+        if dropout_masks not in DROPOUT_MASKS:
+            raise ValueError(f"dropout_masks must be one of {DROPOUT_MASKS}, got {dropout_masks!r}")
+        self.fused = fused
+        self.dropout_masks = dropout_masks
+
+    def build(self, inputs_shape):
+        super().build(inputs_shape)
+        use_electra_layer_norm(self)
+        if self.dropout_masks == "16bit":
+            use_electra_dropout(self)
+
+    def runs_fused(self, attention_mask=None, return_attention_scores=False) -> bool:
+        """Whether `call` runs the fused kernels (see the class docstring)."""
+        attention = self._self_attention_layer
+        dropouts = (self._self_attention_dropout, self._feedforward_dropout, attention._dropout_layer)
+        return (self.fused and keras.backend.backend() == "tensorflow" and not self.normalize_first
+                and attention_mask is None and not return_attention_scores and self.activation is gelu_exact
+                and attention._use_bias and all(isinstance(d, ElectraDropout) for d in dropouts))
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None, return_attention_scores=False,
+             query_length=None):
+        x = ops.cast(inputs, self.compute_dtype)
+        if not self.runs_fused(attention_mask, return_attention_scores):
+            if query_length is not None:
+                return transformer_layer_at_first(self, x, padding_mask, query_length, training)
+            return super().call(x, padding_mask=padding_mask, attention_mask=attention_mask, training=training,
+                                return_attention_scores=return_attention_scores)
+        from electra_tf import fused
+
+        key_mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
+        dropout = fused.LayerDropout(
+            attention_bits=_dropout_bits(self._self_attention_layer._dropout_layer, training),
+            attention_output_bits=_dropout_bits(self._self_attention_dropout, training),
+            ffn_bits=_dropout_bits(self._feedforward_dropout, training), rate=self.dropout)
+        return fused.transformer_layer(x, key_mask, self._fused_weights(), dropout, query_length)
+
+    def _fused_weights(self):
+        from electra_tf import fused
+
+        attention = self._self_attention_layer
+        hidden = attention._output_dense.kernel.shape[-1]
+        projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+        norms = (self._self_attention_layer_norm, self._feedforward_layer_norm)
+        intermediate, output = self._feedforward_intermediate_dense, self._feedforward_output_dense
+
+        def matrix(variable, rows=None, columns=None):
+            shape = tuple(variable.shape) if rows is columns is None else (rows or -1, columns or -1)
+            return ops.cast(ops.reshape(variable, shape), self.compute_dtype)
+
+        def value(variable):  # a tensor, not the variable: the fused kernels' custom gradients take tensors
+            return ops.copy(variable)
+
+        return fused.LayerWeights(
+            num_heads=attention._num_heads,
+            qkv_kernel=ops.concatenate([matrix(d.kernel, rows=hidden) for d in projections], axis=1),
+            qkv_bias=ops.concatenate([ops.reshape(d.bias, (-1,)) for d in projections], axis=0),
+            output_kernel=matrix(attention._output_dense.kernel, columns=hidden),
+            output_bias=value(attention._output_dense.bias),
+            attention_gamma=value(norms[0].gamma), attention_beta=value(norms[0].beta),
+            intermediate_kernel=matrix(intermediate.kernel), intermediate_bias=value(intermediate.bias),
+            ffn_output_kernel=matrix(output.kernel), ffn_output_bias=value(output.bias),
+            ffn_gamma=value(norms[1].gamma), ffn_beta=value(norms[1].beta),
+            epsilon=self.layer_norm_epsilon,
+        )
+
+    def get_config(self):
+        return {**super().get_config(), "fused": self.fused, "dropout_masks": self.dropout_masks}
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraEncoder(keras.Model):
     """Embeddings → optional projection → post-LN transformer layers.
@@ -409,7 +528,9 @@ class ElectraEncoder(keras.Model):
     (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
     Pass `embeddings=` to share an existing `ElectraEmbeddings` block.
     `dropout_masks="16bit"` (default) drops out with `ElectraDropout`, `"keras"` with
-    Keras' own masks (`ElectraConfig.dropout_masks`).
+    Keras' own masks (`ElectraConfig.dropout_masks`). `fused_layers=True` (default) runs the
+    transformer layers' element-wise chains as XLA-fused kernels on TensorFlow
+    (`ElectraTransformerEncoder`, `ElectraConfig.fused_layers`).
     """
 
     def __init__(
@@ -429,6 +550,7 @@ class ElectraEncoder(keras.Model):
         initializer_range=0.02,
         embeddings=None,
         dropout_masks="16bit",
+        fused_layers=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -455,13 +577,15 @@ class ElectraEncoder(keras.Model):
         # Named attributes, not a list: TF's object-based checkpoints cannot see
         # inside Keras' TrackedList, so listed layers would silently not be saved.
         for i in range(num_layers):
-            setattr(self, f"transformer_layer_{i}", TransformerEncoder(
+            setattr(self, f"transformer_layer_{i}", ElectraTransformerEncoder(
                 intermediate_dim=intermediate_size,
                 num_heads=num_heads,
                 dropout=dropout_rate,
                 activation=get_activation(hidden_act),
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=truncated_normal(initializer_range),
+                fused=fused_layers,
+                dropout_masks=dropout_masks,
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
             ))
@@ -471,7 +595,7 @@ class ElectraEncoder(keras.Model):
             max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range, dropout_masks=dropout_masks,
+            initializer_range=initializer_range, dropout_masks=dropout_masks, fused_layers=fused_layers,
         )
 
     @classmethod
@@ -488,6 +612,7 @@ class ElectraEncoder(keras.Model):
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
             dropout_masks=config.dropout_masks,
+            fused_layers=config.fused_layers,
             embeddings=embeddings,
             dtype=dtype,
             name=name or role,
@@ -516,9 +641,6 @@ class ElectraEncoder(keras.Model):
             width = self.hidden_size
         for layer in self.transformer_layers:
             layer.build(shape + (width,))
-            use_electra_layer_norm(layer)
-            if self._config["dropout_masks"] == "16bit":
-                use_electra_dropout(layer)
         self.built = True
 
     def call(self, inputs, training=None, output_length=None):
@@ -537,7 +659,7 @@ class ElectraEncoder(keras.Model):
             x = layer(x, padding_mask=padding_mask, training=training)
         if output_length is None:
             return x
-        return transformer_layer_at_first(last, x, padding_mask, output_length, training)
+        return last(x, padding_mask=padding_mask, training=training, query_length=output_length)
 
     def get_config(self):
         # A shared embeddings block is re-created (not shared) on deserialisation.

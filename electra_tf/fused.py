@@ -1,0 +1,281 @@
+"""Fused element-wise kernels of the encoder layers, compiled by XLA inside the TensorFlow graph.
+
+TensorFlow's CPU kernels run each element-wise op as its own pass over memory:
+a transformer layer's GELU, bias adds, dropouts, masked softmax and LayerNorms
+are some forty separate ops forward and backward, which on CPU cost more than
+the layer's matmuls in bfloat16 (issue #11, `bench/README_step_bench.md`). Each
+function here is one such chain as a `tf.function(jit_compile=True)`, which XLA
+fuses into one or two loops, with a hand-written backward pass that is fused the
+same way. The matmuls stay outside, on TensorFlow's oneDNN kernels (XLA's own CPU
+matmuls are slower), and so do the random draws (XLA's CPU random-number
+generator is slow): the dropout keep decisions come in as 16-bit random integers
+drawn by `modeling.dropout16`'s generator, so the masks are the ones the unfused
+layers draw from the same seeds.
+
+Element-wise arithmetic runs in float32 whatever the input dtype (bfloat16 in
+and out under mixed precision); biases, LayerNorm scales and offsets are taken
+in their variable dtype (float32) and their gradients come back in it, summed in
+float32.
+
+Example:
+
+>>> import numpy as np, tensorflow as tf
+>>> from electra_tf.fused import bias_gelu
+>>> y = bias_gelu(tf.constant([[-1.0, 0.0, 2.0]]), tf.constant([0.0, 0.5, 0.0]))
+>>> [round(float(v), 4) for v in y.numpy()[0]]
+[-0.1587, 0.3457, 1.9545]
+"""
+
+from typing import Callable, NamedTuple
+
+import tensorflow as tf
+
+_SQRT_HALF = 0.7071067811865476  # 1 / √2
+_INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
+# What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
+_MASKED_SCORE = -1e9
+_DROPOUT_LEVELS = 1 << 16
+
+
+def _f32(t):
+    return tf.cast(t, tf.float32)
+
+
+def _rows(t):
+    """All axes but the last: the ones a bias or LayerNorm parameter is broadcast over."""
+    return list(range(len(t.shape) - 1))
+
+
+def dropout_threshold(rate: float) -> int:
+    """An element is dropped iff its 16-bit random integer is below this (see `modeling.dropout16`)."""
+    return int(round(rate * _DROPOUT_LEVELS))
+
+
+def _keep_scale(bits, threshold: int):
+    """float32 multiplier: 0 where dropped, 1 / keep probability where kept (1 without dropout)."""
+    if bits is None or threshold <= 0:
+        return tf.constant(1.0)
+    scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+    return tf.where(bits >= tf.cast(threshold, bits.dtype), tf.constant(scale, tf.float32), 0.0)
+
+
+def _jit(fn):
+    return tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=False)
+
+
+# --------------------------------------------------------------------------
+# bias + GELU (the feed-forward intermediate layer, the heads' dense layers)
+# --------------------------------------------------------------------------
+
+
+def _gelu_parts(x, bias):
+    z = _f32(x) + _f32(bias)
+    return z, 0.5 + 0.5 * tf.math.erf(z * _SQRT_HALF)
+
+
+@_jit
+def _bias_gelu_forward(x, bias):
+    z, cdf = _gelu_parts(x, bias)
+    return tf.cast(z * cdf, x.dtype)
+
+
+@_jit
+def _bias_gelu_backward(x, bias, dy):
+    z, cdf = _gelu_parts(x, bias)
+    pdf = tf.exp(-0.5 * z * z) * _INV_SQRT_2PI
+    dz = _f32(dy) * (cdf + z * pdf)
+    return tf.cast(dz, x.dtype), tf.reduce_sum(dz, _rows(dz))
+
+
+def bias_gelu(x, bias):
+    """`gelu(x + bias)` with the exact (erf) GELU; `x` `[..., N]`, `bias` `[N]`."""
+
+    @tf.custom_gradient
+    def fused(x, bias):
+        def grad(dy):
+            dx, dbias = _bias_gelu_backward(x, bias, dy)
+            return dx, tf.cast(dbias, bias.dtype)
+
+        return _bias_gelu_forward(x, bias), grad
+
+    return fused(x, bias)
+
+
+# --------------------------------------------------------------------------
+# masked softmax + dropout (attention probabilities)
+# --------------------------------------------------------------------------
+
+
+def _masked_probs(scores, key_mask):
+    s = _f32(scores)
+    if key_mask is not None:
+        s = tf.where(key_mask, s, _MASKED_SCORE)
+    p = tf.nn.softmax(s, axis=-1)
+    if key_mask is not None:
+        p = tf.where(key_mask, p, 0.0)  # a row with every key masked gives zeros, as Keras' softmax
+    return p
+
+
+def _softmax_dropout_forward(scores, key_mask, bits, threshold):
+    p = _masked_probs(scores, key_mask)
+    return tf.cast(p * _keep_scale(bits, threshold), scores.dtype)
+
+
+def _softmax_dropout_backward(scores, key_mask, bits, dy, threshold):
+    p = _masked_probs(scores, key_mask)
+    dp = _f32(dy) * _keep_scale(bits, threshold)
+    ds = p * (dp - tf.reduce_sum(dp * p, axis=-1, keepdims=True))
+    return tf.cast(ds, scores.dtype)
+
+
+_softmax_dropout_forward_jit = _jit(_softmax_dropout_forward)
+_softmax_dropout_backward_jit = _jit(_softmax_dropout_backward)
+
+
+def softmax_dropout(scores, key_mask=None, bits=None, rate=0.0):
+    """`dropout(masked_softmax(scores))` over the last axis.
+
+    `key_mask`: bool, broadcastable to `scores` (False = masked key); `bits`: uint16 random
+    integers shaped like `scores` (dropout on) or None (off); `rate`: the dropout rate.
+    """
+    threshold = dropout_threshold(rate) if bits is not None else 0
+
+    @tf.custom_gradient
+    def fused(scores):
+        def grad(dy):
+            return _softmax_dropout_backward_jit(scores, key_mask, bits, dy, threshold)
+
+        return _softmax_dropout_forward_jit(scores, key_mask, bits, threshold), grad
+
+    return fused(scores)
+
+
+# --------------------------------------------------------------------------
+# bias + dropout + residual + LayerNorm (end of the attention and feed-forward blocks)
+# --------------------------------------------------------------------------
+
+
+def _pre_norm(x, bias, residual, bits, threshold):
+    return _f32(residual) + (_f32(x) + _f32(bias)) * _keep_scale(bits, threshold)
+
+
+def _normalize(h, epsilon):
+    mean = tf.reduce_mean(h, axis=-1, keepdims=True)
+    centred = h - mean
+    inv = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
+    return centred * inv, inv
+
+
+def _add_norm_forward(x, bias, residual, gamma, beta, bits, threshold, epsilon):
+    xhat, _ = _normalize(_pre_norm(x, bias, residual, bits, threshold), epsilon)
+    return tf.cast(xhat * _f32(gamma) + _f32(beta), residual.dtype)
+
+
+def _add_norm_backward(x, bias, residual, gamma, beta, bits, dy, threshold, epsilon):
+    xhat, inv = _normalize(_pre_norm(x, bias, residual, bits, threshold), epsilon)
+    dy = _f32(dy)
+    g = dy * _f32(gamma)
+    dh = inv * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    dx = dh * _keep_scale(bits, threshold)
+    rows = _rows(dy)
+    return (tf.cast(dx, x.dtype), tf.reduce_sum(dx, rows), tf.cast(dh, residual.dtype),
+            tf.reduce_sum(dy * xhat, rows), tf.reduce_sum(dy, rows))
+
+
+_add_norm_forward_jit = _jit(_add_norm_forward)
+_add_norm_backward_jit = _jit(_add_norm_backward)
+
+
+def bias_dropout_add_norm(x, bias, residual, gamma, beta, bits=None, rate=0.0, epsilon=1e-12):
+    """`LayerNorm(residual + dropout(x + bias))` over the last axis (a post-LN block's end).
+
+    `bits`: uint16 random integers shaped like `x` (dropout on) or None (off). The output has
+    `residual`'s dtype.
+    """
+    threshold = dropout_threshold(rate) if bits is not None else 0
+    epsilon = float(epsilon)
+
+    @tf.custom_gradient
+    def fused(x, bias, residual, gamma, beta):
+        def grad(dy):
+            dx, dbias, dresidual, dgamma, dbeta = _add_norm_backward_jit(
+                x, bias, residual, gamma, beta, bits, dy, threshold, epsilon)
+            return (dx, tf.cast(dbias, bias.dtype), dresidual, tf.cast(dgamma, gamma.dtype),
+                    tf.cast(dbeta, beta.dtype))
+
+        return _add_norm_forward_jit(x, bias, residual, gamma, beta, bits, threshold, epsilon), grad
+
+    return fused(x, bias, residual, gamma, beta)
+
+
+# --------------------------------------------------------------------------
+# A whole post-LN transformer layer around the kernels above
+# --------------------------------------------------------------------------
+
+
+class LayerWeights(NamedTuple):
+    """One post-LN transformer layer's weights as tensors: kernels in the compute dtype, 2-D;
+    biases and LayerNorm parameters in their variable dtype."""
+
+    num_heads: int
+    qkv_kernel: tf.Tensor  # [H, 3 · heads · head_size]: query, key, value side by side
+    qkv_bias: tf.Tensor  # [3 · heads · head_size]
+    output_kernel: tf.Tensor  # [heads · head_size, H]
+    output_bias: tf.Tensor
+    attention_gamma: tf.Tensor
+    attention_beta: tf.Tensor
+    intermediate_kernel: tf.Tensor  # [H, I]
+    intermediate_bias: tf.Tensor
+    ffn_output_kernel: tf.Tensor  # [I, H]
+    ffn_output_bias: tf.Tensor
+    ffn_gamma: tf.Tensor
+    ffn_beta: tf.Tensor
+    epsilon: float
+
+
+class LayerDropout(NamedTuple):
+    """`bits(x)` callables (uint16 random integers shaped like `x`, or None without dropout) for
+    the attention probabilities, the attention block's output and the feed-forward output, and
+    the dropout rate."""
+
+    attention_bits: Callable
+    attention_output_bits: Callable
+    ffn_bits: Callable
+    rate: float
+
+
+def transformer_layer(x, key_mask, weights: LayerWeights, dropout: LayerDropout, query_length=None):
+    """A keras-hub `TransformerEncoder` layer (post-LN, exact GELU) on `x` `[B, S, H]`.
+
+    `key_mask`: bool `[B, 1, 1, S]` (False = padding key). With `query_length=n` only the first n
+    positions are computed after the attention's keys and values (output `[B, n, H]`).
+    Matmuls run on TensorFlow's kernels; the element-wise chains between them are the fused
+    kernels above.
+    """
+    dtype = x.dtype
+    batch, seq, hidden = tf.shape(x)[0], tf.shape(x)[1], x.shape[-1]
+    heads = weights.num_heads
+    width = weights.output_kernel.shape[0]
+    head_size = width // heads
+    rows = tf.reshape(x, [-1, hidden])
+    qkv = tf.nn.bias_add(tf.matmul(rows, weights.qkv_kernel), tf.cast(weights.qkv_bias, dtype))
+    qkv = tf.transpose(tf.reshape(qkv, [batch, seq, 3, heads, head_size]), [2, 0, 3, 1, 4])
+    query, key, value = tf.unstack(qkv)
+    length = seq
+    if query_length is not None:
+        query, length = query[:, :, :query_length], query_length
+        rows = tf.reshape(x[:, :query_length], [-1, hidden])
+    query = query * tf.cast(head_size ** -0.5, dtype)
+    scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, length, S]
+    probs = softmax_dropout(scores, key_mask, dropout.attention_bits(scores), dropout.rate)
+    context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [B, length, heads, head_size]
+    attended = tf.matmul(tf.reshape(context, [-1, width]), weights.output_kernel)
+    hidden_rows = bias_dropout_add_norm(
+        attended, weights.output_bias, rows, weights.attention_gamma, weights.attention_beta,
+        dropout.attention_output_bits(attended), dropout.rate, weights.epsilon)
+    intermediate = bias_gelu(tf.matmul(hidden_rows, weights.intermediate_kernel), weights.intermediate_bias)
+    ffn = tf.matmul(intermediate, weights.ffn_output_kernel)
+    out = bias_dropout_add_norm(ffn, weights.ffn_output_bias, hidden_rows, weights.ffn_gamma, weights.ffn_beta,
+                                dropout.ffn_bits(ffn), dropout.rate, weights.epsilon)
+    return tf.reshape(out, [batch, length, hidden])

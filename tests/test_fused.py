@@ -1,0 +1,250 @@
+"""The XLA-fused encoder kernels (`electra_tf.fused`) against float64 references and the unfused layer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import erf
+
+from electra_tf import fused
+from electra_tf.config import get_config
+from electra_tf.modeling import ElectraEncoder, ElectraTransformerEncoder, gelu_exact
+
+RNG = np.random.RandomState(0)
+
+
+def _grads(fn, inputs, upstream):
+    """fn(*inputs) and the gradients of sum(fn · upstream) with respect to each input."""
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        y = fn(*inputs)
+        loss = tf.reduce_sum(tf.cast(y, tf.float64 if y.dtype == tf.float64 else tf.float32) * upstream)
+    return y, tape.gradient(loss, inputs)
+
+
+def _f64(t):
+    return np.asarray(tf.cast(t, tf.float64))
+
+
+def _bits(shape, seed=7):
+    return tf.constant(np.random.RandomState(seed).randint(0, 1 << 16, size=shape).astype("uint16"))
+
+
+def _keep_scale(bits, rate):
+    threshold = round(rate * 65536)
+    return np.where(np.asarray(bits) >= threshold, 65536 / (65536 - threshold), 0.0)
+
+
+# --------------------------------------------------------------------------
+# kernels against NumPy in float64
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-6), ("bfloat16", 1e-2)])
+def test_bias_gelu_and_its_gradients_match_the_erf_formula(dtype, tol):
+    x = RNG.normal(0, 2, size=(6, 5, 32))
+    bias, upstream = RNG.normal(size=32), RNG.normal(size=(6, 5, 32))
+    inputs = [tf.cast(tf.constant(x), dtype), tf.constant(bias, tf.float32)]
+    y, (dx, dbias) = _grads(fused.bias_gelu, inputs, tf.constant(upstream, tf.float32))
+    assert y.dtype == dx.dtype == tf.as_dtype(dtype) and dbias.dtype == tf.float32
+    z = _f64(inputs[0]) + _f64(inputs[1])
+    cdf = 0.5 * (1 + erf(z / np.sqrt(2)))
+    upstream = _f64(tf.cast(upstream, dtype))  # what reaches the kernel: the gradient of y, in y's dtype
+    dz = upstream * (cdf + z * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi))
+    np.testing.assert_allclose(_f64(y), z * cdf, rtol=tol, atol=tol)
+    np.testing.assert_allclose(_f64(dx), dz, rtol=tol, atol=tol * np.abs(dz).max())
+    # The bias gradient is summed in float32 from the unrounded dz, in bfloat16 too.
+    np.testing.assert_allclose(_f64(dbias), dz.sum(axis=(0, 1)), rtol=1e-5, atol=1e-4)
+
+
+def _softmax_reference(scores, key_mask, keep_scale):
+    s = np.where(key_mask, scores, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    p = np.where(key_mask, e / e.sum(-1, keepdims=True), 0.0)
+    return p, p * keep_scale
+
+
+@pytest.mark.parametrize("with_dropout", [False, True])
+def test_softmax_dropout_matches_masked_softmax_and_its_gradient(with_dropout):
+    shape = (3, 2, 4, 6)
+    scores, upstream = RNG.normal(0, 3, size=shape), RNG.normal(size=shape)
+    key_mask = np.ones((3, 1, 1, 6), bool)
+    key_mask[1, ..., 4:] = False
+    bits = _bits(shape) if with_dropout else None
+    scale = _keep_scale(bits, 0.1) if with_dropout else 1.0
+    y, (ds,) = _grads(lambda s: fused.softmax_dropout(s, tf.constant(key_mask), bits, 0.1),
+                      [tf.constant(scores, tf.float32)], tf.constant(upstream, tf.float32))
+    p, expected = _softmax_reference(scores, key_mask, scale)
+    np.testing.assert_allclose(_f64(y), expected, rtol=1e-5, atol=1e-6)
+    dp = upstream * scale
+    expected_ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    np.testing.assert_allclose(_f64(ds), expected_ds, rtol=1e-5, atol=1e-6)
+    if with_dropout:
+        dropped = np.asarray(bits) < round(0.1 * 65536)
+        assert dropped.any() and np.all(_f64(y)[dropped] == 0)
+
+
+def test_softmax_dropout_gives_zeros_where_every_key_is_masked():
+    y = fused.softmax_dropout(tf.ones((1, 1, 2, 3)), tf.zeros((1, 1, 1, 3), tf.bool))
+    assert np.all(y.numpy() == 0)
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("bfloat16", 4e-2)])
+def test_bias_dropout_add_norm_matches_layer_norm_and_its_gradients(dtype, tol):
+    shape = (5, 3, 16)
+    x, residual, upstream = (RNG.normal(size=shape) for _ in range(3))
+    bias, gamma, beta = RNG.normal(size=16), 1 + 0.3 * RNG.normal(size=16), RNG.normal(size=16)
+    bits = _bits(shape)
+    inputs = [tf.cast(tf.constant(x), dtype), tf.constant(bias, tf.float32), tf.cast(tf.constant(residual), dtype),
+              tf.constant(gamma, tf.float32), tf.constant(beta, tf.float32)]
+
+    def fn(x, bias, residual, gamma, beta):
+        return fused.bias_dropout_add_norm(x, bias, residual, gamma, beta, bits, 0.1, 1e-12)
+
+    y, grads = _grads(fn, inputs, tf.constant(upstream, tf.float32))
+    assert y.dtype == tf.as_dtype(dtype) and [g.dtype for g in grads] == [t.dtype for t in inputs]
+
+    # float64 reference by autodiff of the unfused formula, on the same (rounded) inputs.
+    ref_inputs = [tf.constant(_f64(t)) for t in inputs]
+    scale = tf.constant(_keep_scale(bits, 0.1))
+
+    def reference(x, bias, residual, gamma, beta):
+        h = residual + (x + bias) * scale
+        mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
+        return (h - mean) * tf.math.rsqrt(var + 1e-12) * gamma + beta
+
+    y_ref, grads_ref = _grads(reference, ref_inputs, tf.constant(upstream))
+    np.testing.assert_allclose(_f64(y), y_ref.numpy(), rtol=tol, atol=tol)
+    for got, want in zip(grads, grads_ref):
+        np.testing.assert_allclose(_f64(got), want.numpy(), rtol=tol, atol=tol * np.abs(want.numpy()).max())
+
+
+# --------------------------------------------------------------------------
+# the fused transformer layer against keras-hub's call
+# --------------------------------------------------------------------------
+
+def _layer(policy="float32", **kwargs):
+    layer = ElectraTransformerEncoder(intermediate_dim=48, num_heads=4, dropout=0.1, activation=gelu_exact,
+                                      layer_norm_epsilon=1e-12, dtype=policy,
+                                      kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.2), **kwargs)
+    layer.build((None, None, 32))
+    rng = np.random.RandomState(1)
+    for variable in layer.weights:  # non-trivial biases and LayerNorm parameters
+        if variable.path.endswith(("bias", "beta")):
+            variable.assign(0.3 * rng.normal(size=variable.shape))
+        elif variable.path.endswith("gamma"):
+            variable.assign(1 + 0.3 * rng.normal(size=variable.shape))
+    return layer
+
+
+def _dropout_states(layer):
+    return [d.seed_generator.state for d in (layer._self_attention_layer._dropout_layer,
+                                             layer._self_attention_dropout, layer._feedforward_dropout)]
+
+
+def _run_layer(layer, fused_on, x, mask, training, states, **kwargs):
+    """Output and gradients (input, then every weight) with the dropout generators reset to `states`."""
+    for state, saved in zip(_dropout_states(layer), states):
+        state.assign(saved)
+    layer.fused = fused_on
+    upstream = tf.cos(tf.range(32, dtype=tf.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, padding_mask=mask, training=training, **kwargs)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+    return y, tape.gradient(loss, [x] + layer.trainable_weights)
+
+
+X = tf.constant(RNG.normal(size=(3, 7, 32)).astype("float32"))
+MASK = tf.constant(np.array([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], bool))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_fused_layer_equals_keras_hub_call_with_the_same_dropout_masks(training):
+    layer = _layer()
+    assert layer.runs_fused()
+    states = [s.numpy() for s in _dropout_states(layer)]
+    y, grads = _run_layer(layer, True, X, MASK, training, states)
+    y_ref, grads_ref = _run_layer(layer, False, X, MASK, training, states)
+    np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-5, atol=2e-6)
+    names = ["inputs"] + [w.path for w in layer.trainable_weights]
+    for name, got, want in zip(names, grads, grads_ref):
+        got, want = np.asarray(tf.convert_to_tensor(got)), np.asarray(tf.convert_to_tensor(want))
+        if name.endswith("key/bias"):  # softmax is invariant to it: its gradient is round-off
+            assert np.abs(got).max() < 1e-4 and np.abs(want).max() < 1e-4
+            continue
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max(), err_msg=name)
+    if training:  # dropout was on: a second call draws new masks
+        again, _ = _run_layer(layer, True, X, MASK, training, [s.numpy() for s in _dropout_states(layer)])
+        assert not np.allclose(again.numpy(), y.numpy())
+
+
+def test_fused_bfloat16_layer_is_as_close_to_float32_as_keras_hubs():
+    layer32, layer16 = _layer(), _layer("mixed_bfloat16")
+    layer16.set_weights(layer32.get_weights())
+    states = [s.numpy() for s in _dropout_states(layer32)]
+    reference, _ = _run_layer(layer32, True, X, MASK, True, states)
+    errors = {}
+    for fused_on in (True, False):
+        y, grads = _run_layer(layer16, fused_on, X, MASK, True, states)
+        assert y.dtype == tf.bfloat16 and all(g.dtype == tf.float32 for g in grads[1:])
+        errors[fused_on] = np.abs(y.numpy().astype("float32") - reference.numpy()).max()
+    assert errors[True] <= errors[False] * 1.25 and errors[True] < 0.1, errors
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_fused_layer_at_the_first_positions_equals_its_full_output_there(length):
+    layer = _layer()
+    full = layer(X, padding_mask=MASK)
+    first = layer(X, padding_mask=MASK, query_length=length)
+    assert first.shape == (3, length, 32)
+    np.testing.assert_allclose(first.numpy(), full.numpy()[:, :length], rtol=1e-5, atol=2e-6)
+
+
+def test_fused_layer_takes_a_dynamic_batch_and_sequence_length():
+    layer = _layer()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 32]), tf.TensorSpec([None, None], tf.bool)])
+    def run(x, mask):
+        return layer(x, padding_mask=mask, training=True)
+
+    for batch, length in [(3, 7), (2, 5)]:
+        y = run(X[:batch, :length], MASK[:batch, :length])
+        assert y.shape == (batch, length, 32) and np.all(np.isfinite(y.numpy()))
+
+
+def test_layer_runs_keras_hubs_call_where_the_fused_kernels_do_not_apply():
+    assert _layer().runs_fused() and not _layer(fused=False).runs_fused()
+    assert not _layer(dropout_masks="keras").runs_fused()
+    layer = _layer()
+    assert not layer.runs_fused(attention_mask=tf.ones((3, 7, 7), tf.bool))
+    assert not layer.runs_fused(return_attention_scores=True)
+    approximate = ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu")
+    approximate.build((None, None, 8))
+    assert not approximate.runs_fused()
+    with pytest.raises(ValueError, match="dropout_masks must be one of"):
+        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, dropout_masks="8bit")
+
+
+def test_fused_layers_option_reaches_the_encoders_and_is_validated():
+    config = get_config("tiny", vocab_size=100, hparams={"fused_layers": False})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    encoder.build()
+    assert not any(layer.runs_fused() for layer in encoder.transformer_layers)
+    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["fused_layers"] is False
+    default = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100), "generator")
+    default.build()
+    assert all(layer.runs_fused() for layer in default.transformer_layers)
+
+
+def test_encoder_outputs_do_not_depend_on_fused_layers():
+    config = get_config("tiny", vocab_size=100, hparams={"discriminator.num_layers": 2})
+    inputs = {"token_ids": tf.constant(np.random.RandomState(2).randint(5, 100, size=(2, 9)), tf.int32),
+              "segment_ids": tf.zeros((2, 9), tf.int32),
+              "padding_mask": tf.constant([[1] * 9, [1] * 5 + [0] * 4], tf.int32)}
+    fused_encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    plain = ElectraEncoder.from_config_object(config.replace(fused_layers=False), "discriminator")
+    fused_encoder.build(), plain.build()
+    plain.set_weights(fused_encoder.get_weights())
+    np.testing.assert_allclose(fused_encoder(inputs).numpy(), plain(inputs).numpy(), rtol=1e-5, atol=5e-6)
+    np.testing.assert_allclose(fused_encoder(inputs, output_length=1).numpy(),
+                               plain(inputs, output_length=1).numpy(), rtol=1e-5, atol=5e-6)
