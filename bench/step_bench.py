@@ -109,7 +109,7 @@ SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers 
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
              "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
              "keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout", "unfused_adam",
-             "grappler_on", "unfused_layers")
+             "grappler_on", "unfused_kernels", "gumbel_sampling")
 
 try:
     import torch
@@ -550,7 +550,7 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
-FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grappler_on", "unfused_layers")
+FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grappler_on", "unfused_kernels")
 
 
 class OursFinetuneAblation(OursFinetune):
@@ -559,11 +559,11 @@ class OursFinetuneAblation(OursFinetune):
     (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
     draws Keras' one-float-per-element masks instead of `dropout16`'s, `unfused_adam` runs AdamW as
     separate ops instead of the fused kernel, `grappler_on` runs TF's graph optimizer on the loop,
-    `unfused_layers` runs keras-hub's layer ops instead of the XLA-fused kernels (`fused_layers`)."""
+    `unfused_kernels` runs keras-hub's layer ops instead of the XLA-fused kernels (`fused_kernels`)."""
 
     def __init__(self, config, batch, strategy, tmpdir, variant):
-        if variant == "unfused_layers":
-            config = config.replace(fused_layers=False)
+        if variant == "unfused_kernels":
+            config = config.replace(fused_kernels=False)
         super().__init__(config, batch, strategy, tmpdir, graph_optimizer="on" if variant == "grappler_on" else "auto")
         if variant not in FINETUNE_ABLATIONS:
             raise ValueError(f"unknown fine-tuning ablation {variant!r}; choose from {FINETUNE_ABLATIONS}")
@@ -695,8 +695,10 @@ def build_ablation(variant, config, batch, precision, strategy):
     if variant == "gelu_approximate":
         return Ours(config.replace(hidden_act="gelu_approximate"), batch, precision, strategy=strategy,
                     variant=variant)
-    if variant == "unfused_layers":  # keras-hub's layer ops instead of the XLA-fused kernels
-        return Ours(config.replace(fused_layers=False), batch, precision, strategy=strategy, variant=variant)
+    if variant == "gumbel_sampling":  # the official Gumbel-max sampling instead of the two-level inverse CDF
+        return Ours(config.replace(sampling="gumbel"), batch, precision, strategy=strategy, variant=variant)
+    if variant == "unfused_kernels":  # keras-hub's layer ops instead of the XLA-fused kernels
+        return Ours(config.replace(fused_kernels=False), batch, precision, strategy=strategy, variant=variant)
     if variant == "grappler_on":  # TF's graph optimizer on, as before --graph_optimizer=auto turned it off on CPUs
         return Ours(config, batch, precision, strategy=strategy, variant=variant, graph_optimizer="on")
     return Ours(config, batch, precision, strategy=strategy, variant=variant, jit_compile=variant == "xla")

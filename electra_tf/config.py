@@ -42,6 +42,8 @@ ACTIVATIONS = ("gelu", "gelu_approximate")
 # Encoder dropout masks: two 16-bit keep decisions per 32-bit random draw (rate 0.1 → 0.100006,
 # about 3 % of a step on CPU, `modeling.dropout16`) or Keras' one float per element.
 DROPOUT_MASKS = ("16bit", "keras")
+# How the generator's tokens are drawn from its softmax (`masking.sample_tokens`).
+SAMPLING_METHODS = ("inverse_cdf", "gumbel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +96,7 @@ class ElectraConfig:
     # The transformer layers' bias adds, GELU, masked softmax, dropouts, residual adds and LayerNorms
     # as XLA-fused kernels between TensorFlow's matmuls (`electra_tf.fused`; TensorFlow backend,
     # "16bit" dropout masks). False: keras-hub's layer ops. The same arithmetic up to float rounding.
-    fused_layers: bool = True
+    fused_kernels: bool = True
     # "gelu" is the exact erf GELU of the official code and HF; keras-hub's
     # ElectraBackbone uses the tanh approximation ("gelu_approximate").
     hidden_act: str = "gelu"
@@ -113,6 +115,10 @@ class ElectraConfig:
     disc_weight: float = 50.0
     gen_weight: float = 1.0
     temperature: float = 1.0
+    # How the generator's samples are drawn from its softmax: "inverse_cdf" (two uniforms per draw,
+    # `masking.inverse_cdf_sample`) or "gumbel" (the official Gumbel-max, one per vocabulary entry).
+    # The same distribution; inverse_cdf takes a quarter of the time on CPU.
+    sampling: str = "inverse_cdf"
     max_seq_length: int = 128
     # "full": generator and discriminator share one embeddings block (ELECTRA). "gdes":
     # gradient-disentangled sharing (DeBERTaV3): the discriminator uses stop_gradient(shared) + its
@@ -172,6 +178,8 @@ class ElectraConfig:
             problems.append(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.mlm_encoder not in ("generator", "discriminator"):
             problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
+        if self.sampling not in SAMPLING_METHODS:
+            problems.append(f"sampling must be one of {SAMPLING_METHODS}, got {self.sampling!r}")
         if self.dropout_masks not in DROPOUT_MASKS:
             problems.append(f"dropout_masks must be one of {DROPOUT_MASKS}, got {self.dropout_masks!r}")
         if self.hidden_act not in ACTIVATIONS:

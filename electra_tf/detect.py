@@ -14,7 +14,7 @@ probability that the discriminator gives to "this token was replaced":
 
 `--corrupt` first lets the checkpoint's generator replace tokens the way
 pre-training does (`electra_tf.masking`: `mask_inputs` picks `--mask_prob` of
-the tokens, 85 % of them shown as [MASK]; `gumbel_sample` draws from the
+the tokens, 85 % of them shown as [MASK]; `sample_tokens` draws from the
 generator at `--temperature`; `corrupt` writes the samples in), reproducibly
 from `--seed`. Tokens that really changed are marked, with the original shown.
 
@@ -122,7 +122,7 @@ def _encode(tokenizer, texts: Sequence[str], max_seq_length: int):
 
 
 def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, special, mask_prob, temperature):
-    """The pre-training corruption: mask → generator → Gumbel sample → write samples in."""
+    """The pre-training corruption: mask → generator → sample (`config.sampling`) → write samples in."""
     import tensorflow as tf
 
     from electra_tf import masking
@@ -137,7 +137,7 @@ def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, specia
     hidden = pretrainer.generator({"token_ids": masked.input_ids, "segment_ids": segment_ids,
                                    "padding_mask": input_mask}, training=False)
     logits = pretrainer.generator_head(gather_positions(hidden, masked.positions))
-    sampled = masking.gumbel_sample(logits, seeds, temperature)
+    sampled = masking.sample_tokens(logits, seeds, temperature, pretrainer.config.sampling)
     fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
     return fake_ids, tf.cast(labels, tf.bool)
 

@@ -210,6 +210,88 @@ def bias_dropout_add_norm(x, bias, residual, gamma, beta, bits=None, rate=0.0, e
 
 
 # --------------------------------------------------------------------------
+# The generator's output: softmax cross-entropy over the vocabulary, and sampling from it
+# --------------------------------------------------------------------------
+
+
+@_jit
+def _cross_entropy_forward(logits, labels):
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)
+    log_norm = (top + tf.math.log(tf.reduce_sum(tf.exp(logits - top), axis=-1, keepdims=True)))[..., 0]
+    loss = log_norm - tf.gather(logits, labels, batch_dims=len(labels.shape))
+    return loss, log_norm, tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
+@_jit
+def _cross_entropy_backward(logits, labels, log_norm, dloss):
+    vocab = tf.range(logits.shape[-1], dtype=labels.dtype)
+    target = tf.cast(tf.equal(vocab, labels[..., None]), tf.float32)
+    return (tf.exp(logits - log_norm[..., None]) - target) * dloss[..., None]
+
+
+def softmax_cross_entropy(logits, labels):
+    """`tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)` for float32 `[..., V]` logits,
+    and the argmax over V (no gradient), from one pass over the logits.
+
+    TensorFlow's op writes the `[..., V]` gradient in the forward pass; here the backward pass
+    recomputes it from the logits and the saved log-normaliser.
+    """
+
+    @tf.custom_gradient
+    def fused(logits):
+        loss, log_norm, predictions = _cross_entropy_forward(logits, labels)
+
+        def grad(dloss, dpredictions=None):
+            return _cross_entropy_backward(logits, labels, log_norm, dloss)
+
+        return (loss, predictions), grad
+
+    return fused(logits)
+
+
+SAMPLING_BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+
+
+@_jit
+def _two_level_sample(logits, uniforms, temperature):
+    """Rows of `logits` `[R, V]` → `[R]` indices drawn from softmax(logits / temperature)."""
+    rows, vocab = logits.shape
+    blocks = -(-vocab // SAMPLING_BLOCK)
+    scaled = logits / temperature
+    weights = tf.exp(scaled - tf.reduce_max(scaled, axis=-1, keepdims=True))  # ∝ the probabilities
+    weights = tf.reshape(tf.pad(weights, [[0, 0], [0, blocks * SAMPLING_BLOCK - vocab]]),
+                         [rows, blocks, SAMPLING_BLOCK])
+
+    def pick(masses, uniform):
+        """The index i with cumsum[i - 1] ≤ u · total < cumsum[i] (mass-0 entries are never picked)."""
+        cumulative = tf.cumsum(masses, axis=-1)
+        target = uniform[:, None] * cumulative[:, -1:]
+        index = tf.reduce_sum(tf.cast(cumulative <= target, tf.int32), axis=-1)
+        # u · total can round up to the total: take the last entry with mass then.
+        last = masses.shape[-1] - 1 - tf.argmax(tf.reverse(masses, [-1]) > 0, axis=-1, output_type=tf.int32)
+        return tf.minimum(index, last)
+
+    block = pick(tf.reduce_sum(weights, axis=-1), uniforms[:, 0])
+    within = pick(tf.gather(weights, block, batch_dims=1), uniforms[:, 1])
+    return block * SAMPLING_BLOCK + within
+
+
+def sample_from_logits(logits, uniforms, temperature=1.0):
+    """Draws from softmax(logits / temperature) over the last axis by a two-level inverse CDF.
+
+    `logits` float32 `[..., V]`; `uniforms` `[..., 2]` in [0, 1). The first uniform picks a block of
+    `SAMPLING_BLOCK` vocabulary entries with probability its mass, the second an entry within it
+    with probability its share of the block: exactly the softmax distribution, up to float32
+    rounding of the cumulative sums. Two uniforms per draw instead of Gumbel-max's one per
+    vocabulary entry. Returns int32 `[...]`.
+    """
+    vocab = logits.shape[-1]
+    flat = _two_level_sample(tf.reshape(tf.stop_gradient(logits), [-1, vocab]), tf.reshape(uniforms, [-1, 2]),
+                             tf.constant(temperature, tf.float32))
+    return tf.reshape(flat, tf.shape(logits)[:-1])
+
+
+# --------------------------------------------------------------------------
 # A whole post-LN transformer layer around the kernels above
 # --------------------------------------------------------------------------
 

@@ -426,7 +426,7 @@ class ElectraTransformerEncoder(TransformerEncoder):
     """keras-hub's `TransformerEncoder` (same sub-layers, weights and names) whose post-LN,
     exact-GELU call runs XLA-fused element-wise kernels (`electra_tf.fused`) on TensorFlow.
 
-    With `fused=True` (`ElectraConfig.fused_layers`), `dropout_masks="16bit"` and the
+    With `fused=True` (`ElectraConfig.fused_kernels`), `dropout_masks="16bit"` and the
     TensorFlow backend, the bias adds, GELU, masked softmax, dropouts, residual adds and
     LayerNorms between the layer's matmuls run as `electra_tf.fused` kernels, and query,
     key and value come from one matmul; the dropout masks are the ones `ElectraDropout`
@@ -528,9 +528,9 @@ class ElectraEncoder(keras.Model):
     (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
     Pass `embeddings=` to share an existing `ElectraEmbeddings` block.
     `dropout_masks="16bit"` (default) drops out with `ElectraDropout`, `"keras"` with
-    Keras' own masks (`ElectraConfig.dropout_masks`). `fused_layers=True` (default) runs the
+    Keras' own masks (`ElectraConfig.dropout_masks`). `fused_kernels=True` (default) runs the
     transformer layers' element-wise chains as XLA-fused kernels on TensorFlow
-    (`ElectraTransformerEncoder`, `ElectraConfig.fused_layers`).
+    (`ElectraTransformerEncoder`, `ElectraConfig.fused_kernels`).
     """
 
     def __init__(
@@ -550,7 +550,7 @@ class ElectraEncoder(keras.Model):
         initializer_range=0.02,
         embeddings=None,
         dropout_masks="16bit",
-        fused_layers=True,
+        fused_kernels=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -584,7 +584,7 @@ class ElectraEncoder(keras.Model):
                 activation=get_activation(hidden_act),
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=truncated_normal(initializer_range),
-                fused=fused_layers,
+                fused=fused_kernels,
                 dropout_masks=dropout_masks,
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
@@ -595,7 +595,7 @@ class ElectraEncoder(keras.Model):
             max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range, dropout_masks=dropout_masks, fused_layers=fused_layers,
+            initializer_range=initializer_range, dropout_masks=dropout_masks, fused_kernels=fused_kernels,
         )
 
     @classmethod
@@ -612,7 +612,7 @@ class ElectraEncoder(keras.Model):
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
             dropout_masks=config.dropout_masks,
-            fused_layers=config.fused_layers,
+            fused_kernels=config.fused_kernels,
             embeddings=embeddings,
             dtype=dtype,
             name=name or role,

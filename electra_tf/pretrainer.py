@@ -1,7 +1,7 @@
 """`ElectraPretrainer`: generator + discriminator trained jointly by replaced-token detection.
 
 `train_step` runs, per batch and in graph: dynamic masking → generator MLM at
-the masked positions → Gumbel-max sampling (no gradient) → discriminator on
+the masked positions → sampling from its softmax (no gradient) → discriminator on
 the corrupted input → `gen_weight × MLM loss + disc_weight × sigmoid CE`.
 With `objective="mlm"` only the MLM part runs (the BERT baseline). The
 paper's ablations (section 3.2, `config.OBJECTIVES`) change only what the main
@@ -34,7 +34,7 @@ Example:
 import keras
 import tensorflow as tf
 
-from electra_tf import loop, masking
+from electra_tf import fused, loop, masking
 from electra_tf.distribution import all_reduce_sum, replica_context_info
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
 from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions
@@ -221,19 +221,23 @@ class ElectraPretrainer(keras.Model):
         )
         gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
-        gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
+        if config.fused_kernels:
+            gen_losses, gen_predictions = fused.softmax_cross_entropy(gen_logits, masked.original_ids)
+        else:
+            gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
+            gen_predictions = tf.argmax(gen_logits, -1, output_type=tf.int32)
         if normalizers is None:
             num_masked, num_tokens = all_reduce_sum(
                 [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))])
         else:
             num_masked, num_tokens = normalizers["num_masked"], normalizers["num_tokens"]
         num_masked, num_tokens = tf.maximum(num_masked, 1.0), tf.maximum(num_tokens, 1.0)
-        out = {"masked": masked, "gen_logits": gen_logits,
+        out = {"masked": masked, "gen_logits": gen_logits, "gen_predictions": gen_predictions,
                "gen_loss": tf.reduce_sum(gen_losses * masked.weights) / num_masked}
         out["loss"] = config.gen_weight * out["gen_loss"]
         if self.discriminator is None:
             return out
-        sampled = masking.gumbel_sample(gen_logits, seeds, config.temperature)
+        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, config.sampling)
         fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
         disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
         out.update(fake_ids=fake_ids, labels=labels, sampled=sampled)
@@ -314,8 +318,7 @@ class ElectraPretrainer(keras.Model):
         masked = out["masked"]
         add_partial("loss", out["loss"])
         add_partial("gen_loss", out["gen_loss"])
-        gen_correct = tf.cast(tf.equal(tf.argmax(out["gen_logits"], -1, output_type=tf.int32), masked.original_ids),
-                              tf.float32)
+        gen_correct = tf.cast(tf.equal(out["gen_predictions"], masked.original_ids), tf.float32)
         self.tracked["gen_accuracy"].update_state(gen_correct, sample_weight=masked.weights)
         if "main_loss" in out:
             add_partial("main_loss", out["main_loss"])

@@ -129,10 +129,10 @@ def test_layer_norm_falls_back_to_keras_off_the_last_axis():
 
 # --------------------------------------------------------------------------- [CLS]-only last layer
 
-def _encoder_and_batch(num_layers=3, seq=12, fused_layers=True):
+def _encoder_and_batch(num_layers=3, seq=12, fused_kernels=True):
     keras.utils.set_random_seed(1)
     config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": num_layers,
-                                                          "fused_layers": fused_layers})
+                                                          "fused_kernels": fused_kernels})
     encoder = ElectraEncoder.from_config_object(config, "discriminator")
     rng = np.random.RandomState(1)
     lengths = np.array([seq, 7, 3, 9])
@@ -143,10 +143,10 @@ def _encoder_and_batch(num_layers=3, seq=12, fused_layers=True):
     return encoder, inputs
 
 
-@pytest.mark.parametrize("fused_layers", [True, False])
+@pytest.mark.parametrize("fused_kernels", [True, False])
 @pytest.mark.parametrize("length", [1, 3])
-def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, fused_layers):
-    encoder, inputs = _encoder_and_batch(fused_layers=fused_layers)
+def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, fused_kernels):
+    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
     full = encoder(inputs, training=False).numpy()
     first = encoder(inputs, training=False, output_length=length).numpy()
     assert first.shape == (4, length, full.shape[-1])
@@ -155,9 +155,9 @@ def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, 
     assert np.abs(full[:, length:length + 1] - full[:, :1]).max() > 1e-2
 
 
-@pytest.mark.parametrize("fused_layers", [True, False])
-def test_last_layer_at_cls_gives_the_full_paths_gradients(fused_layers):
-    encoder, inputs = _encoder_and_batch(fused_layers=fused_layers)
+@pytest.mark.parametrize("fused_kernels", [True, False])
+def test_last_layer_at_cls_gives_the_full_paths_gradients(fused_kernels):
+    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
     weights = tf.constant(np.random.RandomState(2).normal(size=(4, encoder.hidden_size)).astype("float32"))
 
     def grads(output_length):
@@ -175,14 +175,14 @@ def test_last_layer_at_cls_gives_the_full_paths_gradients(fused_layers):
                                    err_msg=variable.path)
 
 
-@pytest.mark.parametrize("fused_layers", [True, False])
-def test_classification_model_runs_the_last_layer_at_cls_only(fused_layers, monkeypatch):
+@pytest.mark.parametrize("fused_kernels", [True, False])
+def test_classification_model_runs_the_last_layer_at_cls_only(fused_kernels, monkeypatch):
     from electra_tf import fused
     from electra_tf.finetuning.heads import ClassificationHead, SpanHead
     from electra_tf.finetuning.trainer import FinetuningModel
 
     assert ClassificationHead.output_length == 1 and SpanHead.output_length is None
-    encoder, inputs = _encoder_and_batch(fused_layers=fused_layers)
+    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
     model = FinetuningModel(encoder, ClassificationHead(3))
     batch = {"input_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"],
              "input_mask": inputs["padding_mask"]}
@@ -191,7 +191,7 @@ def test_classification_model_runs_the_last_layer_at_cls_only(fused_layers, monk
     np.testing.assert_allclose(logits, reference, rtol=0, atol=1e-5)
     last = encoder.transformer_layers[-1]
     seen = []
-    if fused_layers:  # the feed-forward's rows, [batch × positions, intermediate], reach the fused GELU
+    if fused_kernels:  # the feed-forward's rows, [batch × positions, intermediate], reach the fused GELU
         original_gelu = fused.bias_gelu
         monkeypatch.setattr(fused, "bias_gelu", lambda x, bias: seen.append(x.shape) or original_gelu(x, bias))
         model(batch)

@@ -225,26 +225,43 @@ def test_layer_runs_keras_hubs_call_where_the_fused_kernels_do_not_apply():
         ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, dropout_masks="8bit")
 
 
-def test_fused_layers_option_reaches_the_encoders_and_is_validated():
-    config = get_config("tiny", vocab_size=100, hparams={"fused_layers": False})
+def test_fused_kernels_option_reaches_the_encoders_and_is_validated():
+    config = get_config("tiny", vocab_size=100, hparams={"fused_kernels": False})
     encoder = ElectraEncoder.from_config_object(config, "discriminator")
     encoder.build()
     assert not any(layer.runs_fused() for layer in encoder.transformer_layers)
-    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["fused_layers"] is False
+    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["fused_kernels"] is False
     default = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100), "generator")
     default.build()
     assert all(layer.runs_fused() for layer in default.transformer_layers)
 
 
-def test_encoder_outputs_do_not_depend_on_fused_layers():
+def test_encoder_outputs_do_not_depend_on_fused_kernels():
     config = get_config("tiny", vocab_size=100, hparams={"discriminator.num_layers": 2})
     inputs = {"token_ids": tf.constant(np.random.RandomState(2).randint(5, 100, size=(2, 9)), tf.int32),
               "segment_ids": tf.zeros((2, 9), tf.int32),
               "padding_mask": tf.constant([[1] * 9, [1] * 5 + [0] * 4], tf.int32)}
     fused_encoder = ElectraEncoder.from_config_object(config, "discriminator")
-    plain = ElectraEncoder.from_config_object(config.replace(fused_layers=False), "discriminator")
+    plain = ElectraEncoder.from_config_object(config.replace(fused_kernels=False), "discriminator")
     fused_encoder.build(), plain.build()
     plain.set_weights(fused_encoder.get_weights())
     np.testing.assert_allclose(fused_encoder(inputs).numpy(), plain(inputs).numpy(), rtol=1e-5, atol=5e-6)
     np.testing.assert_allclose(fused_encoder(inputs, output_length=1).numpy(),
                                plain(inputs, output_length=1).numpy(), rtol=1e-5, atol=5e-6)
+
+
+# --------------------------------------------------------------------------
+# the generator's cross-entropy
+# --------------------------------------------------------------------------
+
+def test_softmax_cross_entropy_matches_tensorflows_op_and_its_gradient():
+    logits = tf.constant(RNG.normal(0, 3, size=(4, 5, 300)), tf.float32)
+    labels = tf.constant(RNG.randint(0, 300, size=(4, 5)), tf.int32)
+    upstream = tf.constant(RNG.normal(size=(4, 5)), tf.float32)
+    _, predictions = fused.softmax_cross_entropy(logits, labels)
+    loss, (grad,) = _grads(lambda t: fused.softmax_cross_entropy(t, labels)[0], [logits], upstream)
+    reference, (grad_ref,) = _grads(lambda t: tf.nn.sparse_softmax_cross_entropy_with_logits(labels, t),
+                                    [logits], upstream)
+    np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(predictions.numpy(), tf.argmax(logits, -1).numpy())
+    np.testing.assert_allclose(grad.numpy(), grad_ref.numpy(), rtol=1e-5, atol=1e-7)

@@ -1,4 +1,4 @@
-"""Dynamic masking and Gumbel sampling statistics."""
+"""Dynamic masking and the generator-sampling statistics (Gumbel-max and the two-level inverse CDF)."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,8 @@ from electra_tf import masking
 from pretrain_testutil import SPECIAL_IDS, random_example
 
 SPECIALS = (SPECIAL_IDS["pad"], SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["mask"])
-graph_sample = tf.function(masking.gumbel_sample)
+graph_sample = tf.function(masking.sample_tokens)
+METHODS = ["inverse_cdf", "gumbel"]
 graph_seeds = tf.function(masking.example_seeds)
 
 
@@ -72,24 +73,60 @@ def test_short_sequences_mask_at_least_one_and_never_more_than_candidates():
     assert out.positions.numpy()[0, 0] == 1
 
 
-def test_gumbel_sampling_matches_softmax():
+@pytest.mark.parametrize("method", METHODS)
+def test_sampling_matches_softmax(method):
     logits = tf.constant([[1.0, 2.0, 0.5, -1.0, 3.0]])
     batch = 4000
     tiled = tf.tile(logits[None], [batch, 5, 1])  # [B, N=5, V=5]
-    samples = graph_sample(tiled, graph_seeds(7, 0, tf.range(batch))).numpy().ravel()
+    samples = graph_sample(tiled, graph_seeds(7, 0, tf.range(batch)), 1.0, method).numpy().ravel()
     frequencies = np.bincount(samples, minlength=5) / samples.size
     expected = tf.nn.softmax(logits)[0].numpy()
     np.testing.assert_allclose(frequencies, expected, atol=0.01)
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
-def test_gumbel_sampling_respects_temperature(temperature):
+def test_sampling_respects_temperature(temperature, method):
     logits = tf.constant([[[0.0, 1.0, 2.0]]])
     batch = 6000
     samples = graph_sample(tf.tile(logits, [batch, 1, 1]), graph_seeds(1, 0, tf.range(batch)),
-                           temperature).numpy().ravel()
+                           temperature, method).numpy().ravel()
     expected = tf.nn.softmax(logits[0, 0] / temperature).numpy()
     np.testing.assert_allclose(np.bincount(samples, minlength=3) / batch, expected, atol=0.02)
+
+
+def test_inverse_cdf_sampling_over_many_blocks_passes_a_chi_squared_test():
+    """A 700-word vocabulary spans three 256-entry blocks (the last one padded): every word's
+    frequency over 120 000 draws must fit the softmax (chi-squared at p > 0.001)."""
+    from scipy.stats import chi2
+
+    vocab = 700
+    logits = np.random.RandomState(3).normal(0, 2, size=vocab).astype("float32")
+    logits[:256] -= 4.0  # an unlikely first block
+    logits[400] = -1e30  # a word with no mass is never drawn
+    batch, draws = 6000, 20
+    samples = graph_sample(tf.tile(tf.constant(logits)[None, None], [batch, draws, 1]),
+                           graph_seeds(5, 0, tf.range(batch)), 1.0, "inverse_cdf").numpy().ravel()
+    counts = np.bincount(samples, minlength=vocab)
+    assert counts.size == vocab and counts[400] == 0
+    expected = samples.size * tf.nn.softmax(logits).numpy()
+    keep = expected > 5  # the chi-squared approximation's usual condition
+    statistic = ((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    assert chi2.sf(statistic, keep.sum() - 1) > 1e-3, statistic
+
+
+def test_inverse_cdf_draws_follow_each_example_not_its_batch():
+    logits = tf.constant(np.random.RandomState(4).normal(size=(6, 3, 300)), tf.float32)
+    seeds = graph_seeds(2, 11, tf.range(6))
+    whole = graph_sample(logits, seeds, 1.0, "inverse_cdf").numpy()
+    halves = [graph_sample(logits[i:i + 3], seeds[i:i + 3], 1.0, "inverse_cdf").numpy() for i in (0, 3)]
+    np.testing.assert_array_equal(whole, np.concatenate(halves))
+    assert not np.array_equal(whole, graph_sample(logits, graph_seeds(2, 12, tf.range(6)), 1.0, "inverse_cdf"))
+
+
+def test_sampling_method_is_validated():
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        masking.sample_tokens(tf.zeros((1, 1, 3)), graph_seeds(0, 0, tf.range(1)), method="categorical")
 
 
 def test_labels_are_zero_where_generator_reproduces_the_original():
