@@ -42,13 +42,17 @@ classification, ours ``FinetuningModel`` + ``ClassificationHead`` +
 ``ElectraAdamW`` with layer-wise rates vs ``ElectraForSequenceClassification``
 + AdamW, fp32); the tf.data pipeline alone (TFRecord shards → parsed batches);
 optional ablations of our step (``--ablations``: monkeypatched variants,
-interleaved with the unchanged step; ``keras_gelu``, ``keras_layernorm`` and
-``keras_gelu_layernorm`` undo issue #11's closed-form GELU / LayerNorm backward
-passes, ``keras_dropout`` its 16-bit dropout masks, ``unfused_adam`` its fused
-AdamW kernel, ``grappler_on`` runs TF's graph optimizer on the loop, which
-``--graph_optimizer=auto`` turns off on CPUs; ``--finetune_ablations`` does
-the same for the fine-tuning step) and a TF-profiler trace summarised by op self
-time (``--profile``).
+interleaved with the unchanged step; ``unfused_kernels`` runs keras-hub's layer
+ops and TF's cross-entropy instead of the XLA-fused kernels (``fused_kernels``),
+``gumbel_sampling`` the official Gumbel-max sampling instead of the two-level
+inverse CDF; ``keras_gelu``, ``keras_layernorm`` and ``keras_gelu_layernorm``
+undo issue #11's closed-form GELU / LayerNorm backward passes and
+``keras_dropout`` its 16-bit dropout masks in the unfused layers, so they run
+with ``fused_kernels`` off (compare them with ``unfused_kernels``);
+``unfused_adam`` undoes the fused AdamW kernel, ``grappler_on`` runs TF's graph
+optimizer on the loop, which ``--graph_optimizer=auto`` turns off on CPUs;
+``--finetune_ablations`` does the same for the fine-tuning step) and a
+TF-profiler trace summarised by op self time (``--profile``).
 ``--only=`` (empty) with ``--ablations`` runs the ablations alone.
 
 FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every
@@ -550,6 +554,8 @@ class OursFinetune:
         del self.model, self.optimizer, self.fn
 
 
+# Ablations of the unfused layers' ops (keras-hub's call), run with fused_kernels off.
+UNFUSED_LAYER_ABLATIONS = ("keras_gelu", "keras_layernorm", "keras_gelu_layernorm", "keras_dropout")
 FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grappler_on", "unfused_kernels")
 
 
@@ -562,7 +568,7 @@ class OursFinetuneAblation(OursFinetune):
     `unfused_kernels` runs keras-hub's layer ops instead of the XLA-fused kernels (`fused_kernels`)."""
 
     def __init__(self, config, batch, strategy, tmpdir, variant):
-        if variant == "unfused_kernels":
+        if variant in ("unfused_kernels",) + UNFUSED_LAYER_ABLATIONS:
             config = config.replace(fused_kernels=False)
         super().__init__(config, batch, strategy, tmpdir, graph_optimizer="on" if variant == "grappler_on" else "auto")
         if variant not in FINETUNE_ABLATIONS:
@@ -695,6 +701,8 @@ def build_ablation(variant, config, batch, precision, strategy):
     if variant == "gelu_approximate":
         return Ours(config.replace(hidden_act="gelu_approximate"), batch, precision, strategy=strategy,
                     variant=variant)
+    if variant in UNFUSED_LAYER_ABLATIONS:  # they patch the unfused layers' GELU, LayerNorm or dropout
+        config = config.replace(fused_kernels=False)
     if variant == "gumbel_sampling":  # the official Gumbel-max sampling instead of the two-level inverse CDF
         return Ours(config.replace(sampling="gumbel"), batch, precision, strategy=strategy, variant=variant)
     if variant == "unfused_kernels":  # keras-hub's layer ops instead of the XLA-fused kernels

@@ -213,81 +213,115 @@ def bias_dropout_add_norm(x, bias, residual, gamma, beta, bits=None, rate=0.0, e
 # The generator's output: softmax cross-entropy over the vocabulary, and sampling from it
 # --------------------------------------------------------------------------
 
+SAMPLING_BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+
+
+def _block_masses(logits):
+    """Row max `[R, 1]` and `Σ exp(logit − max)` over each `SAMPLING_BLOCK` entries `[R, blocks]`
+    (the last block may be shorter; XLA's pad would cost a copy of the logits)."""
+    rows, vocab = logits.shape
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)
+    weights = tf.exp(logits - top)
+    full = vocab // SAMPLING_BLOCK
+    parts = []
+    if full:
+        parts.append(tf.reduce_sum(tf.reshape(weights[:, :full * SAMPLING_BLOCK], [rows, full, SAMPLING_BLOCK]), -1))
+    if vocab % SAMPLING_BLOCK:
+        parts.append(tf.reduce_sum(weights[:, full * SAMPLING_BLOCK:], axis=-1, keepdims=True))
+    return top, tf.concat(parts, axis=1)
+
 
 @_jit
 def _cross_entropy_forward(logits, labels):
-    top = tf.reduce_max(logits, axis=-1, keepdims=True)
-    log_norm = (top + tf.math.log(tf.reduce_sum(tf.exp(logits - top), axis=-1, keepdims=True)))[..., 0]
-    loss = log_norm - tf.gather(logits, labels, batch_dims=len(labels.shape))
-    return loss, log_norm, tf.argmax(logits, axis=-1, output_type=tf.int32)
+    top, masses = _block_masses(logits)
+    log_norm = top[:, 0] + tf.math.log(tf.reduce_sum(masses, axis=-1))
+    return log_norm - tf.gather(logits, labels, batch_dims=1), log_norm, top, masses
 
 
 @_jit
 def _cross_entropy_backward(logits, labels, log_norm, dloss):
     vocab = tf.range(logits.shape[-1], dtype=labels.dtype)
-    target = tf.cast(tf.equal(vocab, labels[..., None]), tf.float32)
-    return (tf.exp(logits - log_norm[..., None]) - target) * dloss[..., None]
+    target = tf.cast(tf.equal(vocab, labels[:, None]), tf.float32)
+    return (tf.exp(logits - log_norm[:, None]) - target) * dloss[:, None]
 
 
-def softmax_cross_entropy(logits, labels):
-    """`tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)` for float32 `[..., V]` logits,
-    and the argmax over V (no gradient), from one pass over the logits.
+class VocabularySoftmax(NamedTuple):
+    """What one pass over `[..., V]` logits gives: the cross-entropy at the labels (differentiable),
+    the argmax, and the row max and block masses `sample_from_logits` draws from."""
 
-    TensorFlow's op writes the `[..., V]` gradient in the forward pass; here the backward pass
-    recomputes it from the logits and the saved log-normaliser.
+    losses: tf.Tensor  # [...]
+    predictions: tf.Tensor  # [...] int32
+    top: tf.Tensor  # [R, 1], R = the product of the leading dims
+    block_masses: tf.Tensor  # [R, ceil(V / SAMPLING_BLOCK)]
+
+
+def vocabulary_softmax(logits, labels) -> VocabularySoftmax:
+    """`tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)` for float32 `[..., V]`
+    logits, with the argmax and the sampling masses of softmax(logits).
+
+    TensorFlow's op writes the `[..., V]` gradient in the forward pass; here the backward
+    pass recomputes it from the logits and the saved log-normaliser.
     """
+    vocab = logits.shape[-1]
+    leading = tf.shape(logits)[:-1]
+    flat_logits, flat_labels = tf.reshape(logits, [-1, vocab]), tf.reshape(labels, [-1])
 
     @tf.custom_gradient
-    def fused(logits):
-        loss, log_norm, predictions = _cross_entropy_forward(logits, labels)
+    def fused(flat_logits):
+        loss, log_norm, top, masses = _cross_entropy_forward(flat_logits, flat_labels)
 
-        def grad(dloss, dpredictions=None):
-            return _cross_entropy_backward(logits, labels, log_norm, dloss)
+        def grad(dloss, dtop=None, dmasses=None):
+            return _cross_entropy_backward(flat_logits, flat_labels, log_norm, dloss)
 
-        return (loss, predictions), grad
+        return (loss, top, masses), grad
 
-    return fused(logits)
+    loss, top, masses = fused(flat_logits)
+    # TensorFlow's argmax: XLA's CPU argmax over 30 522 entries is five times slower.
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return VocabularySoftmax(tf.reshape(loss, leading), predictions, tf.stop_gradient(top), tf.stop_gradient(masses))
 
 
-SAMPLING_BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+def _pick(masses, uniform):
+    """Per row, the index i with cumsum[i − 1] ≤ u · total < cumsum[i]: entries without mass are
+    never picked (u · total can round up to the total: then the last entry with mass)."""
+    cumulative = tf.cumsum(masses, axis=-1)
+    index = tf.reduce_sum(tf.cast(cumulative <= uniform[:, None] * cumulative[:, -1:], tf.int32), axis=-1)
+    last = masses.shape[-1] - 1 - tf.argmax(tf.reverse(masses, [-1]) > 0, axis=-1, output_type=tf.int32)
+    return tf.minimum(index, last)
 
 
 @_jit
-def _two_level_sample(logits, uniforms, temperature):
-    """Rows of `logits` `[R, V]` → `[R]` indices drawn from softmax(logits / temperature)."""
-    rows, vocab = logits.shape
-    blocks = -(-vocab // SAMPLING_BLOCK)
-    scaled = logits / temperature
-    weights = tf.exp(scaled - tf.reduce_max(scaled, axis=-1, keepdims=True))  # ∝ the probabilities
-    weights = tf.reshape(tf.pad(weights, [[0, 0], [0, blocks * SAMPLING_BLOCK - vocab]]),
-                         [rows, blocks, SAMPLING_BLOCK])
-
-    def pick(masses, uniform):
-        """The index i with cumsum[i - 1] ≤ u · total < cumsum[i] (mass-0 entries are never picked)."""
-        cumulative = tf.cumsum(masses, axis=-1)
-        target = uniform[:, None] * cumulative[:, -1:]
-        index = tf.reduce_sum(tf.cast(cumulative <= target, tf.int32), axis=-1)
-        # u · total can round up to the total: take the last entry with mass then.
-        last = masses.shape[-1] - 1 - tf.argmax(tf.reverse(masses, [-1]) > 0, axis=-1, output_type=tf.int32)
-        return tf.minimum(index, last)
-
-    block = pick(tf.reduce_sum(weights, axis=-1), uniforms[:, 0])
-    within = pick(tf.gather(weights, block, batch_dims=1), uniforms[:, 1])
-    return block * SAMPLING_BLOCK + within
+def _sample_with_masses(scaled, top, masses, uniforms):
+    """[R] indices from softmax(scaled): a block by its mass, then an entry by its weight in it."""
+    vocab = scaled.shape[-1]
+    start = _pick(masses, uniforms[:, 0]) * SAMPLING_BLOCK
+    indices = start[:, None] + tf.range(SAMPLING_BLOCK)
+    weights = tf.exp(tf.gather(scaled, tf.minimum(indices, vocab - 1), batch_dims=1) - top)
+    weights = tf.where(indices < vocab, weights, 0.0)
+    return start + _pick(weights, uniforms[:, 1])
 
 
-def sample_from_logits(logits, uniforms, temperature=1.0):
+_block_masses_jit = _jit(_block_masses)
+
+
+def sample_from_logits(logits, uniforms, temperature=1.0, softmax: VocabularySoftmax | None = None):
     """Draws from softmax(logits / temperature) over the last axis by a two-level inverse CDF.
 
     `logits` float32 `[..., V]`; `uniforms` `[..., 2]` in [0, 1). The first uniform picks a block of
     `SAMPLING_BLOCK` vocabulary entries with probability its mass, the second an entry within it
     with probability its share of the block: exactly the softmax distribution, up to float32
-    rounding of the cumulative sums. Two uniforms per draw instead of Gumbel-max's one per
-    vocabulary entry. Returns int32 `[...]`.
+    rounding of the sums. Two uniforms per draw instead of Gumbel-max's one per vocabulary
+    entry. `softmax` (`vocabulary_softmax` of the same logits) saves the pass over the logits
+    when `temperature` is 1. Returns int32 `[...]`.
     """
     vocab = logits.shape[-1]
-    flat = _two_level_sample(tf.reshape(tf.stop_gradient(logits), [-1, vocab]), tf.reshape(uniforms, [-1, 2]),
-                             tf.constant(temperature, tf.float32))
+    scaled = tf.reshape(tf.stop_gradient(logits), [-1, vocab])
+    if softmax is None or temperature != 1.0:
+        scaled = scaled / temperature
+        top, masses = _block_masses_jit(scaled)
+    else:
+        top, masses = softmax.top, softmax.block_masses
+    flat = _sample_with_masses(scaled, top, masses, tf.reshape(uniforms, [-1, 2]))
     return tf.reshape(flat, tf.shape(logits)[:-1])
 
 

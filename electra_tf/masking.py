@@ -132,22 +132,23 @@ def gumbel_sample(logits, seeds, temperature=1.0):
     return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
 
 
-def inverse_cdf_sample(logits, seeds, temperature=1.0):
+def inverse_cdf_sample(logits, seeds, temperature=1.0, softmax=None):
     """Samples from `softmax(logits / temperature)`, `[B, N, V]` → `[B, N]`, two uniforms per draw.
 
     `fused.sample_from_logits`: a block of the vocabulary by its mass, then a token within
     it; the same distribution as `gumbel_sample` from 2 instead of V random numbers per draw.
+    `softmax`: the logits' `fused.vocabulary_softmax`, if computed already.
     """
     from electra_tf import fused
 
     uniforms = per_example_uniform(seeds, _SAMPLE, list(logits.shape[1:-1]) + [2])
-    return fused.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature)
+    return fused.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
 
 
-def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf"):
+def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf", softmax=None):
     """The generator's samples at the masked positions by `method` (one of `SAMPLING_METHODS`)."""
     if method == "inverse_cdf":
-        return inverse_cdf_sample(logits, seeds, temperature)
+        return inverse_cdf_sample(logits, seeds, temperature, softmax)
     if method == "gumbel":
         return gumbel_sample(logits, seeds, temperature)
     raise ValueError(f"sampling must be one of {SAMPLING_METHODS}, got {method!r}")

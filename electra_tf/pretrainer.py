@@ -221,8 +221,10 @@ class ElectraPretrainer(keras.Model):
         )
         gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
+        softmax = None
         if config.fused_kernels:
-            gen_losses, gen_predictions = fused.softmax_cross_entropy(gen_logits, masked.original_ids)
+            softmax = fused.vocabulary_softmax(gen_logits, masked.original_ids)
+            gen_losses, gen_predictions = softmax.losses, softmax.predictions
         else:
             gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
             gen_predictions = tf.argmax(gen_logits, -1, output_type=tf.int32)
@@ -237,7 +239,7 @@ class ElectraPretrainer(keras.Model):
         out["loss"] = config.gen_weight * out["gen_loss"]
         if self.discriminator is None:
             return out
-        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, config.sampling)
+        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, config.sampling, softmax)
         fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
         disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
         out.update(fake_ids=fake_ids, labels=labels, sampled=sampled)

@@ -254,14 +254,37 @@ def test_encoder_outputs_do_not_depend_on_fused_kernels():
 # the generator's cross-entropy
 # --------------------------------------------------------------------------
 
-def test_softmax_cross_entropy_matches_tensorflows_op_and_its_gradient():
-    logits = tf.constant(RNG.normal(0, 3, size=(4, 5, 300)), tf.float32)
-    labels = tf.constant(RNG.randint(0, 300, size=(4, 5)), tf.int32)
+@pytest.mark.parametrize("vocab", [300, 512, 40])
+def test_vocabulary_softmax_matches_tensorflows_cross_entropy_and_its_gradient(vocab):
+    logits = tf.constant(RNG.normal(0, 3, size=(4, 5, vocab)), tf.float32)
+    labels = tf.constant(RNG.randint(0, vocab, size=(4, 5)), tf.int32)
     upstream = tf.constant(RNG.normal(size=(4, 5)), tf.float32)
-    _, predictions = fused.softmax_cross_entropy(logits, labels)
-    loss, (grad,) = _grads(lambda t: fused.softmax_cross_entropy(t, labels)[0], [logits], upstream)
+    softmax = fused.vocabulary_softmax(logits, labels)
+    loss, (grad,) = _grads(lambda t: fused.vocabulary_softmax(t, labels).losses, [logits], upstream)
     reference, (grad_ref,) = _grads(lambda t: tf.nn.sparse_softmax_cross_entropy_with_logits(labels, t),
                                     [logits], upstream)
     np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(predictions.numpy(), tf.argmax(logits, -1).numpy())
     np.testing.assert_allclose(grad.numpy(), grad_ref.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(softmax.predictions.numpy(), tf.argmax(logits, -1).numpy())
+    # The sampling masses: Σ exp(logit − max) over each 256-entry block (the last one shorter).
+    flat = logits.numpy().reshape(20, vocab)
+    weights = np.exp(flat - flat.max(-1, keepdims=True))
+    blocks = [weights[:, i:i + fused.SAMPLING_BLOCK].sum(-1) for i in range(0, vocab, fused.SAMPLING_BLOCK)]
+    np.testing.assert_allclose(softmax.block_masses.numpy(), np.stack(blocks, -1), rtol=1e-5)
+    np.testing.assert_allclose(softmax.top.numpy()[:, 0], flat.max(-1))
+
+
+def test_sampling_with_the_cross_entropys_masses_equals_sampling_alone():
+    logits = tf.constant(RNG.normal(0, 2, size=(3, 4, 700)), tf.float32)
+    uniforms = tf.constant(RNG.uniform(size=(3, 4, 2)), tf.float32)
+    softmax = fused.vocabulary_softmax(logits, tf.zeros((3, 4), tf.int32))
+    alone = fused.sample_from_logits(logits, uniforms)
+    np.testing.assert_array_equal(fused.sample_from_logits(logits, uniforms, softmax=softmax).numpy(), alone.numpy())
+    # The draw is the inverse CDF of the softmax at the two uniforms, computed in float64.
+    flat, u = logits.numpy().reshape(12, 700).astype("float64"), uniforms.numpy().reshape(12, 2)
+    weights = np.exp(flat - flat.max(-1, keepdims=True))
+    for row, drawn in enumerate(alone.numpy().ravel()):
+        masses = np.add.reduceat(weights[row], np.arange(0, 700, 256))
+        block = np.searchsorted(np.cumsum(masses), u[row, 0] * masses.sum(), side="right")
+        inner = weights[row, 256 * block:256 * block + 256]
+        assert drawn == 256 * block + np.searchsorted(np.cumsum(inner), u[row, 1] * inner.sum(), side="right")
