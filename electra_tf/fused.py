@@ -326,6 +326,46 @@ def sample_from_logits(logits, uniforms, temperature=1.0, softmax: VocabularySof
 
 
 # --------------------------------------------------------------------------
+# bias + split into heads (the attention's query, key and value projections)
+# --------------------------------------------------------------------------
+
+
+def _split_heads_forward(qkv, bias, heads, scale):
+    """`[B, S, 3·heads·size]` + bias → query (× scale), key, value, each `[B, heads, S, size]`."""
+    batch, seq = tf.shape(qkv)[0], tf.shape(qkv)[1]
+    t = tf.reshape(_f32(qkv) + _f32(bias), [batch, seq, 3, heads, qkv.shape[-1] // (3 * heads)])
+    t = tf.transpose(t, [2, 0, 3, 1, 4])
+    return tf.cast(t[0] * scale, qkv.dtype), tf.cast(t[1], qkv.dtype), tf.cast(t[2], qkv.dtype)
+
+
+def _split_heads_backward(dquery, dkey, dvalue, scale):
+    t = tf.transpose(tf.stack([_f32(dquery) * scale, _f32(dkey), _f32(dvalue)]), [1, 3, 0, 2, 4])
+    t = tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], -1])  # [B, S, 3·heads·size]
+    return tf.cast(t, dquery.dtype), tf.reduce_sum(t, axis=[0, 1])
+
+
+_split_heads_forward_jit = _jit(_split_heads_forward)
+_split_heads_backward_jit = _jit(_split_heads_backward)
+
+
+def split_heads(qkv, bias, heads: int, scale: float):
+    """Query (times `scale`), key and value `[B, heads, S, size]` from one matmul's `[B, S, 3·heads·size]`
+    plus `bias`: one pass, with the bias gradient summed in float32 (TensorFlow's CPU
+    `BiasAddGrad`, which Keras' bias add becomes, sums bfloat16 in bfloat16: 4096 ones give 256)."""
+    scale = float(scale)
+
+    @tf.custom_gradient
+    def fused(qkv, bias):
+        def grad(dquery, dkey, dvalue):
+            dqkv, dbias = _split_heads_backward_jit(dquery, dkey, dvalue, scale)
+            return dqkv, tf.cast(dbias, bias.dtype)
+
+        return _split_heads_forward_jit(qkv, bias, heads, scale), grad
+
+    return fused(qkv, bias)
+
+
+# --------------------------------------------------------------------------
 # A whole post-LN transformer layer around the kernels above
 # --------------------------------------------------------------------------
 
@@ -369,20 +409,17 @@ def transformer_layer(x, key_mask, weights: LayerWeights, dropout: LayerDropout,
     Matmuls run on TensorFlow's kernels; the element-wise chains between them are the fused
     kernels above.
     """
-    dtype = x.dtype
     batch, seq, hidden = tf.shape(x)[0], tf.shape(x)[1], x.shape[-1]
     heads = weights.num_heads
     width = weights.output_kernel.shape[0]
     head_size = width // heads
     rows = tf.reshape(x, [-1, hidden])
-    qkv = tf.nn.bias_add(tf.matmul(rows, weights.qkv_kernel), tf.cast(weights.qkv_bias, dtype))
-    qkv = tf.transpose(tf.reshape(qkv, [batch, seq, 3, heads, head_size]), [2, 0, 3, 1, 4])
-    query, key, value = tf.unstack(qkv)
+    qkv = tf.reshape(tf.matmul(rows, weights.qkv_kernel), [batch, seq, 3 * width])
+    query, key, value = split_heads(qkv, weights.qkv_bias, heads, head_size ** -0.5)
     length = seq
     if query_length is not None:
         query, length = query[:, :, :query_length], query_length
         rows = tf.reshape(x[:, :query_length], [-1, hidden])
-    query = query * tf.cast(head_size ** -0.5, dtype)
     scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, length, S]
     probs = softmax_dropout(scores, key_mask, dropout.attention_bits(scores), dropout.rate)
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [B, length, heads, head_size]

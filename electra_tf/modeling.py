@@ -141,6 +141,99 @@ class ElectraLayerNormalization(layers.LayerNormalization):
         return ops.cast(outputs, self.compute_dtype)
 
 
+def add_bias(x, bias):
+    """`x + bias` (bias over the last axes) whose bias gradient is summed in float32.
+
+    Keras' TensorFlow backend turns `ops.add(x, bias)` into `tf.nn.bias_add`, whose CPU gradient
+    kernel (`BiasAddGrad`) sums bfloat16 in bfloat16: under mixed_bfloat16, 4096 gradients of 1
+    sum to 256, so every bias over a 32 × 128 batch would get a truncated gradient.
+    """
+    rows = tuple(range(len(x.shape) - len(bias.shape)))
+
+    @ops.custom_gradient
+    def forward(x, bias):
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            return upstream, ops.cast(ops.sum(ops.cast(upstream, "float32"), axis=rows), bias.dtype)
+
+        return ops.add(x, bias), grad
+
+    return forward(x, bias)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraDense(layers.Dense):
+    """`keras.layers.Dense` (same weights) whose bias gradient is summed in float32 (`add_bias`).
+
+    `fused=True` with the exact GELU computes bias + GELU as one `electra_tf.fused` kernel on
+    TensorFlow.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ElectraDense(1, kernel_initializer="ones", dtype="mixed_bfloat16")
+    >>> x = np.ones((4096, 2), "float32")
+    >>> with __import__("tensorflow").GradientTape() as tape:
+    ...     y = layer(x)
+    >>> float(tape.gradient(y, layer.bias)[0])  # Keras' Dense gives 256 here
+    4096.0
+    """
+
+    fused = False  # a keras Dense switched to this class in place (`use_electra_dense`) runs unfused
+
+    def __init__(self, *args, fused=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fused = fused
+
+    def call(self, inputs, training=None):
+        if not _plain_bias(self):
+            return super().call(inputs)
+        x = ops.matmul(inputs, self.kernel)
+        bias = ops.copy(self.bias)  # a tensor: custom gradients take no variables
+        if self.fused and self.activation is gelu_exact and keras.backend.backend() == "tensorflow":
+            from electra_tf import fused
+
+            return fused.bias_gelu(x, bias)
+        x = add_bias(x, bias)
+        return x if self.activation is None else self.activation(x)
+
+    def get_config(self):
+        return {**super().get_config(), "fused": self.fused}
+
+
+def _plain_bias(layer) -> bool:
+    """A biased layer outside Keras' quantized and LoRA paths (those keep Keras' call)."""
+    return layer.bias is not None and not layer.quantization_mode and not getattr(layer, "lora_enabled", False)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ElectraEinsumDense(layers.EinsumDense):
+    """`keras.layers.EinsumDense` (same weights) whose bias gradient is summed in float32 (`add_bias`)."""
+
+    def call(self, inputs, training=None):
+        if not _plain_bias(self):
+            return super().call(inputs, training=training)
+        x = add_bias(ops.einsum(self.equation, inputs, self.kernel), ops.copy(self.bias))
+        return x if self.activation is None else self.activation(x)
+
+
+def use_electra_dense(layer: TransformerEncoder):
+    """Makes a built keras-hub `TransformerEncoder`'s dense layers sum bias gradients in float32.
+
+    Its feed-forward `Dense` and attention `EinsumDense` layers change class in place to
+    `ElectraDense` / `ElectraEinsumDense` (same objects, names and weights).
+    """
+    attention = getattr(layer, "_self_attention_layer", None)
+    for dense in (getattr(layer, "_feedforward_intermediate_dense", None),
+                  getattr(layer, "_feedforward_output_dense", None)):
+        if type(dense) is layers.Dense:
+            dense.__class__ = ElectraDense
+    for name in ("_query_dense", "_key_dense", "_value_dense", "_output_dense"):
+        dense = getattr(attention, name, None)
+        if type(dense) is layers.EinsumDense:
+            dense.__class__ = ElectraEinsumDense
+
+
 # Dropout keep decisions at 16-bit resolution: one 32-bit random number gives two decisions.
 _DROPOUT_LEVELS = 1 << 16
 
@@ -432,7 +525,8 @@ class ElectraTransformerEncoder(TransformerEncoder):
     key and value come from one matmul; the dropout masks are the ones `ElectraDropout`
     draws from the same seed generators. Anything else (another backend, Keras' dropout
     masks, pre-LN, another activation, an attention mask, attention scores) runs keras-hub's
-    call with `ElectraLayerNormalization` and `ElectraDropout` swapped in.
+    call with `ElectraLayerNormalization`, `ElectraDropout` and `ElectraDense`/`ElectraEinsumDense`
+    (float32 bias-gradient sums) swapped in.
     `call(..., query_length=n)` computes the first n positions only
     (see `transformer_layer_at_first`).
 
@@ -459,6 +553,7 @@ class ElectraTransformerEncoder(TransformerEncoder):
     def build(self, inputs_shape):
         super().build(inputs_shape)
         use_electra_layer_norm(self)
+        use_electra_dense(self)
         if self.dropout_masks == "16bit":
             use_electra_dropout(self)
 
@@ -564,7 +659,7 @@ class ElectraEncoder(keras.Model):
         self.embeddings_projection = None
         if hidden_size != embedding_size:
             # glorot-uniform: the official `embeddings_project` is a tf.layers.dense with no initializer.
-            self.embeddings_projection = layers.Dense(
+            self.embeddings_projection = ElectraDense(
                 hidden_size, kernel_initializer="glorot_uniform",
                 dtype=self.dtype_policy, name="embeddings_projection",
             )
@@ -669,19 +764,20 @@ class ElectraEncoder(keras.Model):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DiscriminatorHead(layers.Layer):
-    """dense(H) → GELU → dense(1): one replaced-token logit per position."""
+    """dense(H) → GELU → dense(1): one replaced-token logit per position (`fused`: see `ElectraDense`)."""
 
-    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, **kwargs):
+    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, fused=True, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
-        self.dense = layers.Dense(
-            hidden_size, activation=get_activation(hidden_act),
+        self.fused = fused
+        self.dense = ElectraDense(
+            hidden_size, activation=get_activation(hidden_act), fused=fused,
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
         # glorot-uniform: the official discriminator's last dense has no initializer.
-        self.logits = layers.Dense(1, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="logits")
+        self.logits = ElectraDense(1, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="logits")
 
     def build(self, input_shape):
         self.dense.build(input_shape)
@@ -694,13 +790,13 @@ class DiscriminatorHead(layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(hidden_size=self.hidden_size, hidden_act=self.hidden_act,
-                      initializer_range=self.initializer_range)
+                      initializer_range=self.initializer_range, fused=self.fused)
         return config
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MaskedLMHead(layers.Layer):
-    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias.
+    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias (`fused`: see `ElectraDense`).
 
     Call it on hidden states already gathered at the masked positions
     (`[batch, num_masked, hidden]`): at a 30k vocabulary the output projection
@@ -708,15 +804,15 @@ class MaskedLMHead(layers.Layer):
     """
 
     def __init__(self, token_embedding, embedding_size, hidden_act="gelu", layer_norm_epsilon=1e-12,
-                 initializer_range=0.02, **kwargs):
+                 initializer_range=0.02, fused=True, **kwargs):
         super().__init__(**kwargs)
         self.token_embedding = token_embedding
         self.embedding_size = embedding_size
         self.hidden_act = hidden_act
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
-        self.dense = layers.Dense(
-            embedding_size, activation=get_activation(hidden_act),
+        self.dense = ElectraDense(
+            embedding_size, activation=get_activation(hidden_act), fused=fused,
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
         self.layer_norm = ElectraLayerNormalization(

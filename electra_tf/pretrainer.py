@@ -73,8 +73,8 @@ class ElectraPretrainer(keras.Model):
         if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm"):
             # For all_tokens_mlm this is the copy gate: the probability that a token is kept.
             self.discriminator_head = DiscriminatorHead(
-                config.discriminator.hidden_size, config.hidden_act, config.initializer_range, name="discriminator_head"
-            )
+                config.discriminator.hidden_size, config.hidden_act, config.initializer_range,
+                fused=config.fused_kernels, name="discriminator_head")
         if config.objective in ("replace_mlm", "all_tokens_mlm"):
             self.discriminator_mlm_head = self._mlm_head(self.discriminator, "discriminator_mlm_head")
         self._create_metrics()
@@ -97,7 +97,7 @@ class ElectraPretrainer(keras.Model):
     def _mlm_head(self, encoder, name):
         config = self.config
         return MaskedLMHead(encoder.embeddings.token_embedding, config.embedding_size, config.hidden_act,
-                            config.layer_norm_epsilon, config.initializer_range, name=name)
+                            config.layer_norm_epsilon, config.initializer_range, fused=config.fused_kernels, name=name)
 
     @property
     def encoder_for_finetuning(self) -> ElectraEncoder:

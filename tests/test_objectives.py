@@ -75,8 +75,11 @@ def test_replace_mlm_predicts_originals_at_masked_positions_from_generator_sampl
     masked = out["masked"]
     grid = masked_position_grid(out, batch["input_ids"].shape)
     fake, ids = out["fake_ids"].numpy(), batch["input_ids"].numpy()
-    # The main model never sees [MASK]: masked positions hold generator samples, the rest the input.
-    assert not (fake == SPECIAL_IDS["mask"]).any()
+    # Masked positions hold the generator's samples (any token, [MASK] included), the rest the input.
+    positions, sampled, weights = (out["masked"].positions.numpy(), out["sampled"].numpy(),
+                                   out["masked"].weights.numpy())
+    rows = np.arange(len(fake))[:, None].repeat(positions.shape[1], 1)
+    np.testing.assert_array_equal(fake[rows[weights > 0], positions[weights > 0]], sampled[weights > 0])
     np.testing.assert_array_equal(fake[grid == 0], ids[grid == 0])
     hidden = main_hidden(model, batch, out).numpy()
     gathered = np.take_along_axis(hidden, masked.positions.numpy()[..., None], axis=1)

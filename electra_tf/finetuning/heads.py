@@ -54,7 +54,7 @@ import copy
 import keras
 from keras import layers, ops
 
-from electra_tf.modeling import get_activation
+from electra_tf.modeling import ElectraDense, get_activation
 
 PACKAGE = "electra_tf"
 # Added to the logits of positions that cannot start or end an answer (official: 1000 · (mask − 1)).
@@ -88,7 +88,7 @@ class ClassificationHead(layers.Layer):
         self.dropout_rate = dropout_rate
         self.kernel_initializer = _initializer_config(kernel_initializer)
         self.dropout = layers.Dropout(dropout_rate, name="dropout")
-        self.dense = layers.Dense(self.num_labels, kernel_initializer=_new_initializer(self.kernel_initializer),
+        self.dense = ElectraDense(self.num_labels, kernel_initializer=_new_initializer(self.kernel_initializer),
                                   dtype=self.dtype_policy, name="logits")
 
     @property
@@ -187,7 +187,7 @@ class SpanHead(layers.Layer):
             self.answerable_logit = self._dense(1, "answerable_logit")
 
     def _dense(self, units, name, activation=None):
-        return layers.Dense(units, activation=activation, kernel_initializer=_new_initializer(self.kernel_initializer),
+        return ElectraDense(units, activation=activation, kernel_initializer=_new_initializer(self.kernel_initializer),
                             dtype=self.dtype_policy, name=name)
 
     def build(self, sequence_shape, batch_shape=None):
