@@ -108,7 +108,7 @@ from electra_tf.config import get_config  # noqa: E402
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 BATCH = {"small": 32, "base": 8, "tiny": 8, "mini": 32}
 PEERS = ("hf", "keras_hub")
-ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline")
+ALL_ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline", "precision")
 SETTLE_SECONDS = 0.3  # between implementations: lets idle OpenMP/Eigen workers stop spinning
 ABLATIONS = ("train_step_fn", "no_metrics", "no_auc", "batched_gumbel_rng", "batched_rng_all",
              "no_optimizer_apply", "no_nonfinite_guard", "no_dropout", "gelu_approximate", "xla",
@@ -947,7 +947,7 @@ def summarize_xplane(path, steps) -> dict:
 # Report
 # --------------------------------------------------------------------------
 
-REFERENCES = ("ours", "ours_finetune")  # the implementation each group's ratios divide
+REFERENCES = ("ours", "ours_finetune", "ours_bf16")  # the implementation each group's ratios divide
 
 
 def fmt_ratio(stats) -> str:
@@ -1080,7 +1080,7 @@ def main():
     }
     log(report["hardware"])
     strategy = distribution.create_strategy("one_device")
-    peak_precisions = sorted(set(precisions) | {"fp32"})
+    peak_precisions = sorted(set(precisions) | {"fp32"} | ({"bf16"} if "precision" in only else set()))
     peaks = measure_peaks(peak_precisions)
     tmp = tempfile.mkdtemp(prefix="step_bench-")
     try:
@@ -1122,6 +1122,27 @@ def main():
                     impl.close()
                 del impls
                 gc.collect()
+
+        for size in sizes if "precision" in only else []:
+            # Our bf16 step against our fp32 step, interleaved in the same rounds (the ratio of two
+            # groups would compare different minutes of a noisy machine).
+            config = bench_config(size)
+            batch_size = BATCH.get(size, 8)
+            batch = synthetic_batch(batch_size, config.max_seq_length, config.vocab_size)
+            impls = [Ours(config, batch, "bf16", strategy=strategy), Ours(config, batch, "fp32", strategy=strategy)]
+            impls[0].name, impls[1].name = "ours_bf16", "ours_fp32"
+            results = interleave(impls, args.rounds, args.steps, args.warmup, batch_size, f"{size}/precision")
+            group = {"size": size, "precision": "bf16 vs fp32 (MFU: bf16 peak)", "peak_precision": "bf16",
+                     "batch_size": batch_size,
+                     "seq_length": config.max_seq_length,
+                     "flops_per_step": flops.train_flops_per_step(config, batch_size=batch_size),
+                     "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "bf16"),
+                     "results": results, "ratios": {}}
+            add_ratios(group, "ours_bf16")
+            report["groups"].append(group)
+            for impl in impls:
+                impl.close()
+            gc.collect()
 
         if "finetune" in only:
             config = bench_config("small")
@@ -1215,7 +1236,8 @@ def main():
     finally:
         report["peaks_gflops"] = {f"{fw} {p}": v for (fw, p), v in sorted(peaks.items())}
         for group in report["groups"]:  # MFU against the best peak of the whole run
-            group["peak_gflops"] = max(v for (fw, p), v in peaks.items() if p == group["precision"])
+            peak_precision = group.get("peak_precision", group["precision"])
+            group["peak_gflops"] = max(v for (fw, p), v in peaks.items() if p == peak_precision)
         report["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         if args.json_out:
             os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)

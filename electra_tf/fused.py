@@ -1,4 +1,5 @@
-"""Fused element-wise kernels of the encoder layers, compiled by XLA inside the TensorFlow graph.
+"""Fused element-wise kernels of the encoder layers and the generator's output, compiled by XLA
+inside the TensorFlow graph.
 
 TensorFlow's CPU kernels run each element-wise op as its own pass over memory:
 a transformer layer's GELU, bias adds, dropouts, masked softmax and LayerNorms
@@ -6,7 +7,10 @@ are some forty separate ops forward and backward, which on CPU cost more than
 the layer's matmuls in bfloat16 (issue #11, `bench/README_step_bench.md`). Each
 function here is one such chain as a `tf.function(jit_compile=True)`, which XLA
 fuses into one or two loops, with a hand-written backward pass that is fused the
-same way. The matmuls stay outside, on TensorFlow's oneDNN kernels (XLA's own CPU
+same way: bias + GELU, masked softmax + dropout, bias + dropout + residual +
+LayerNorm, bias + split into attention heads, and over the generator's
+vocabulary the cross-entropy and the block masses of a two-level inverse-CDF
+sampler (`sample_from_logits`). The matmuls stay outside, on TensorFlow's oneDNN kernels (XLA's own CPU
 matmuls are slower), and so do the random draws (XLA's CPU random-number
 generator is slow): the dropout keep decisions come in as 16-bit random integers
 drawn by `modeling.dropout16`'s generator, so the masks are the ones the unfused
@@ -30,37 +34,88 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-_SQRT_HALF = 0.7071067811865476  # 1 / √2
-_INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
+from electra_tf.modeling import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
+
 # What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
 _MASKED_SCORE = -1e9
-_DROPOUT_LEVELS = 1 << 16
 
 
 def _f32(t):
     return tf.cast(t, tf.float32)
 
 
-def _rows(t):
-    """All axes but the last: the ones a bias or LayerNorm parameter is broadcast over."""
-    return list(range(len(t.shape) - 1))
-
-
-def dropout_threshold(rate: float) -> int:
-    """An element is dropped iff its 16-bit random integer is below this (see `modeling.dropout16`)."""
-    return int(round(rate * _DROPOUT_LEVELS))
+def _column_sum(t):
+    """float32 `[..., N]` summed over all axes but the last, as a matmul with ones: XLA's CPU
+    reductions over thousands of rows run as slow reduce-window passes."""
+    rows = tf.reshape(t, [-1, t.shape[-1]])
+    return tf.matmul(tf.ones([1, tf.shape(rows)[0]], t.dtype), rows)[0]
 
 
 def _keep_scale(bits, threshold: int):
     """float32 multiplier: 0 where dropped, 1 / keep probability where kept (1 without dropout)."""
     if bits is None or threshold <= 0:
         return tf.constant(1.0)
-    scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+    scale = DROPOUT_LEVELS / (DROPOUT_LEVELS - threshold)
     return tf.where(bits >= tf.cast(threshold, bits.dtype), tf.constant(scale, tf.float32), 0.0)
 
 
 def _jit(fn):
     return tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=False)
+
+
+# --------------------------------------------------------------------------
+# Random bits for the dropout masks: Philox-4x32-10, TensorFlow's stateless stream, vectorised
+# --------------------------------------------------------------------------
+
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+
+
+def _philox_planes(key, counter, groups: int):
+    """Philox-4x32-10 (Salmon et al., 2011) at `counter + g`, g = 0 … groups − 1: four uint32 planes
+    `[groups]`, word j of call g in plane j. TensorFlow's `StatelessRandomUniformFullIntV2` returns
+    the same words interleaved (call g's words at 4g … 4g + 3) from the same key and counter."""
+    u64, u32 = tf.uint64, tf.uint32
+    low32, shift = tf.constant(0xFFFFFFFF, u64), tf.constant(32, u64)
+
+    def split(word):  # uint64 → (low, high) uint32
+        return tf.cast(word & low32, u32), tf.cast(tf.bitwise.right_shift(word, shift), u32)
+
+    k0, k1 = split(key[0])
+    low = counter[0] + tf.cast(tf.range(groups, dtype=tf.int64), u64)
+    high = counter[1] + tf.cast(low < counter[0], u64)  # the carry of the 128-bit counter
+    (c0, c1), (c2, c3) = split(low), split(high)
+    for round_ in range(10):
+        hi0, lo0 = split(tf.cast(c0, u64) * tf.constant(_PHILOX_M0, u64))[::-1]
+        hi1, lo1 = split(tf.cast(c2, u64) * tf.constant(_PHILOX_M1, u64))[::-1]
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        if round_ < 9:
+            k0, k1 = k0 + tf.constant(_PHILOX_W0, u32), k1 + tf.constant(_PHILOX_W1, u32)
+    return c0, c1, c2, c3  # separate outputs: XLA vectorises them; stacking in the kernel does not
+
+
+_philox_planes_jit = _jit(_philox_planes)
+
+
+def random_uint16(count, seed):
+    """`count` uniform uint16 (flat) from an int `[2]` seed: TensorFlow's stateless Philox stream
+    (`tf.random.stateless_uniform(..., alg="philox")`), its words taken plane by plane (word j of
+    every Philox call, then word j + 1) and split in two 16-bit halves each.
+
+    A fixed permutation of TensorFlow's stream, computed by XLA in a third of the time of
+    TensorFlow's CPU kernel where `count` is static; a dynamic `count` takes TensorFlow's stream
+    and permutes it.
+    """
+    groups = (count + 7) // 8  # Philox calls: 4 words, 8 halves each
+    key, counter, _ = tf.raw_ops.StatelessRandomGetKeyCounterAlg(seed=seed)
+    if isinstance(count, int):
+        planes = tf.concat(_philox_planes_jit(key, counter, groups), axis=0)
+    else:
+        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[4 * groups], key=key, counter=counter, alg=tf.constant(1), dtype=tf.uint32)  # 1: Philox
+        planes = tf.reshape(tf.transpose(tf.reshape(words, [groups, 4])), [-1])
+    halves = tf.reshape(tf.bitcast(planes, tf.uint16), [-1])
+    return halves if isinstance(count, int) and count == 8 * groups else halves[:count]
 
 
 # --------------------------------------------------------------------------
@@ -70,7 +125,7 @@ def _jit(fn):
 
 def _gelu_parts(x, bias):
     z = _f32(x) + _f32(bias)
-    return z, 0.5 + 0.5 * tf.math.erf(z * _SQRT_HALF)
+    return z, 0.5 + 0.5 * tf.math.erf(z * SQRT_HALF)
 
 
 @_jit
@@ -82,9 +137,9 @@ def _bias_gelu_forward(x, bias):
 @_jit
 def _bias_gelu_backward(x, bias, dy):
     z, cdf = _gelu_parts(x, bias)
-    pdf = tf.exp(-0.5 * z * z) * _INV_SQRT_2PI
+    pdf = tf.exp(-0.5 * z * z) * INV_SQRT_2PI
     dz = _f32(dy) * (cdf + z * pdf)
-    return tf.cast(dz, x.dtype), tf.reduce_sum(dz, _rows(dz))
+    return tf.cast(dz, x.dtype), _column_sum(dz)
 
 
 def bias_gelu(x, bias):
@@ -110,7 +165,8 @@ def _masked_probs(scores, key_mask):
     s = _f32(scores)
     if key_mask is not None:
         s = tf.where(key_mask, s, _MASKED_SCORE)
-    p = tf.nn.softmax(s, axis=-1)
+    e = tf.exp(s - tf.reduce_max(s, axis=-1, keepdims=True))
+    p = e / _row_sum(e)
     if key_mask is not None:
         p = tf.where(key_mask, p, 0.0)  # a row with every key masked gives zeros, as Keras' softmax
     return p
@@ -124,7 +180,7 @@ def _softmax_dropout_forward(scores, key_mask, bits, threshold):
 def _softmax_dropout_backward(scores, key_mask, bits, dy, threshold):
     p = _masked_probs(scores, key_mask)
     dp = _f32(dy) * _keep_scale(bits, threshold)
-    ds = p * (dp - tf.reduce_sum(dp * p, axis=-1, keepdims=True))
+    ds = p * (dp - _row_sum(dp * p))
     return tf.cast(ds, scores.dtype)
 
 
@@ -159,10 +215,23 @@ def _pre_norm(x, bias, residual, bits, threshold):
     return _f32(residual) + (_f32(x) + _f32(bias)) * _keep_scale(bits, threshold)
 
 
+def _row_sum(t, mean=False):
+    """float32 `[..., N]` summed (or averaged) over the last axis, keeping it, as a matmul with
+    ones (see `_column_sum`)."""
+    size = tf.shape(t)[-1]
+    weight = 1.0 / tf.cast(size, tf.float32) if mean else tf.constant(1.0)
+    total = tf.matmul(tf.reshape(t, [-1, size]), tf.fill(tf.stack([size, 1]), weight))
+    return tf.reshape(total, tf.concat([tf.shape(t)[:-1], [1]], 0))
+
+
+def _row_mean(t):
+    return _row_sum(t, mean=True)
+
+
 def _normalize(h, epsilon):
-    mean = tf.reduce_mean(h, axis=-1, keepdims=True)
+    mean = _row_mean(h)
     centred = h - mean
-    inv = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
+    inv = tf.math.rsqrt(_row_mean(centred * centred) + epsilon)
     return centred * inv, inv
 
 
@@ -175,12 +244,10 @@ def _add_norm_backward(x, bias, residual, gamma, beta, bits, dy, threshold, epsi
     xhat, inv = _normalize(_pre_norm(x, bias, residual, bits, threshold), epsilon)
     dy = _f32(dy)
     g = dy * _f32(gamma)
-    dh = inv * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
-                - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    dh = inv * (g - _row_mean(g) - xhat * _row_mean(g * xhat))
     dx = dh * _keep_scale(bits, threshold)
-    rows = _rows(dy)
-    return (tf.cast(dx, x.dtype), tf.reduce_sum(dx, rows), tf.cast(dh, residual.dtype),
-            tf.reduce_sum(dy * xhat, rows), tf.reduce_sum(dy, rows))
+    return (tf.cast(dx, x.dtype), _column_sum(dx), tf.cast(dh, residual.dtype), _column_sum(dy * xhat),
+            _column_sum(dy))
 
 
 _add_norm_forward_jit = _jit(_add_norm_forward)
@@ -225,16 +292,17 @@ def _block_masses(logits):
     full = vocab // SAMPLING_BLOCK
     parts = []
     if full:
-        parts.append(tf.reduce_sum(tf.reshape(weights[:, :full * SAMPLING_BLOCK], [rows, full, SAMPLING_BLOCK]), -1))
+        blocks = tf.reshape(weights[:, :full * SAMPLING_BLOCK], [rows, full, SAMPLING_BLOCK])
+        parts.append(_row_sum(blocks)[..., 0])
     if vocab % SAMPLING_BLOCK:
-        parts.append(tf.reduce_sum(weights[:, full * SAMPLING_BLOCK:], axis=-1, keepdims=True))
+        parts.append(_row_sum(weights[:, full * SAMPLING_BLOCK:]))
     return top, tf.concat(parts, axis=1)
 
 
 @_jit
 def _cross_entropy_forward(logits, labels):
     top, masses = _block_masses(logits)
-    log_norm = top[:, 0] + tf.math.log(tf.reduce_sum(masses, axis=-1))
+    log_norm = top[:, 0] + tf.math.log(_row_sum(masses)[:, 0])
     return log_norm - tf.gather(logits, labels, batch_dims=1), log_norm, top, masses
 
 
@@ -341,7 +409,7 @@ def _split_heads_forward(qkv, bias, heads, scale):
 def _split_heads_backward(dquery, dkey, dvalue, scale):
     t = tf.transpose(tf.stack([_f32(dquery) * scale, _f32(dkey), _f32(dvalue)]), [1, 3, 0, 2, 4])
     t = tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], -1])  # [B, S, 3·heads·size]
-    return tf.cast(t, dquery.dtype), tf.reduce_sum(t, axis=[0, 1])
+    return tf.cast(t, dquery.dtype), _column_sum(t)
 
 
 _split_heads_forward_jit = _jit(_split_heads_forward)

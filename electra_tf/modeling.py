@@ -41,8 +41,8 @@ def truncated_normal(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-_SQRT_HALF = 0.7071067811865476  # 1 / √2
-_INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
+SQRT_HALF = 0.7071067811865476  # 1 / √2
+INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -60,11 +60,11 @@ def gelu_erf(x):
     backward below, about 5 % of a Small pre-training step, `bench/README_step_bench.md`).
     Values agree with `keras.activations.gelu(x, approximate=False)` within 2e-6.
     """
-    cdf = 0.5 * (1.0 + ops.erf(x * _SQRT_HALF))
+    cdf = 0.5 * (1.0 + ops.erf(x * SQRT_HALF))
 
     def grad(*args, upstream=None):
         upstream = args[0] if upstream is None else upstream
-        pdf = ops.exp(-0.5 * ops.square(x)) * _INV_SQRT_2PI
+        pdf = ops.exp(-0.5 * ops.square(x)) * INV_SQRT_2PI
         return upstream * (cdf + x * pdf)
 
     return x * cdf, grad
@@ -235,7 +235,7 @@ def use_electra_dense(layer: TransformerEncoder):
 
 
 # Dropout keep decisions at 16-bit resolution: one 32-bit random number gives two decisions.
-_DROPOUT_LEVELS = 1 << 16
+DROPOUT_LEVELS = 1 << 16
 
 
 def _random_uint16(count, seed):
@@ -245,10 +245,10 @@ def _random_uint16(count, seed):
     if backend == "tensorflow":
         import tensorflow as tf
 
+        from electra_tf import fused
+
         seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras' TF backend
-        bits = tf.random.stateless_uniform([(count + 1) // 2], seed=seed, minval=None, maxval=None,
-                                           dtype=tf.uint32)
-        return tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
+        return fused.random_uint16(count, seed)
     if backend == "jax":
         import jax
 
@@ -270,6 +270,11 @@ def dropout_keep_bits(x, seed):
     return ops.reshape(bits, ops.shape(x))
 
 
+def dropout_threshold(rate: float) -> int:
+    """`dropout16` drops an element iff its 16-bit random integer is below this."""
+    return int(round(rate * DROPOUT_LEVELS))
+
+
 def dropout16(x, rate: float, seed):
     """Inverted dropout whose keep decisions use 16 random bits each (two per 32-bit draw).
 
@@ -280,16 +285,16 @@ def dropout16(x, rate: float, seed):
     element (issue #11). Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
     Returns None where `_random_uint16` does.
     """
-    threshold = int(round(rate * _DROPOUT_LEVELS))
+    threshold = dropout_threshold(rate)
     if threshold <= 0:
         return x
-    if threshold >= _DROPOUT_LEVELS:
+    if threshold >= DROPOUT_LEVELS:
         return ops.zeros_like(x)
     bits = dropout_keep_bits(x, seed)
     if bits is None:
         return None
     keep = bits >= threshold
-    scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+    scale = DROPOUT_LEVELS / (DROPOUT_LEVELS - threshold)
     return x * ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
 
 
