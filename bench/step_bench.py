@@ -761,6 +761,15 @@ def ratio_stats(ours: list, peer: list) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "per_round": ratios}
 
 
+def close_group(report: dict, group: dict, reference: str, impls: list) -> None:
+    """Adds `group` (ratios to `reference`) to the report and frees its implementations."""
+    add_ratios(group, reference)
+    report["groups"].append(group)
+    for impl in impls:
+        impl.close()
+    gc.collect()
+
+
 def add_ratios(group: dict, reference: str) -> None:
     """`group`'s ratios of `reference` to every other implementation: throughput and CPU time per step."""
     results = group["results"]
@@ -1133,16 +1142,11 @@ def main():
             impls[0].name, impls[1].name = "ours_bf16", "ours_fp32"
             results = interleave(impls, args.rounds, args.steps, args.warmup, batch_size, f"{size}/precision")
             group = {"size": size, "precision": "bf16 vs fp32 (MFU: bf16 peak)", "peak_precision": "bf16",
-                     "batch_size": batch_size,
-                     "seq_length": config.max_seq_length,
+                     "batch_size": batch_size, "seq_length": config.max_seq_length,
                      "flops_per_step": flops.train_flops_per_step(config, batch_size=batch_size),
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "bf16"),
                      "results": results, "ratios": {}}
-            add_ratios(group, "ours_bf16")
-            report["groups"].append(group)
-            for impl in impls:
-                impl.close()
-            gc.collect()
+            close_group(report, group, "ours_bf16", impls)
 
         if "finetune" in only:
             config = bench_config("small")
@@ -1160,11 +1164,7 @@ def main():
                      "seq_length": 128, "flops_per_step": flops.BACKWARD_FACTOR * 32 * encoder,
                      "peak_gflops": max(v for (fw, p), v in peaks.items() if p == "fp32"),
                      "results": results, "ratios": {}}
-            add_ratios(group, "ours_finetune")
-            report["groups"].append(group)
-            for impl in impls:
-                impl.close()
-            gc.collect()
+            close_group(report, group, "ours_finetune", impls)
 
         if "pipeline" in only:
             settle()

@@ -45,10 +45,10 @@ def _f32(t):
 
 
 def _column_sum(t):
-    """float32 `[..., N]` summed over all axes but the last, as a matmul with ones: XLA's CPU
-    reductions over thousands of rows run as slow reduce-window passes."""
-    rows = tf.reshape(t, [-1, t.shape[-1]])
-    return tf.matmul(tf.ones([1, tf.shape(rows)[0]], t.dtype), rows)[0]
+    """float32 `[..., N]` summed over all axes but the last (a bias's or LayerNorm parameter's
+    gradient). A reduce, not a matmul with ones: XLA's CPU matmul of a ones vector with bf16-derived
+    rows took 40 ms on [1024, 3072] against 2.5 for the reduce."""
+    return tf.reduce_sum(tf.reshape(t, [-1, t.shape[-1]]), axis=0)
 
 
 def _keep_scale(bits, threshold: int):
@@ -217,7 +217,7 @@ def _pre_norm(x, bias, residual, bits, threshold):
 
 def _row_sum(t, mean=False):
     """float32 `[..., N]` summed (or averaged) over the last axis, keeping it, as a matmul with
-    ones (see `_column_sum`)."""
+    ones: XLA's CPU compiler rewrites such reductions into `reduce-window` passes it does not fuse."""
     size = tf.shape(t)[-1]
     weight = 1.0 / tf.cast(size, tf.float32) if mean else tf.constant(1.0)
     total = tf.matmul(tf.reshape(t, [-1, size]), tf.fill(tf.stack([size, 1]), weight))
