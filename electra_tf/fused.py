@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from electra_tf.modeling import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
+from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
 
 # What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
 _MASKED_SCORE = -1e9
@@ -48,7 +48,8 @@ def _column_sum(t):
     """float32 `[..., N]` summed over all axes but the last (a bias's or LayerNorm parameter's
     gradient). A reduce, not a matmul with ones: XLA's CPU matmul of a ones vector with bf16-derived
     rows took 40 ms on [1024, 3072] against 2.5 for the reduce."""
-    return tf.reduce_sum(tf.reshape(t, [-1, t.shape[-1]]), axis=0)
+    width = t.shape[-1] if t.shape[-1] is not None else tf.shape(t)[-1]
+    return tf.reduce_sum(tf.reshape(t, [-1, width]), axis=0)
 
 
 def _keep_scale(bits, threshold: int):
@@ -408,7 +409,7 @@ def _split_heads_forward(qkv, bias, heads, scale):
 
 def _split_heads_backward(dquery, dkey, dvalue, scale):
     t = tf.transpose(tf.stack([_f32(dquery) * scale, _f32(dkey), _f32(dvalue)]), [1, 3, 0, 2, 4])
-    t = tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], -1])  # [B, S, 3·heads·size]
+    t = tf.reshape(t, [tf.shape(t)[0], tf.shape(t)[1], 3 * t.shape[3] * t.shape[4]])  # [B, S, 3·heads·size]
     return tf.cast(t, dquery.dtype), _column_sum(t)
 
 

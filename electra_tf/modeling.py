@@ -33,6 +33,7 @@ from keras import layers, ops
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
 from electra_tf.config import DROPOUT_MASKS, ElectraConfig
+from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
 
 PACKAGE = "electra_tf"
 
@@ -41,8 +42,6 @@ def truncated_normal(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-SQRT_HALF = 0.7071067811865476  # 1 / √2
-INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -234,8 +233,6 @@ def use_electra_dense(layer: TransformerEncoder):
             dense.__class__ = ElectraEinsumDense
 
 
-# Dropout keep decisions at 16-bit resolution: one 32-bit random number gives two decisions.
-DROPOUT_LEVELS = 1 << 16
 
 
 def _random_uint16(count, seed):
@@ -268,11 +265,6 @@ def dropout_keep_bits(x, seed):
     if not static_size or size % 2:
         bits = bits[:size]
     return ops.reshape(bits, ops.shape(x))
-
-
-def dropout_threshold(rate: float) -> int:
-    """`dropout16` drops an element iff its 16-bit random integer is below this."""
-    return int(round(rate * DROPOUT_LEVELS))
 
 
 def dropout16(x, rate: float, seed):

@@ -1,0 +1,19 @@
+"""Numeric constants the Keras layers (`modeling`) and the fused TensorFlow kernels (`fused`) share.
+
+No framework import: both sides read the same numbers.
+
+>>> from electra_tf.numerics import dropout_threshold
+>>> dropout_threshold(0.1), round(dropout_threshold(0.1) / DROPOUT_LEVELS, 6)
+(6554, 0.100006)
+"""
+
+SQRT_HALF = 0.7071067811865476  # 1 / √2
+INV_SQRT_2PI = 0.3989422804014327  # 1 / √(2π)
+
+# Dropout keep decisions at 16-bit resolution: one 32-bit random number gives two decisions.
+DROPOUT_LEVELS = 1 << 16
+
+
+def dropout_threshold(rate: float) -> int:
+    """`modeling.dropout16` drops an element iff its 16-bit random integer is below this."""
+    return int(round(rate * DROPOUT_LEVELS))
