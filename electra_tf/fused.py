@@ -10,11 +10,12 @@ fuses into one or two loops, with a hand-written backward pass that is fused the
 same way: bias + GELU, masked softmax + dropout, bias + dropout + residual +
 LayerNorm, bias + split into attention heads, and over the generator's
 vocabulary the cross-entropy and the block masses of a two-level inverse-CDF
-sampler (`sample_from_logits`). The matmuls stay outside, on TensorFlow's oneDNN kernels (XLA's own CPU
-matmuls are slower), and so do the random draws (XLA's CPU random-number
-generator is slow): the dropout keep decisions come in as 16-bit random integers
-drawn by `modeling.dropout16`'s generator, so the masks are the ones the unfused
-layers draw from the same seeds.
+sampler (`sample_from_logits`). The matmuls stay outside, on TensorFlow's
+oneDNN kernels (XLA's own CPU matmuls are slower). The dropout keep decisions
+come in as 16-bit random integers from `random_uint16` (TensorFlow's Philox
+stream, computed by XLA in its own kernel: XLA's own CPU random-number generator
+is slow), the generator `modeling.dropout16` draws from too, so the masks are
+the ones the unfused layers draw from the same seeds.
 
 Element-wise arithmetic runs in float32 whatever the input dtype (bfloat16 in
 and out under mixed precision); biases, LayerNorm scales and offsets are taken
@@ -34,7 +35,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
+from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 
 # What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
 _MASKED_SCORE = -1e9
@@ -52,12 +53,26 @@ def _column_sum(t):
     return tf.reduce_sum(tf.reshape(t, [-1, width]), axis=0)
 
 
+def _row_sum(t, mean=False):
+    """float32 `[..., N]` summed (or averaged) over the last axis, keeping it, as a matmul with
+    ones: XLA's CPU compiler rewrites such reductions into `reduce-window` passes it does not fuse."""
+    size = tf.shape(t)[-1]
+    weight = 1.0 / tf.cast(size, tf.float32) if mean else tf.constant(1.0)
+    total = tf.matmul(tf.reshape(t, [-1, size]), tf.fill(tf.stack([size, 1]), weight))
+    return tf.reshape(total, tf.concat([tf.shape(t)[:-1], [1]], 0))
+
+
+def _row_mean(t):
+    return _row_sum(t, mean=True)
+
+
 def _keep_scale(bits, threshold: int):
-    """float32 multiplier: 0 where dropped, 1 / keep probability where kept (1 without dropout)."""
+    """float32 multiplier: 0 where dropped, `dropout_scale` where kept (1 without dropout)."""
     if bits is None or threshold <= 0:
         return tf.constant(1.0)
-    scale = DROPOUT_LEVELS / (DROPOUT_LEVELS - threshold)
-    return tf.where(bits >= tf.cast(threshold, bits.dtype), tf.constant(scale, tf.float32), 0.0)
+    if threshold >= DROPOUT_LEVELS:  # everything dropped (the threshold does not fit in uint16)
+        return tf.constant(0.0)
+    return tf.where(bits >= tf.cast(threshold, bits.dtype), tf.constant(dropout_scale(threshold), tf.float32), 0.0)
 
 
 def _jit(fn):
@@ -103,20 +118,21 @@ def random_uint16(count, seed):
     (`tf.random.stateless_uniform(..., alg="philox")`), its words taken plane by plane (word j of
     every Philox call, then word j + 1) and split in two 16-bit halves each.
 
-    A fixed permutation of TensorFlow's stream, computed by XLA in a third of the time of
-    TensorFlow's CPU kernel where `count` is static; a dynamic `count` takes TensorFlow's stream
+    A fixed permutation of TensorFlow's stream, computed by XLA in under half the CPU time of
+    TensorFlow's kernel where `count` is static; a dynamic `count` takes TensorFlow's stream
     and permutes it.
     """
+    static = isinstance(count, int)
     groups = (count + 7) // 8  # Philox calls: 4 words, 8 halves each
     key, counter, _ = tf.raw_ops.StatelessRandomGetKeyCounterAlg(seed=seed)
-    if isinstance(count, int):
+    if static:
         planes = tf.concat(_philox_planes_jit(key, counter, groups), axis=0)
     else:
         words = tf.raw_ops.StatelessRandomUniformFullIntV2(
             shape=[4 * groups], key=key, counter=counter, alg=tf.constant(1), dtype=tf.uint32)  # 1: Philox
         planes = tf.reshape(tf.transpose(tf.reshape(words, [groups, 4])), [-1])
     halves = tf.reshape(tf.bitcast(planes, tf.uint16), [-1])
-    return halves if isinstance(count, int) and count == 8 * groups else halves[:count]
+    return halves if static and count == 8 * groups else halves[:count]
 
 
 # --------------------------------------------------------------------------
@@ -214,19 +230,6 @@ def softmax_dropout(scores, key_mask=None, bits=None, rate=0.0):
 
 def _pre_norm(x, bias, residual, bits, threshold):
     return _f32(residual) + (_f32(x) + _f32(bias)) * _keep_scale(bits, threshold)
-
-
-def _row_sum(t, mean=False):
-    """float32 `[..., N]` summed (or averaged) over the last axis, keeping it, as a matmul with
-    ones: XLA's CPU compiler rewrites such reductions into `reduce-window` passes it does not fuse."""
-    size = tf.shape(t)[-1]
-    weight = 1.0 / tf.cast(size, tf.float32) if mean else tf.constant(1.0)
-    total = tf.matmul(tf.reshape(t, [-1, size]), tf.fill(tf.stack([size, 1]), weight))
-    return tf.reshape(total, tf.concat([tf.shape(t)[:-1], [1]], 0))
-
-
-def _row_mean(t):
-    return _row_sum(t, mean=True)
 
 
 def _normalize(h, epsilon):

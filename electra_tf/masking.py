@@ -29,6 +29,7 @@ from typing import NamedTuple, Sequence
 
 import tensorflow as tf
 
+from electra_tf import fused
 from electra_tf.config import SAMPLING_METHODS
 
 # Purposes: independent random streams for one example at one step.
@@ -139,8 +140,6 @@ def inverse_cdf_sample(logits, seeds, temperature=1.0, softmax=None):
     it; the same distribution as `gumbel_sample` from 2 instead of V random numbers per draw.
     `softmax`: the logits' `fused.vocabulary_softmax`, if computed already.
     """
-    from electra_tf import fused
-
     uniforms = per_example_uniform(seeds, _SAMPLE, list(logits.shape[1:-1]) + [2])
     return fused.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
 

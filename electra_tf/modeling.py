@@ -33,15 +33,13 @@ from keras import layers, ops
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
 from electra_tf.config import DROPOUT_MASKS, ElectraConfig
-from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_threshold
+from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 
 PACKAGE = "electra_tf"
 
 
 def truncated_normal(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
-
-
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -233,8 +231,6 @@ def use_electra_dense(layer: TransformerEncoder):
             dense.__class__ = ElectraEinsumDense
 
 
-
-
 def _random_uint16(count, seed):
     """At least `count` uniform 16-bit integers (flat), two per 32-bit draw; None if the backend
     has no raw-bits generator (then `ElectraDropout` falls back to Keras' dropout)."""
@@ -286,8 +282,7 @@ def dropout16(x, rate: float, seed):
     if bits is None:
         return None
     keep = bits >= threshold
-    scale = DROPOUT_LEVELS / (DROPOUT_LEVELS - threshold)
-    return x * ops.where(keep, ops.cast(scale, x.dtype), ops.cast(0, x.dtype))
+    return x * ops.where(keep, ops.cast(dropout_scale(threshold), x.dtype), ops.cast(0, x.dtype))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

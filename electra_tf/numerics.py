@@ -17,3 +17,11 @@ DROPOUT_LEVELS = 1 << 16
 def dropout_threshold(rate: float) -> int:
     """`modeling.dropout16` drops an element iff its 16-bit random integer is below this."""
     return int(round(rate * DROPOUT_LEVELS))
+
+
+def dropout_scale(threshold: int) -> float:
+    """What a kept element is multiplied by at that threshold (1 / keep probability), so E[y] = x;
+    0 when every element is dropped."""
+    if threshold >= DROPOUT_LEVELS:
+        return 0.0
+    return DROPOUT_LEVELS / (DROPOUT_LEVELS - threshold)

@@ -8,7 +8,8 @@ from scipy.special import erf
 
 from electra_tf import fused
 from electra_tf.config import get_config
-from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, ElectraTransformerEncoder, add_bias, gelu_exact
+from electra_tf.modeling import (DiscriminatorHead, ElectraEncoder, ElectraTransformerEncoder, add_bias, dropout16,
+                                 gelu_exact)
 
 RNG = np.random.RandomState(0)
 
@@ -81,6 +82,17 @@ def test_softmax_dropout_matches_masked_softmax_and_its_gradient(with_dropout):
     if with_dropout:
         dropped = np.asarray(bits) < round(0.1 * 65536)
         assert dropped.any() and np.all(_f64(y)[dropped] == 0)
+
+
+def test_dropout_rate_one_drops_everything_as_dropout16_does():
+    scores, bits = tf.ones((1, 1, 2, 3)), _bits((1, 1, 2, 3))
+    assert np.all(fused.softmax_dropout(scores, None, bits, 1.0).numpy() == 0)
+    x, residual = (tf.constant(RNG.normal(size=(2, 3, 4)), tf.float32) for _ in range(2))
+    gamma, beta, bias = tf.ones(4), tf.zeros(4), tf.ones(4)
+    dropped = fused.bias_dropout_add_norm(x, bias, residual, gamma, beta, _bits((2, 3, 4)), 1.0)
+    residual_only = fused.bias_dropout_add_norm(tf.zeros_like(x), tf.zeros(4), residual, gamma, beta)
+    np.testing.assert_allclose(dropped.numpy(), residual_only.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.all(dropout16(x, 1.0, tf.constant([1, 2], tf.int64)).numpy() == 0)
 
 
 def test_softmax_dropout_gives_zeros_where_every_key_is_masked():
