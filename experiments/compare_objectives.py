@@ -3,9 +3,13 @@ r"""Does replaced-token detection beat masked LM at equal compute? Pre-train eac
     python -m experiments.compare_objectives --budget=cpu      # hours: spans sittings, resumes
     python -m experiments.compare_objectives --budget=smoke    # the same pipeline in minutes
 
-Arms: `rtd` (ELECTRA), `mlm` (BERT-style, discriminator-sized), `none` (no pre-training), and the
-paper's ablations `rtd_masked_only`, `replace_mlm`, `all_tokens_mlm` (see `electra_tf/config.py`), and
-`gdes` (rtd with DeBERTaV3's gradient-disentangled embedding sharing).
+Arms: `rtd` (ELECTRA), `mlm` (BERT-style, discriminator-sized), `none` (no pre-training), the
+paper's Table 5 ablations `rtd_masked_only`, `replace_mlm`, `all_tokens_mlm` (see `electra_tf/config.py`),
+`gdes` (rtd with DeBERTaV3's gradient-disentangled embedding sharing), and the generator-size study
+(the paper's Figure 3): `gen32`, `gen128`, `gen256` are rtd with a generator of that hidden size
+(heads 1/2/4, FFN 4 × hidden; `rtd` itself has 64) at rtd's steps.
+`--pretrain_seed=N` pre-trains an arm again with another seed: each (arm, pre-training seed) is
+one run of the report.
 Every arm pre-trains the `mini` shape on the English Wikipedia shards built from
 `../shared/data/pretrain/enwiki` with the shared English-uncased vocab. Compute: the `rtd` arm
 runs the budget's steps; every other arm runs the steps that spend the same training FLOPs
@@ -17,11 +21,16 @@ learning rate is the one with the better STS-B median; with it, SST-2, CoLA and 
 right after each arm's pre-training (and `none` right after the first arm), so the headline
 comparison is known early; the other tasks follow once every arm has pre-trained.
 
+Results survive the machine: every (arm, pre-training seed) writes `docs/results/objectives/
+<arm>-pseed<N>.json` (its commit, compute, pre-training curve and every fine-tuning result) as
+soon as its pre-training ends and after each fine-tuning run, small JSON meant to be committed
+as it arrives; the report (`--stage=report`) is built from those files alone, with no work folder.
+
 Everything is resumable: the work folder (`--work_dir`, default `~/.cache/electra_tf/
 compare_objectives/<budget>`, outside the checkout) holds the shards, each arm's pre-training run
 (`run_pretraining.py` resumes from its newest checkpoint after a kill) and one folder per
 fine-tuning run whose `result.json` marks it done. `--stage=report` (also the last step of a full
-run) writes `docs/results/compare_objectives.{md,json}` and the plots from whatever has finished.
+run) writes `docs/results/compare_objectives.{md,json}` and the plots from the committed run files.
 `--jobs=N` runs N fine-tuning runs at once with the cores shared out between them (TensorFlow's
 intra-op threads = cores // N): on 2 cores `--jobs=2` did 1.27× the MRPC runs per hour of one run
 with both cores, with the same dev accuracy; on larger machines it is the way to use the cores,
@@ -51,6 +60,14 @@ EN_VOCAB = DATA / "vocab" / "en_uncased" / "vocab.txt"
 ENWIKI = DATA / "pretrain" / "enwiki"
 GLUE = DATA / "glue"
 RESULTS_DIR = ROOT / "docs" / "results"
+DISCRIMINATOR_WIDTH = 256  # the `mini` discriminator's hidden size
+
+
+def generator_arm(width: int) -> dict:
+    """rtd with a generator of hidden size `width`: 64-d heads (at least one), FFN 4 × width."""
+    return {"objective": "rtd", "generator.hidden_size": width, "generator.num_heads": max(1, width // 64),
+            "generator.intermediate_size": 4 * width}
+
 
 # Arm → pre-training objective overrides (None: no pre-training).
 ARMS = {
@@ -61,12 +78,24 @@ ARMS = {
     "replace_mlm": {"objective": "replace_mlm"},
     "all_tokens_mlm": {"objective": "all_tokens_mlm"},
     "gdes": {"objective": "rtd", "embedding_sharing": "gdes"},  # DeBERTaV3's gradient-disentangled sharing
+    "gen32": generator_arm(32),
+    "gen128": generator_arm(128),
+    "gen256": generator_arm(256),
 }
+# Arms that run rtd's steps whatever their FLOPs: the generator-size study compares at equal steps.
+EQUAL_STEP_ARMS = ("gen32", "gen128", "gen256")
 # Task → (main metric key in run_finetuning's metrics.json, epochs).
 TASKS = {"STS-B": ("spearman", 3), "MRPC": ("accuracy", 3), "SST-2": ("accuracy", 1),
          "CoLA": ("mcc", 3), "RTE": ("accuracy", 3)}
 TUNING_TASKS = ("STS-B", "MRPC")
 SELECTION_TASK = "STS-B"
+# The paper's Table 5 (GLUE dev score, ELECTRA-Base-sized models trained for the same steps).
+PAPER_TABLE5 = (("rtd", "ELECTRA", 85.0), ("all_tokens_mlm", "All-Tokens MLM", 84.3),
+                ("replace_mlm", "Replace MLM", 82.4), ("rtd_masked_only", "ELECTRA 15%", 82.4),
+                ("mlm", "BERT", 82.2))
+# Pre-training scalars kept in a run's committed curve.
+CURVE_KEYS = ("step", "loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "disc_accuracy",
+              "replaced_fraction", "learning_rate", "examples_per_second")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +124,23 @@ BUDGETS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One arm pre-trained with one seed: a row of the report."""
+
+    arm: str
+    pretrain_seed: int = 0
+
+    @property
+    def name(self) -> str:
+        # Seed 0 keeps the arm's name, so work folders made before seeds existed still resume.
+        return self.arm if self.pretrain_seed == 0 else f"{self.arm}-pseed{self.pretrain_seed}"
+
+    @property
+    def pretrained(self) -> bool:
+        return ARMS[self.arm] is not None
+
+
 def log(message: str):
     print(f"[compare_objectives {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -113,6 +159,17 @@ def write_json_atomic(path: Path, value) -> None:
     write_atomic(path, value, sort_keys=True)
 
 
+def git_commit() -> str:
+    """The checkout's commit, `+modified` when the code that runs differs from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "electra_tf", "data_prep",
+                  "run_pretraining.py", "run_finetuning.py", "experiments/compare_objectives.py")
+    return commit + ("+modified" if changed else "")
+
+
 # --------------------------------------------------------------------------- compute accounting
 
 def arm_config(budget: Budget, arm: str, num_train_steps: Optional[int] = None):
@@ -129,7 +186,7 @@ def arm_steps(budget: Budget, arm: str) -> int:
     """rtd's steps, or the steps that spend rtd's FLOPs if that is more (never fewer examples)."""
     from electra_tf.flops import steps_for_flops, train_flops_per_step
 
-    if arm == "rtd":
+    if arm == "rtd" or arm in EQUAL_STEP_ARMS:
         return budget.rtd_steps
     rtd_flops = train_flops_per_step(arm_config(budget, "rtd")) * budget.rtd_steps
     return max(budget.rtd_steps, steps_for_flops(arm_config(budget, arm), rtd_flops))
@@ -146,6 +203,16 @@ def arm_compute(budget: Budget, arm: str) -> dict:
             "flops_per_step": per_step}
 
 
+def generator_width(arm: str) -> Optional[int]:
+    """The generator's hidden size of a generator-size arm or of `rtd` (the `mini` default)."""
+    if arm == "rtd":
+        from electra_tf.config import get_config
+
+        return get_config("mini").generator.hidden_size
+    overrides = ARMS.get(arm) or {}
+    return overrides.get("generator.hidden_size") if arm in EQUAL_STEP_ARMS else None
+
+
 # --------------------------------------------------------------------------- stages
 
 def build_data(work_dir: Path) -> Path:
@@ -159,16 +226,20 @@ def build_data(work_dir: Path) -> Path:
     return data_dir
 
 
-def pretrain_command(budget: Budget, arm: str, data_dir: Path, model_dir: Path) -> list[str]:
-    steps = arm_steps(budget, arm)
-    hparams = dict(budget.pretrain_hparams, **ARMS[arm])
+def pretrain_dir(work_dir: Path, run: Run) -> Path:
+    return work_dir / "arms" / run.name / "pretrain"
+
+
+def pretrain_command(budget: Budget, run: Run, data_dir: Path, model_dir: Path) -> list[str]:
+    steps = arm_steps(budget, run.arm)
+    hparams = dict(budget.pretrain_hparams, **ARMS[run.arm])
     return [sys.executable, "run_pretraining.py", "--model_size=mini", f"--data_dir={data_dir}",
             f"--model_dir={model_dir}", f"--hparams={json.dumps(hparams, sort_keys=True)}",
             f"--num_train_steps={steps}", f"--num_warmup_steps={budget.warmup_steps}",
             f"--train_batch_size={budget.train_batch_size}",
             f"--save_checkpoints_steps={budget.save_checkpoints_steps}", "--keep_checkpoint_max=3",
             f"--log_steps={budget.save_checkpoints_steps}", f"--steps_per_loop={budget.save_checkpoints_steps}",
-            "--seed=0"]
+            f"--seed={run.pretrain_seed}"]
 
 
 def read_train_log(model_dir: Path) -> list[dict]:
@@ -184,16 +255,27 @@ def read_train_log(model_dir: Path) -> list[dict]:
     return rows
 
 
-def pretrain(budget: Budget, arm: str, work_dir: Path, data_dir: Path) -> Optional[Path]:
-    """Runs (or resumes) the arm's pre-training; returns its export dir."""
-    model_dir = work_dir / "arms" / arm / "pretrain"
+def record_commit(path: Path) -> None:
+    """Appends the running commit to `path` (one line per distinct commit that ran the stage)."""
+    commits = path.read_text().split() if path.exists() else []
+    commit = git_commit()
+    if commit not in commits:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(commit + "\n")
+
+
+def pretrain(budget: Budget, run: Run, work_dir: Path, data_dir: Path) -> Path:
+    """Runs (or resumes) the run's pre-training; returns its export dir."""
+    model_dir = pretrain_dir(work_dir, run)
     export_dir = model_dir / "export"
     if (export_dir / "electra_config.json").exists():
         return export_dir
-    steps = arm_steps(budget, arm)
+    steps = arm_steps(budget, run.arm)
     model_dir.mkdir(parents=True, exist_ok=True)
-    command = pretrain_command(budget, arm, data_dir, model_dir)
-    log(f"[{arm}] pre-training {steps} steps × {budget.train_batch_size}: {' '.join(command[1:])}")
+    record_commit(model_dir / "commits.txt")
+    command = pretrain_command(budget, run, data_dir, model_dir)
+    log(f"[{run.name}] pre-training {steps} steps × {budget.train_batch_size}: {' '.join(command[1:])}")
     with open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         last_step, started = None, time.time()
@@ -206,18 +288,19 @@ def pretrain(budget: Budget, arm: str, work_dir: Path, data_dir: Path) -> Option
                 rate = (last_step - start_step) / max(time.time() - started, 1e-9)
                 eta = (steps - last_step) / rate if rate > 0 else float("nan")
                 metric = "disc_auc" if "disc_auc" in row else "gen_accuracy"
-                log(f"[{arm}] step {last_step}/{steps}  {row['examples_per_second']:.1f} ex/s  "
+                log(f"[{run.name}] step {last_step}/{steps}  {row['examples_per_second']:.1f} ex/s  "
                     f"{metric} {row.get(metric, float('nan')):.3f}  loss {row['loss']:.3f}  ETA {format_seconds(eta)}")
     if process.returncode != 0:
-        raise RuntimeError(f"[{arm}] pre-training failed (exit {process.returncode}); see {model_dir / 'stdout.log'}")
+        raise RuntimeError(f"[{run.name}] pre-training failed (exit {process.returncode}); "
+                           f"see {model_dir / 'stdout.log'}")
     return export_dir
 
 
-def finetune_dir(work_dir: Path, arm: str, task: str, lr: float, seed: int) -> Path:
-    return work_dir / "arms" / arm / "finetune" / task / f"lr{lr:g}" / f"seed{seed}"
+def finetune_dir(work_dir: Path, run: Run, task: str, lr: float, seed: int) -> Path:
+    return work_dir / "arms" / run.name / "finetune" / task / f"lr{lr:g}" / f"seed{seed}"
 
 
-def finetune_command(budget: Budget, arm: str, export_dir: Optional[Path], task: str, lr: float, seed: int,
+def finetune_command(budget: Budget, export_dir: Optional[Path], task: str, lr: float, seed: int,
                      output_dir: Path) -> list[str]:
     _, epochs = TASKS[task]
     command = [sys.executable, "run_finetuning.py", f"--task={task}", f"--data_dir={GLUE}",
@@ -233,29 +316,29 @@ def finetune_command(budget: Budget, arm: str, export_dir: Optional[Path], task:
     return command
 
 
-def finetune(budget: Budget, arm: str, export_dir: Optional[Path], task: str, lr: float, seed: int,
+def finetune(budget: Budget, run: Run, export_dir: Optional[Path], task: str, lr: float, seed: int,
              work_dir: Path, threads: Optional[int] = None) -> float:
     """One fine-tuning run (cached): the task's main dev metric × 100.
 
     `threads`: TensorFlow's intra-op threads for the run (inter-op 1), for runs side by side
     (`--jobs`); None keeps TensorFlow's defaults (all cores).
     """
-    output_dir = finetune_dir(work_dir, arm, task, lr, seed)
+    output_dir = finetune_dir(work_dir, run, task, lr, seed)
     done = output_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())["metric"]
     output_dir.mkdir(parents=True, exist_ok=True)
-    command = finetune_command(budget, arm, export_dir, task, lr, seed, output_dir)
+    command = finetune_command(budget, export_dir, task, lr, seed, output_dir)
     started = time.time()
     with open(output_dir / "stdout.log", "w") as out:
         result = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=thread_env(threads))
     if result.returncode != 0:
-        raise RuntimeError(f"[{arm}] {task} lr {lr:g} seed {seed} failed; see {output_dir / 'stdout.log'}")
+        raise RuntimeError(f"[{run.name}] {task} lr {lr:g} seed {seed} failed; see {output_dir / 'stdout.log'}")
     metric_key, _ = TASKS[task]
     summary = json.loads((output_dir / "metrics.json").read_text())
     value = float(summary["median"][metric_key])
     write_json_atomic(done, {"metric": value, "metric_key": metric_key, "seconds": time.time() - started,
-                             "command": command[1:]})
+                             "command": command[1:], "commit": git_commit()})
     return value
 
 
@@ -267,57 +350,76 @@ def thread_env(threads: Optional[int]) -> Optional[dict]:
 
 
 def run_all(runs: list, progress, jobs: int = 1) -> None:
-    """Fine-tuning runs `(arm, task, lr, seed, fn)`; `fn(threads)` runs one. With `jobs` > 1, that
+    """Fine-tuning runs `(name, task, lr, seed, fn)`; `fn(threads)` runs one. With `jobs` > 1, that
     many at once, each with the cores shared out (`os.cpu_count() // jobs`, at least 1). Every run
     is tried; the first failure is raised after the others have finished."""
     if jobs <= 1:
-        for arm, task, lr, seed, fn in runs:
-            progress(arm, task, lr, seed, lambda: fn(None))
+        for name, task, lr, seed, fn in runs:
+            progress(name, task, lr, seed, lambda: fn(None))
         return
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(progress, arm, task, lr, seed, functools.partial(fn, threads))
-                   for arm, task, lr, seed, fn in runs]
+        futures = [pool.submit(progress, name, task, lr, seed, functools.partial(fn, threads))
+                   for name, task, lr, seed, fn in runs]
     for future in futures:
         future.result()
 
 
-def finetune_runs(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, tasks,
-                  learning_rates) -> list:
+class Recorder:
+    """Writes a run's committed results file after each stage that changes it (thread-safe)."""
+
+    def __init__(self, budget: Budget, work_dir: Path, runs_dir: Path):
+        self.budget, self.work_dir, self.runs_dir = budget, work_dir, runs_dir
+        self.lock = threading.Lock()
+
+    def __call__(self, run: Run) -> Path:
+        with self.lock:
+            path = run_file(self.runs_dir, run)
+            write_json_atomic(path, run_record(self.budget, run, self.work_dir))
+            return path
+
+    def finetune_fn(self, run: Run, export_dir, task, lr, seed):
+        def fn(threads):
+            value = finetune(self.budget, run, export_dir, task, lr, seed, self.work_dir, threads)
+            self(run)
+            return value
+        return fn
+
+
+def finetune_runs(recorder: Recorder, run: Run, export_dir: Optional[Path], tasks, learning_rates) -> list:
     """`run_all`'s runs for every task × learning rate × seed, in that order."""
-    return [(arm, task, lr, seed, functools.partial(finetune, budget, arm, export_dir, task, lr, seed, work_dir))
-            for task in tasks for lr in learning_rates for seed in budget.seeds]
+    return [(run.name, task, lr, seed, recorder.finetune_fn(run, export_dir, task, lr, seed))
+            for task in tasks for lr in learning_rates for seed in recorder.budget.seeds]
 
 
-def finetune_grid(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress,
-                  task: str, jobs: int = 1) -> None:
+def finetune_grid(recorder: Recorder, run: Run, export_dir, progress, task: str, jobs: int = 1) -> None:
     """The task at every learning rate of the grid, every seed."""
-    run_all(finetune_runs(budget, arm, export_dir, work_dir, [task], budget.learning_rates), progress, jobs)
+    run_all(finetune_runs(recorder, run, export_dir, [task], recorder.budget.learning_rates), progress, jobs)
 
 
-def finetune_arm(budget: Budget, arm: str, export_dir: Optional[Path], work_dir: Path, progress,
-                 jobs: int = 1) -> None:
+def finetune_run(recorder: Recorder, run: Run, export_dir, progress, jobs: int = 1, tasks=None) -> None:
+    """The tuning tasks' grid, then the other tasks (`tasks`: all by default) at the chosen lr."""
     for task in TUNING_TASKS:
-        finetune_grid(budget, arm, export_dir, work_dir, progress, task, jobs)
-    lr = chosen_lr(collect_finetune(budget, arm, work_dir))
-    other_tasks = [task for task in TASKS if task not in TUNING_TASKS]
-    run_all(finetune_runs(budget, arm, export_dir, work_dir, other_tasks, [lr]), progress, jobs)
+        finetune_grid(recorder, run, export_dir, progress, task, jobs)
+    lr = chosen_lr(collect_finetune(recorder.budget, run, recorder.work_dir))
+    other_tasks = [task for task in (tasks or TASKS) if task not in TUNING_TASKS]
+    run_all(finetune_runs(recorder, run, export_dir, other_tasks, [lr]), progress, jobs)
 
 
-def schedule(arms) -> list:
-    """Execution order: arms without pre-training right after the first pre-trained arm.
+def schedule(runs) -> list:
+    """Execution order: runs without pre-training right after the first pre-trained run.
 
-    With the selection task fine-tuned after each arm's pre-training, the headline comparison
+    With the selection task fine-tuned after each run's pre-training, the headline comparison
     (rtd vs no pre-training on STS-B) is known hours before the last arm has pre-trained.
     """
-    pretrained = [arm for arm in arms if ARMS[arm] is not None]
-    untrained = [arm for arm in arms if ARMS[arm] is None]
+    pretrained = [run for run in runs if run.pretrained]
+    untrained = [run for run in runs if not run.pretrained]
     return pretrained[:1] + untrained + pretrained[1:]
 
 
-def runs_per_arm(budget: Budget) -> int:
-    return len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds) + \
-        (len(TASKS) - len(TUNING_TASKS)) * len(budget.seeds)
+def runs_per_arm(budget: Budget, tasks=None) -> int:
+    others = [task for task in (tasks or TASKS) if task not in TUNING_TASKS]
+    return (len(TUNING_TASKS) * len(budget.learning_rates) + len(others)) * len(budget.seeds)
 
 
 class Progress:
@@ -330,8 +432,8 @@ class Progress:
         self.total, self.jobs, self.done, self.seconds = total_runs, max(1, jobs), set(), []
         self.lock = threading.Lock()
 
-    def __call__(self, arm, task, lr, seed, fn):
-        key = (arm, task, lr, seed)
+    def __call__(self, name, task, lr, seed, fn):
+        key = (name, task, lr, seed)
         with self.lock:
             repeated = key in self.done
         if repeated:  # the selection task's runs are asked for again, cached, with the other tasks
@@ -345,27 +447,80 @@ class Progress:
                 self.seconds.append(elapsed)
             remaining = self.total - len(self.done)
             eta = statistics.mean(self.seconds) * remaining / self.jobs if self.seconds else 0.0
-            log(f"[{arm}] {task} lr {lr:g} seed {seed}: {value:.2f}  ({len(self.done)}/{self.total} runs, "
+            log(f"[{name}] {task} lr {lr:g} seed {seed}: {value:.2f}  ({len(self.done)}/{self.total} runs, "
                 f"ETA ≤ {format_seconds(eta)})")
         return value
 
 
-# --------------------------------------------------------------------------- results
+# --------------------------------------------------------------------------- a run's committed record
 
-def collect_finetune(budget: Budget, arm: str, work_dir: Path) -> dict:
+def collect_finetune(budget: Budget, run: Run, work_dir: Path) -> dict:
     """{task: {lr: [metric per finished seed]}} from the cached runs."""
     results = {}
     for task in TASKS:
         for lr in budget.learning_rates:
             values = []
             for seed in budget.seeds:
-                done = finetune_dir(work_dir, arm, task, lr, seed) / "result.json"
+                done = finetune_dir(work_dir, run, task, lr, seed) / "result.json"
                 if done.exists():
                     values.append(json.loads(done.read_text())["metric"])
             if values:
                 results.setdefault(task, {})[f"{lr:g}"] = values
     return results
 
+
+def finetune_commits(work_dir: Path, run: Run) -> list[str]:
+    results = (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json")
+    return sorted({json.loads(path.read_text()).get("commit", "unknown") for path in results})
+
+
+def finetune_seconds(work_dir: Path, run: Run) -> float:
+    """Wall-clock of the run's finished fine-tuning runs."""
+    return sum(json.loads(done.read_text()).get("seconds", 0.0)
+               for done in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json"))
+
+
+def curve(rows: list[dict]) -> list[dict]:
+    """The pre-training log's scalars worth keeping, rounded: the committed curve."""
+    return [{key: round(row[key], 6) if isinstance(row[key], float) else row[key]
+             for key in CURVE_KEYS if key in row} for row in rows]
+
+
+def run_record(budget: Budget, run: Run, work_dir: Path) -> dict:
+    """Everything the report needs of one run, from its work folder."""
+    rows = read_train_log(pretrain_dir(work_dir, run)) if run.pretrained else []
+    commits_file = pretrain_dir(work_dir, run) / "commits.txt"
+    return {
+        "arm": run.arm, "pretrain_seed": run.pretrain_seed, "budget": budget.name, "hparams": ARMS[run.arm],
+        **arm_compute(budget, run.arm),
+        "pretrain_commits": commits_file.read_text().split() if commits_file.exists() else [],
+        "finetune_commits": finetune_commits(work_dir, run),
+        "pretrain_steps_done": rows[-1]["step"] if rows else 0,
+        "pretrain_seconds": sum(budget.save_checkpoints_steps * budget.train_batch_size / r["examples_per_second"]
+                                for r in rows if r.get("examples_per_second")),
+        "finetune_seconds": finetune_seconds(work_dir, run),
+        "pretrain_curve": curve(rows),
+        "finetune": collect_finetune(budget, run, work_dir),
+    }
+
+
+def runs_dir_of(results_dir: Path, budget: Budget) -> Path:
+    return Path(results_dir) / "objectives" / budget.name
+
+
+def run_file(runs_dir: Path, run: Run) -> Path:
+    return runs_dir / f"{run.arm}-pseed{run.pretrain_seed}.json"
+
+
+def load_runs(runs_dir: Path) -> list[dict]:
+    """Every committed run record, ordered by arm (ARMS order) then pre-training seed."""
+    records = [json.loads(path.read_text()) for path in sorted(Path(runs_dir).glob("*.json"))]
+    order = list(ARMS)
+    return sorted(records, key=lambda r: (order.index(r["arm"]) if r["arm"] in order else len(order),
+                                          r["pretrain_seed"]))
+
+
+# --------------------------------------------------------------------------- the report
 
 def chosen_lr(finetune_results: dict) -> float:
     """The learning rate with the better STS-B median (the first on ties)."""
@@ -379,40 +534,8 @@ def median_or_none(values):
     return statistics.median(values) if values else None
 
 
-def build_results(budget: Budget, work_dir: Path, arms, command: str) -> dict:
-    from electra_tf.config import get_config
-    from electra_tf.flops import train_flops_per_step
-
-    small = get_config("small")
-    small_flops = train_flops_per_step(small) * small.num_train_steps
-    results = {"budget": budget.name, "command": command, "model_size": "mini",
-               "electra_small_pretrain_flops": small_flops, "arms": {}}
-    for arm in arms:
-        entry = dict(arm_compute(budget, arm))
-        entry["finetune"] = collect_finetune(budget, arm, work_dir)
-        try:
-            entry["chosen_lr"] = chosen_lr(entry["finetune"])
-        except ValueError:
-            entry["chosen_lr"] = None
-        log_rows = read_train_log(work_dir / "arms" / arm / "pretrain") if ARMS[arm] else []
-        entry["pretrain_steps_done"] = log_rows[-1]["step"] if log_rows else 0
-        entry["pretrain_seconds"] = sum(
-            budget.save_checkpoints_steps * budget.train_batch_size / r["examples_per_second"]
-            for r in log_rows if r.get("examples_per_second"))
-        entry["finetune_seconds"] = finetune_seconds(work_dir, arm)
-        entry["fraction_of_electra_small_flops"] = entry["pretrain_flops"] / small_flops
-        results["arms"][arm] = entry
-    return results
-
-
-def finetune_seconds(work_dir: Path, arm: str) -> float:
-    """Wall-clock of the arm's finished fine-tuning runs."""
-    return sum(json.loads(done.read_text()).get("seconds", 0.0)
-               for done in (work_dir / "arms" / arm / "finetune").glob("*/*/*/result.json"))
-
-
 def headline(entry: dict, task: str) -> Optional[float]:
-    """The task's median at the arm's chosen learning rate."""
+    """The task's median over fine-tuning seeds at the run's chosen learning rate."""
     if entry.get("chosen_lr") is None:
         return None
     return median_or_none(entry["finetune"].get(task, {}).get(f"{entry['chosen_lr']:g}", []))
@@ -423,52 +546,128 @@ def glue_average(entry: dict) -> Optional[float]:
     return statistics.mean(values) if all(v is not None for v in values) else None
 
 
+def run_label(record: dict) -> str:
+    return f"{record['arm']} (pre-training seed {record['pretrain_seed']})"
+
+
+def build_results(budget: Budget, records: list[dict], command: str) -> dict:
+    """The report's data: each run with its chosen lr, and per arm the median over pre-training seeds."""
+    from electra_tf.config import get_config
+    from electra_tf.flops import train_flops_per_step
+
+    small = get_config("small")
+    small_flops = train_flops_per_step(small) * small.num_train_steps
+    runs = {}
+    for record in records:
+        entry = dict(record)
+        try:
+            entry["chosen_lr"] = chosen_lr(entry["finetune"])
+        except ValueError:
+            entry["chosen_lr"] = None
+        entry["fraction_of_electra_small_flops"] = entry["pretrain_flops"] / small_flops
+        runs[f"{record['arm']}-pseed{record['pretrain_seed']}"] = entry
+    arms = {}
+    for entry in runs.values():
+        arms.setdefault(entry["arm"], []).append(entry)
+    summary = {}
+    for arm, entries in arms.items():
+        per_task = {}
+        for task in TASKS:
+            values = [headline(e, task) for e in entries]
+            values = [v for v in values if v is not None]
+            if values:
+                per_task[task] = {"median": statistics.median(values), "per_seed": values,
+                                  "spread": max(values) - min(values)}
+        summary[arm] = {"pretrain_seeds": [e["pretrain_seed"] for e in entries], "tasks": per_task,
+                        "generator_width": generator_width(arm)}
+    return {"budget": budget.name, "command": command, "model_size": "mini",
+            "electra_small_pretrain_flops": small_flops, "runs": runs, "arms": summary}
+
+
+def _cell(value: Optional[float], seeds=()) -> str:
+    if value is None:
+        return "–"
+    return f"**{value:.1f}**" + (f" [{', '.join(f'{v:.1f}' for v in seeds)}]" if seeds else "")
+
+
+def _commit(entry: dict) -> str:
+    commits = sorted(set(entry.get("pretrain_commits", [])) | set(entry.get("finetune_commits", [])))
+    return ", ".join(f"`{c}`" for c in commits) or "–"
+
+
+def ordering_lines(results: dict) -> list[str]:
+    """Our ordering by STS-B median beside the paper's Table 5, with the seed spread."""
+    stsb = {arm: s["tasks"][SELECTION_TASK]["median"] for arm, s in results["arms"].items()
+            if SELECTION_TASK in s["tasks"]}
+    spreads = [s["tasks"][SELECTION_TASK]["spread"] for s in results["arms"].values()
+               if SELECTION_TASK in s["tasks"] and len(s["tasks"][SELECTION_TASK]["per_seed"]) > 1]
+    paper = " > ".join(f"{label} {score}" for _, label, score in PAPER_TABLE5)
+    ours = " > ".join(f"{arm} {stsb[arm]:.1f}" for arm in sorted(stsb, key=stsb.get, reverse=True))
+    spread = (f"the largest STS-B spread between pre-training seeds of one arm is {max(spreads):.1f} points: "
+              "arms closer than that cannot be told apart" if spreads else
+              "no arm has two pre-training seeds yet, so the seed spread is unknown")
+    return [f"- The paper's Table 5 (GLUE, Base-sized, equal steps): {paper}.",
+            f"- Ours (STS-B, median over pre-training seeds): {ours}; {spread}."]
+
+
 def markdown(results: dict) -> str:
     tasks = list(TASKS)
     lines = [f"# Objectives at equal compute (`--budget={results['budget']}`)", "",
-             f"Command: `{results['command']}`", "",
-             "Medians over fine-tuning seeds at each arm's chosen learning rate (the better STS-B median "
-             "of the grid); metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, RTE), MCC (CoLA). "
-             "Each cell lists the seeds in brackets.", "",
-             "| arm | steps | examples | pre-train FLOPs | × ELECTRA-Small | chosen lr | "
+             f"Generated by `{results['command']}` from the run files in "
+             f"`docs/results/objectives/{results['budget']}/`.", "",
+             "Each row is one pre-training run (arm × pre-training seed) with the commits that ran it. Cells: the "
+             "median over fine-tuning seeds at the run's chosen learning rate (the better STS-B median of the "
+             "grid), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, RTE), MCC (CoLA); the fine-tuning "
+             "seeds in brackets.", "",
+             "| arm | pre-training seed | commits | steps | examples | pre-train FLOPs | × ELECTRA-Small | chosen lr | "
              + " | ".join(tasks) + " | average |",
-             "|---|---|---|---|---|---|" + "---|" * len(tasks) + "---|"]
-    for arm, entry in results["arms"].items():
-        cells = []
-        for task in tasks:
-            value = headline(entry, task)
-            seeds = entry["finetune"].get(task, {}).get(f"{entry['chosen_lr']:g}", []) if entry["chosen_lr"] else []
-            cells.append("–" if value is None else f"**{value:.1f}** [{', '.join(f'{v:.1f}' for v in seeds)}]")
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(tasks) + "---|"]
+    for entry in results["runs"].values():
+        lr = entry["chosen_lr"]
+        cells = [_cell(headline(entry, task), entry["finetune"].get(task, {}).get(f"{lr:g}", []) if lr else ())
+                 for task in tasks]
         average = glue_average(entry)
-        lr = "–" if entry["chosen_lr"] is None else f"{entry['chosen_lr']:g}"
-        lines.append(f"| {arm} | {entry['pretrain_steps_done']}/{entry['steps']} | {entry['examples']:,} | "
-                     f"{entry['pretrain_flops']:.3g} | {entry['fraction_of_electra_small_flops']:.2%} | {lr} | "
-                     + " | ".join(cells) + f" | {'–' if average is None else f'{average:.1f}'} |")
+        lines.append(f"| {entry['arm']} | {entry['pretrain_seed'] if entry['steps'] else '–'} | {_commit(entry)} | "
+                     f"{entry['pretrain_steps_done']}/{entry['steps']} | {entry['examples']:,} | "
+                     f"{entry['pretrain_flops']:.3g} | {entry['fraction_of_electra_small_flops']:.2%} | "
+                     f"{'–' if lr is None else f'{lr:g}'} | " + " | ".join(cells)
+                     + f" | {'–' if average is None else f'{average:.1f}'} |")
+    lines += ["", "Per arm, the median over pre-training seeds of the runs' medians (each seed's value in brackets):",
+              "", "| arm | pre-training seeds | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for arm, summary in results["arms"].items():
+        cells = [_cell(summary["tasks"][t]["median"], summary["tasks"][t]["per_seed"]) if t in summary["tasks"]
+                 else "–" for t in tasks]
+        lines.append(f"| {arm} | {', '.join(map(str, summary['pretrain_seeds']))} | " + " | ".join(cells) + " |")
+    lines += ["", "Ordering:", ""] + ordering_lines(results)
     lines += ["", "Learning-rate grid (median [seeds]) on the tuning tasks:", "",
-              "| arm | task | " + " | ".join(f"lr {lr}" for lr in _grid(results)) + " |",
+              "| run | task | " + " | ".join(f"lr {lr}" for lr in _grid(results)) + " |",
               "|---|---|" + "---|" * len(_grid(results))]
-    for arm, entry in results["arms"].items():
+    for name, entry in results["runs"].items():
         for task in TUNING_TASKS:
             by_lr = entry["finetune"].get(task, {})
             cells = [f"{statistics.median(by_lr[lr]):.1f} [{', '.join(f'{v:.1f}' for v in by_lr[lr])}]"
                      if lr in by_lr else "–" for lr in _grid(results)]
-            lines.append(f"| {arm} | {task} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {task} | " + " | ".join(cells) + " |")
     lines += ["", "Pre-training FLOPs: forward matmul FLOPs × 3, generator included (`electra_tf/flops.py`); "
               f"ELECTRA-Small (1M steps × 128 × 128) is {results['electra_small_pretrain_flops']:.3g} by the same "
-              "formula. The rtd arm runs the budget's steps; every other arm the steps that spend rtd's FLOPs, "
-              "but never fewer than rtd's.", "",
-              "Wall-clock on the machine that ran it (2 CPU cores unless said otherwise): "
-              + "; ".join(f"{arm} pre-training {format_seconds(e['pretrain_seconds'])}, fine-tuning "
-                          f"{format_seconds(e.get('finetune_seconds', 0.0))}" for arm, e in results["arms"].items())
+              "formula. The rtd arm runs the budget's steps; the generator-size arms the same steps; every other "
+              "arm the steps that spend rtd's FLOPs, but never fewer than rtd's.", "",
+              "Wall-clock (2 CPU cores): "
+              + "; ".join(f"{name} pre-training {format_seconds(e['pretrain_seconds'])}, fine-tuning "
+                          f"{format_seconds(e.get('finetune_seconds', 0.0))}" for name, e in results["runs"].items())
               + ".", ""]
+    missing = [name for name, e in results["runs"].items() if e["steps"] and not e["pretrain_curve"]]
+    if missing:
+        lines += [f"No pre-training curve was kept for {', '.join(missing)}: only the fine-tuning results of those "
+                  "runs survived their work folder.", ""]
     return "\n".join(lines)
 
 
 def _grid(results: dict) -> list[str]:
-    return sorted({lr for e in results["arms"].values() for t in e["finetune"].values() for lr in t}, key=float)
+    return sorted({lr for e in results["runs"].values() for t in e["finetune"].values() for lr in t}, key=float)
 
 
-def plot(results: dict, work_dir: Path, out_dir: Path) -> list[Path]:
+def plot(results: dict, out_dir: Path) -> list[Path]:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -476,51 +675,86 @@ def plot(results: dict, work_dir: Path, out_dir: Path) -> list[Path]:
     except ImportError:
         log("matplotlib is not installed (pip install -r requirements-bench.txt): no plots")
         return []
-    paths = []
+    colours = {arm: f"C{index % 10}" for index, arm in enumerate(results["arms"])}
+    paths = [_plot_vs_flops(plt, results, colours, out_dir), _plot_generator_width(plt, results, out_dir),
+             _plot_curves(plt, results, colours, out_dir)]
+    return [path for path in paths if path is not None]
+
+
+def _plot_vs_flops(plt, results, colours, out_dir):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, entry in results["arms"].items():
+    for entry in results["runs"].values():
         x = max(entry["pretrain_flops"], 1e12)
         for ax, value, title in ((axes[0], headline(entry, "STS-B"), "STS-B Spearman × 100"),
                                  (axes[1], glue_average(entry), "average of the five tasks")):
             if value is not None:
-                ax.scatter([x], [value], s=60)
-                ax.annotate(arm, (x, value), textcoords="offset points", xytext=(5, 5))
+                ax.scatter([x], [value], s=50, color=colours[entry["arm"]])
+                ax.annotate(f"{entry['arm']}/{entry['pretrain_seed']}", (x, value), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7)
             ax.set_title(title)
             ax.set_xscale("log")
-            ax.set_xlabel("pre-training FLOPs (none plotted at 1e12)")
+            ax.set_xlabel("pre-training FLOPs (none at 1e12); label arm/pre-training seed")
     fig.tight_layout()
-    paths.append(out_dir / "compare_objectives_vs_flops.png")
-    fig.savefig(paths[-1], dpi=100)
+    path = out_dir / "compare_objectives_vs_flops.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+    return path
 
+
+def _plot_generator_width(plt, results, out_dir):
+    points = [(s["generator_width"] / DISCRIMINATOR_WIDTH, s["tasks"][SELECTION_TASK])
+              for s in results["arms"].values()
+              if s["generator_width"] and SELECTION_TASK in s["tasks"]]
+    if not points:
+        return None
+    points.sort(key=lambda p: p[0])
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for ratio, task in points:
+        ax.scatter([ratio] * len(task["per_seed"]), task["per_seed"], color="C0", s=25, alpha=0.6)
+    ax.plot([p[0] for p in points], [p[1]["median"] for p in points], "o-", color="C1", label="median over seeds")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("generator width / discriminator width")
+    ax.set_ylabel("STS-B Spearman × 100")
+    ax.set_title("generator size (rtd, equal steps)")
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "compare_objectives_generator_size.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _plot_curves(plt, results, colours, out_dir):
     curves = [("disc_auc", "discriminator AUC"), ("gen_accuracy", "generator / MLM accuracy"),
               ("gen_loss", "generator / MLM loss"), ("disc_loss", "discriminator loss")]
     fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.5))
-    for index, arm in enumerate(results["arms"]):
-        rows = read_train_log(work_dir / "arms" / arm / "pretrain") if ARMS[arm] else []
+    for name, entry in results["runs"].items():
         for ax, (key, title) in zip(axes, curves):
-            points = [(r["step"], r[key]) for r in rows if key in r]
-            if points:  # one colour per arm in every panel, even where an arm has no such curve
-                ax.plot(*zip(*points), label=arm, color=f"C{index}")
+            points = [(r["step"], r[key]) for r in entry["pretrain_curve"] if key in r]
+            if points:
+                style = "-" if entry["pretrain_seed"] == 0 else "--"
+                ax.plot(*zip(*points), style, label=name, color=colours[entry["arm"]], linewidth=1)
             ax.set_title(title)
             ax.set_xlabel("step")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+            ax.legend(fontsize=6)
     fig.tight_layout()
-    paths.append(out_dir / "compare_objectives_pretraining.png")
-    fig.savefig(paths[-1], dpi=100)
+    path = out_dir / "compare_objectives_pretraining.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return paths
+    return path
 
 
-def report(budget: Budget, work_dir: Path, arms, out_dir: Path, command: str) -> dict:
-    results = build_results(budget, work_dir, arms, command)
+def report(budget: Budget, results_dir: Path, command: str) -> dict:
+    """docs/results/compare_objectives[_<budget>].{md,json} (and the plots) from the committed run files."""
+    results_dir = Path(results_dir)
+    results = build_results(budget, load_runs(runs_dir_of(results_dir, budget)), command)
     stem = "compare_objectives" if budget.name == "cpu" else f"compare_objectives_{budget.name}"
-    write_json_atomic(out_dir / f"{stem}.json", results)
-    (out_dir / f"{stem}.md").write_text(markdown(results))
+    write_json_atomic(results_dir / f"{stem}.json", results)
+    (results_dir / f"{stem}.md").write_text(markdown(results))
     if budget.name == "cpu":
-        plot(results, work_dir, out_dir)
+        plot(results, results_dir)
     print(markdown(results), flush=True)
     return results
 
@@ -532,55 +766,77 @@ def parse_args(argv=None):
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke")
     parser.add_argument("--arms", default=None, help=f"comma-separated subset of {', '.join(ARMS)} "
                         "(default: the budget's required arms)")
+    parser.add_argument("--pretrain_seed", type=int, default=0,
+                        help="the pre-training seed of every arm run (0: the runs of the first table)")
+    parser.add_argument("--tasks", default=None,
+                        help=f"comma-separated fine-tuning tasks of {', '.join(TASKS)} (default: all); "
+                             f"{', '.join(TUNING_TASKS)} always run, they choose the learning rate")
     parser.add_argument("--stage", choices=("all", "pretrain", "finetune", "report"), default="all")
     parser.add_argument("--jobs", type=int, default=1,
                         help="fine-tuning runs at once, the cores shared out between them (2 on 2 cores: "
                              "about 1.27x the runs per hour, measured on MRPC)")
     parser.add_argument("--work_dir", default=None,
                         help="default: ~/.cache/electra_tf/compare_objectives/<budget> (outside the checkout)")
-    parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the table, JSON and plots go")
+    parser.add_argument("--results_dir", default=str(RESULTS_DIR),
+                        help="where the run files (objectives/<budget>/), the table, JSON and plots go")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.pretrain_seed < 0:
+        parser.error(f"--pretrain_seed must be at least 0, got {args.pretrain_seed}")
+    if args.arms:
+        unknown = sorted(set(args.arms.split(",")) - set(ARMS))
+        if unknown:
+            parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if args.tasks:
+        unknown = sorted(set(args.tasks.split(",")) - set(TASKS))
+        if unknown:
+            parser.error(f"--tasks: unknown task(s) {unknown}; choose from {list(TASKS)}")
     return args
+
+
+def command_line(args, budget: Budget) -> str:
+    return f"python -m experiments.compare_objectives --budget={budget.name} --stage=report"
 
 
 def main(argv=None):
     args = parse_args(argv)
     budget = BUDGETS[args.budget]
     arms = tuple(args.arms.split(",")) if args.arms else budget.arms
-    unknown = sorted(set(arms) - set(ARMS))
-    if unknown:
-        sys.exit(f"compare_objectives: error: --arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    if not GLUE.is_dir() or not ENWIKI.is_dir():
+    tasks = tuple(args.tasks.split(",")) if args.tasks else None
+    if args.pretrain_seed:  # no pre-training has no pre-training seed
+        arms = tuple(arm for arm in arms if ARMS[arm] is not None)
+    runs = [Run(arm, args.pretrain_seed) for arm in arms]
+    if args.stage != "report" and (not GLUE.is_dir() or not ENWIKI.is_dir()):
         sys.exit(f"compare_objectives: error: the shared data folder {DATA} (glue/, pretrain/enwiki/) is absent")
     work_dir = Path(args.work_dir or Path.home() / ".cache" / "electra_tf" / "compare_objectives" / budget.name)
-    command = f"python -m experiments.compare_objectives --budget={budget.name}" + (
-        f" --arms={','.join(arms)}" if args.arms else "")
-    log(f"budget {budget.name}, arms {', '.join(arms)}, work dir {work_dir}")
-    exports = {}
+    recorder = Recorder(budget, work_dir, runs_dir_of(Path(args.results_dir), budget))
+    log(f"budget {budget.name}, runs {', '.join(run.name for run in runs)}, work dir {work_dir}")
     if args.stage in ("all", "pretrain", "finetune"):
         data_dir = build_data(work_dir)
-    progress = Progress(runs_per_arm(budget) * len(arms), args.jobs)
     if args.stage == "pretrain":
-        for arm in arms:
-            if ARMS[arm] is not None:
-                pretrain(budget, arm, work_dir, data_dir)
+        for run in runs:
+            if run.pretrained:
+                pretrain(budget, run, work_dir, data_dir)
+                recorder(run)
     if args.stage in ("all", "finetune"):
-        ready = []
-        for arm in schedule(arms):
-            if ARMS[arm] is not None:
-                exports[arm] = pretrain(budget, arm, work_dir, data_dir) if args.stage == "all" else (
-                    work_dir / "arms" / arm / "pretrain" / "export")
-                if not (exports[arm] / "electra_config.json").exists():
-                    log(f"[{arm}] no export yet in {exports[arm]}: run the pretrain stage first; skipping")
+        progress = Progress(runs_per_arm(budget, tasks) * len(runs), args.jobs)
+        exports, ready = {}, []
+        for run in schedule(runs):
+            if run.pretrained:
+                if args.stage == "all":
+                    exports[run] = pretrain(budget, run, work_dir, data_dir)
+                    recorder(run)
+                else:
+                    exports[run] = pretrain_dir(work_dir, run) / "export"
+                if not (exports[run] / "electra_config.json").exists():
+                    log(f"[{run.name}] no export yet in {exports[run]}: run the pretrain stage first; skipping")
                     continue
-            finetune_grid(budget, arm, exports.get(arm), work_dir, progress, SELECTION_TASK, args.jobs)
-            ready.append(arm)
-        for arm in ready:
-            finetune_arm(budget, arm, exports.get(arm), work_dir, progress, args.jobs)
-    if args.stage in ("all", "report", "finetune"):
-        report(budget, work_dir, arms, Path(args.results_dir), command)
+            finetune_grid(recorder, run, exports.get(run), progress, SELECTION_TASK, args.jobs)
+            ready.append(run)
+        for run in ready:
+            finetune_run(recorder, run, exports.get(run), progress, args.jobs, tasks)
+    report(budget, Path(args.results_dir), command_line(args, budget))
 
 
 if __name__ == "__main__":
