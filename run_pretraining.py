@@ -94,17 +94,33 @@ flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logi
 
 
 def resolve_data(model_size):
-    """`(data_dir, model_dir)`, building the demo corpus when --data_dir is unset."""
+    """`(data_dir, model_dir, demo_vocab_size)`: the demo corpus (built at the size's sequence
+    length, in a folder of the size's own) when --data_dir is unset; demo_vocab_size is None otherwise."""
     if FLAGS.data_dir:
         if not FLAGS.model_dir:
             raise app.UsageError("--model_dir is required with --data_dir")
-        return FLAGS.data_dir, FLAGS.model_dir
+        return FLAGS.data_dir, FLAGS.model_dir, None
     from data_prep.demo import build_demo_dataset
+    from data_prep.manifest import load_manifest
+    from electra_tf.config import get_config
 
-    data_dir = os.path.join(DEMO_DIR, "data")
-    logging.info("No --data_dir: building/using the offline demo corpus in %s", data_dir)
-    build_demo_dataset(data_dir, max_seq_length=FLAGS.max_seq_length or 128)
-    return data_dir, FLAGS.model_dir or os.path.join(DEMO_DIR, f"model_{model_size}")
+    max_seq_length = FLAGS.max_seq_length or get_config(model_size).max_seq_length
+    data_dir = build_demo_dataset(os.path.join(DEMO_DIR, model_size, "data"), max_seq_length=max_seq_length)
+    return data_dir, FLAGS.model_dir or os.path.join(DEMO_DIR, model_size, "model"), load_manifest(data_dir)["vocab_size"]
+
+
+def demo_lines(model_size, data_dir, model_dir, config, size_vocab_size) -> list[str]:
+    """What the no-data run does, in plain words, for the first log lines."""
+    seq = config.max_seq_length
+    return [
+        f"No --data_dir: training `{model_size}` on the offline demo corpus (Python's own documentation) in "
+        f"{data_dir}, built at {model_size}'s sequence length {seq}; its {config.vocab_size}-word vocabulary "
+        f"replaces {model_size}'s {size_vocab_size}.",
+        f"Checkpoints, TensorBoard logs and the export go to {model_dir}; the same command resumes there.",
+        "Your own text: python -m data_prep.build_pretraining_dataset --input=corpus/ --vocab_file=vocab.txt "
+        f"--output_dir=shards/ --max_seq_length={seq}, then python run_pretraining.py --model_size={model_size} "
+        f"--data_dir=shards/ --model_dir=runs/{model_size}",
+    ]
 
 
 def create_strategy():
@@ -131,13 +147,16 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
     from electra_tf import distribution, training
-    from electra_tf.config import get_config
+    from electra_tf.config import get_config, parse_hparams
 
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
-    data_dir, model_dir = resolve_data(model_size)
+    data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
+    hparams = parse_hparams(FLAGS.hparams)
+    if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
+        hparams = {"vocab_size": demo_vocab_size, **hparams}
     config = get_config(
-        model_size, FLAGS.hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
+        model_size, hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
         max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
@@ -155,6 +174,11 @@ def main(argv):
         path = training.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
         print(f"Exported to {path}")
         return
+    if demo_vocab_size is not None:
+        for line in demo_lines(model_size, data_dir, model_dir, config, get_config(model_size).vocab_size):
+            logging.info("%s", line)
+    if strategy is not None and distribution.all_cpu(strategy):
+        config = fit_to_cpu_memory(config)
     options = TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
@@ -169,6 +193,23 @@ def main(argv):
     history = training.train(config, options, strategy)
     if distribution.is_chief(strategy):
         summarize(history, model_dir)
+
+
+def fit_to_cpu_memory(config):
+    """On CPUs: logs the step's cost up front and, unless --gradient_accumulation_steps (or --hparams)
+    chose, splits a batch whose activations exceed the memory into micro-batches (the same update)."""
+    from electra_tf import cost
+    from electra_tf.config import parse_hparams
+
+    micro_batches = config.gradient_accumulation_steps
+    chosen = FLAGS.gradient_accumulation_steps is not None or "gradient_accumulation_steps" in parse_hparams(FLAGS.hparams)
+    available = cost.available_memory_bytes()
+    if not chosen and available:
+        micro_batches = cost.micro_batches_to_fit(config, config.train_batch_size, available)
+        config = config.replace(gradient_accumulation_steps=micro_batches)
+    for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second(), micro_batches):
+        logging.info("%s", line)
+    return config
 
 
 def summarize(history, model_dir):

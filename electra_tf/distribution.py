@@ -131,6 +131,20 @@ def worker_index(strategy: tf.distribute.Strategy) -> int:
     return getattr(strategy.extended, "_id_in_cluster", 0) or 0
 
 
+def device_types(strategy) -> set:
+    """The kinds of device ("CPU", "GPU", "TPU") that `strategy`'s replicas run on."""
+    try:
+        devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
+    except RuntimeError:  # the default strategy places ops on an accelerator if there is one
+        devices = [device.device_type for device in tf.config.list_logical_devices()]
+    return set(devices)
+
+
+def all_cpu(strategy) -> bool:
+    """Whether every device `strategy` runs on is a CPU."""
+    return device_types(strategy) == {"CPU"}
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes checkpoints, summaries and exports (worker 0)."""
     return worker_index(strategy) == 0

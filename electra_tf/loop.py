@@ -176,11 +176,7 @@ def grappler_enabled(mode: str, strategy) -> bool:
         raise ValueError(f"--graph_optimizer must be one of {GRAPH_OPTIMIZERS}, got {mode!r}")
     if mode != "auto":
         return mode == "on"
-    try:
-        devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
-    except RuntimeError:  # the default strategy places ops on an accelerator if there is one
-        devices = [device.device_type for device in tf.config.list_logical_devices()]
-    return not all(device == "CPU" for device in devices)
+    return not distribution.all_cpu(strategy)
 
 
 @contextlib.contextmanager
@@ -323,6 +319,11 @@ class ProgressReporter:
     def examples_per_second(self, step: int) -> float:
         return (step - self.start_step) * self.batch_size / max(time.time() - self.start_time, 1e-9)
 
+    def eta_seconds(self, step: int) -> float:
+        """The remaining steps at the average rate since the start (the first call's tracing included)."""
+        done = step - self.start_step
+        return (self.total - step) * (time.time() - self.start_time) / done if done > 0 else float("nan")
+
     def update(self, step: int, scalars: dict, log: bool):
         """Moves the bar to `step`; when `log` (a log step) and not interactive, writes a log line."""
         shown = [(k, float(scalars[k])) for k in self.keys if k in scalars]
@@ -330,4 +331,38 @@ class ProgressReporter:
         if self.bar is not None:
             self.bar.update(step, values=shown)
         elif log:
-            logging.info("%s %d/%d  %s", self.label, step, self.total, "  ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
+            from electra_tf.cost import format_duration
+
+            logging.info("%s %d/%d  ETA %s  %s", self.label, step, self.total, format_duration(self.eta_seconds(step)),
+                         "  ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
+
+
+class StepTimer:
+    """Times a run's first steps and logs what the rest will take.
+
+    The loop returns to Python after the first step (its call includes tracing) and after
+    `FIRST_STEPS` steady steps, so the cost shows before a long run has spent it.
+    """
+
+    FIRST_STEPS = 2
+
+    def __init__(self, start_step: int, total_steps: int):
+        self.start_step, self.total = start_step, total_steps
+        self.started = self.first_done = time.time()
+
+    @property
+    def stops(self) -> tuple:
+        return (self.start_step + 1, self.start_step + 1 + self.FIRST_STEPS)
+
+    def observe(self, step: int) -> None:
+        from electra_tf.cost import format_duration
+
+        now = time.time()
+        if step == self.start_step + 1:
+            logging.info("First step: %.1f s (tracing the step included).", now - self.started)
+            self.first_done = now
+        elif step == self.start_step + 1 + self.FIRST_STEPS:
+            per_step = (now - self.first_done) / self.FIRST_STEPS
+            logging.info("Steps %d-%d: %s per step; the %s steps to go take %s at this rate.",
+                         self.start_step + 2, step, format_duration(per_step), f"{self.total - step:,}",
+                         format_duration(per_step * (self.total - step)))

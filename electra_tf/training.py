@@ -247,10 +247,12 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     total = config.num_train_steps
     progress = loop.ProgressReporter(total, step, config.train_batch_size,
                                      keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
+    timer = loop.StepTimer(step, total)
     window_start, window_step = time.time(), step
-    logging.info("Training %s (%s) from step %d to %d, global batch %d, %d replica(s) on %d worker(s)%s; %s",
-                 config.model_size, config.objective, step, total, config.train_batch_size,
-                 strategy.num_replicas_in_sync, workers,
+    logging.info("Training %s (%s) from step %d to %d, global batch %d x %d tokens%s, %d replica(s) on %d worker(s)%s; %s",
+                 config.model_size, config.objective, step, total, config.train_batch_size, config.max_seq_length,
+                 f" in {config.gradient_accumulation_steps} micro-batches" if config.gradient_accumulation_steps > 1
+                 else "", strategy.num_replicas_in_sync, workers,
                  "" if chief else f" (this is worker {worker})", loop.runtime_summary(train_steps))
     last = min(total, options.stop_after_steps or total)
     with stop_request, _scratch_dir(chief, worker) as scratch:
@@ -264,9 +266,12 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                 input_saver.save(checkpoint_number=step)
 
         while step < last and not stop_request.requested:
-            stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps)
+            stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps,
+                                  extra_stops=timer.stops)
             outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
             previous, step = step, loop.current_step(optimizer)
+            if chief:
+                timer.observe(step)
             skipped = int(outputs["nonfinite_steps"])
             if skipped and not options.skip_nonfinite_steps:
                 latest = manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)
@@ -295,7 +300,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                     metric.reset_state()
                 window_start, window_step = time.time(), step
             progress.update(step, scalars, log=log_now)
-            if step % options.save_checkpoints_steps == 0 or step >= total:
+            if step % options.save_checkpoints_steps == 0 or step >= last:
                 save(step)
                 saved_step = step
         if stop_request.requested and step < last:  # the same on every worker (see preemption.StopRequest)
@@ -306,7 +311,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
                             step, total, how, where)
             print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
-        elif options.export and step >= config.num_train_steps and chief:
+        elif options.export and chief and step >= last:
+            # The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached.
             loop.check_finite_weights(model, step, "export")
             ours.save_ours(model, os.path.join(options.model_dir, "export"),
                            vocab_file=manifest.get("vocab_file"), step=step)
