@@ -42,8 +42,8 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES
-from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
-                                 PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default)
+from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default, define_execution_flags,
+                                execution_from_flags)
 
 FLAGS = flags.FLAGS
 
@@ -94,8 +94,7 @@ flags.DEFINE_enum("strategy", "auto", STRATEGIES,
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 flags.DEFINE_enum("mixed_precision", default(RunOptions, "mixed_precision"), list(PRECISIONS), "Compute precision.")
-flags.DEFINE_boolean("jit_compile", default(RunOptions, "jit_compile"), "XLA-compile the train step (slow on CPU).")
-flags.DEFINE_enum("graph_optimizer", default(RunOptions, "graph_optimizer"), GRAPH_OPTIMIZERS, GRAPH_OPTIMIZER_HELP)
+define_execution_flags(flags)
 flags.DEFINE_integer("log_steps", default(RunOptions, "log_steps"), "Log train loss/LR every this many steps.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "
@@ -325,6 +324,11 @@ def setup():
         from electra_tf.finetuning.trainer import new_encoder_fn
         encoder_fn = new_encoder_fn(config)
     strategy = make_strategy()
+    from electra_tf.distribution import resolve_execution
+    from electra_tf.modeling import set_default_execution
+
+    execution = resolve_execution(execution_from_flags(FLAGS), strategy)
+    set_default_execution(execution)  # the encoder and heads are built later, inside the strategy
     dynamic_padding = FLAGS.dynamic_padding
     if dynamic_padding and "TPU" in type(strategy).__name__:
         logging.info("TPU: batches padded to max_seq_length (XLA on TPU needs static shapes)")
@@ -344,8 +348,7 @@ def setup():
         select_best_epoch=FLAGS.select_best_epoch, dynamic_padding=dynamic_padding,
         export_saved_model=FLAGS.export_saved_model,
         length_bucketing=FLAGS.length_bucketing,
-        mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, jit_compile=FLAGS.jit_compile,
-        graph_optimizer=FLAGS.graph_optimizer)
+        mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, execution=execution)
     return task, config, encoder_fn, tokenizer, strategy, options, load_data(task, tokenizer, options)
 
 

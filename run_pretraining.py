@@ -30,8 +30,8 @@ import sys
 from absl import app, flags, logging
 
 from electra_tf.config import MODEL_SIZES, OBJECTIVES
-from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
-                                 INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default)
+from electra_tf.options import (INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default,
+                                define_execution_flags, execution_from_flags)
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
@@ -72,9 +72,7 @@ flags.DEFINE_enum("input_sharding", default(TrainOptions, "input_sharding"), INP
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), list(PRECISIONS),
                   "fp16 uses dynamic loss scaling.")
-flags.DEFINE_bool("jit_compile", default(TrainOptions, "jit_compile"),
-                  "XLA-compile the train step (good on GPU/TPU, slow on CPU).")
-flags.DEFINE_enum("graph_optimizer", default(TrainOptions, "graph_optimizer"), GRAPH_OPTIMIZERS, GRAPH_OPTIMIZER_HELP)
+define_execution_flags(flags)
 flags.DEFINE_integer("save_checkpoints_steps", default(TrainOptions, "save_checkpoints_steps"),
                      "Checkpoint every this many steps.")
 flags.DEFINE_integer("keep_checkpoint_max", default(TrainOptions, "keep_checkpoint_max"), "Checkpoints kept.")
@@ -182,8 +180,7 @@ def main(argv):
     options = TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
-        log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, jit_compile=FLAGS.jit_compile,
-        graph_optimizer=FLAGS.graph_optimizer,
+        log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, execution=execution_from_flags(FLAGS),
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, input_sharding=FLAGS.input_sharding,

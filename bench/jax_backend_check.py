@@ -59,8 +59,7 @@ def main():
     print(f"dropout16: dropped {(y == 0).mean():.5f} (expected {6554 / 65536:.5f}), kept values {kept}")
     if not (abs((y == 0).mean() - 6554 / 65536) < 0.002 and np.allclose(kept, 65536 / (65536 - 6554))):
         failures.append("dropout16")
-    encoder = modeling.ElectraEncoder.from_config_object(get_config("tiny", hparams={"dropout_rate": 0.1,
-                                                                                     "attention_dropout_rate": 0.1}),
+    encoder = modeling.ElectraEncoder.from_config_object(get_config("tiny", hparams={"dropout_rate": 0.1}),
                                                          "discriminator")
     inputs = {"token_ids": np.array([[2, 10, 11, 3, 0]], "int32"), "segment_ids": np.zeros((1, 5), "int32"),
               "padding_mask": np.array([[1, 1, 1, 1, 0]], "int32")}

@@ -406,7 +406,7 @@ def hf_config(config, role: str, **extra):
         vocab_size=config.vocab_size, embedding_size=config.embedding_size, hidden_size=hidden,
         num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=intermediate,
         hidden_act="gelu", hidden_dropout_prob=config.dropout_rate,
-        attention_probs_dropout_prob=config.attention_dropout_rate,
+        attention_probs_dropout_prob=config.dropout_rate,
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         layer_norm_eps=config.layer_norm_epsilon, initializer_range=config.initializer_range,
         pad_token_id=SPECIAL_IDS["pad"], **extra)
@@ -696,7 +696,7 @@ def _ablation_patches(variant, model, optimizer):
 
 def build_ablation(variant, config, batch, precision, strategy):
     if variant == "no_dropout":
-        return Ours(config.replace(dropout_rate=0.0, attention_dropout_rate=0.0), batch, precision,
+        return Ours(config.replace(dropout_rate=0.0), batch, precision,
                     strategy=strategy, variant=variant)
     if variant == "gelu_approximate":
         return Ours(config.replace(hidden_act="gelu_approximate"), batch, precision, strategy=strategy,

@@ -27,6 +27,8 @@ from typing import Any, Mapping
 
 from absl import logging
 
+from electra_tf.options import LEGACY_EXECUTION_FIELDS
+
 # What the pre-training loss covers (see `electra_tf/pretrainer.py` and the ELECTRA paper, section 3.2):
 #   rtd              generator MLM + discriminator sigmoid CE over every real token (ELECTRA)
 #   mlm              masked LM alone (BERT); `mlm_encoder` picks its size
@@ -38,12 +40,9 @@ from absl import logging
 OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 # Objectives with a generator that corrupts the main model's input.
 GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
+# The encoders' activation: the exact (erf) GELU of the official code and HF, or its tanh
+# approximation (keras-hub's ElectraBackbone). `modeling.get_activation` maps each name.
 ACTIVATIONS = ("gelu", "gelu_approximate")
-# Encoder dropout masks: two 16-bit keep decisions per 32-bit random draw (rate 0.1 → 0.100006,
-# about 3 % of a step on CPU, `modeling.dropout16`) or Keras' one float per element.
-DROPOUT_MASKS = ("16bit", "keras")
-# How the generator's tokens are drawn from its softmax (`masking.sample_tokens`).
-SAMPLING_METHODS = ("inverse_cdf", "gumbel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,18 +89,8 @@ class ElectraConfig:
     embedding_size: int = 128
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.1
-    dropout_masks: str = "16bit"  # one of DROPOUT_MASKS
-    # The transformer layers' bias adds, GELU, masked softmax, dropouts, residual adds and LayerNorms,
-    # the heads' bias + GELU and the generator's softmax cross-entropy as XLA-fused kernels between
-    # TensorFlow's matmuls (`electra_tf.fused`; TensorFlow backend, "16bit" dropout masks), element-wise
-    # arithmetic in float32. False: keras-hub's layer ops and TF's cross-entropy. The same arithmetic
-    # up to float rounding (the same dropout masks); without them a bf16 CPU step took 1.4× as long, fp32 1.1×.
-    fused_kernels: bool = True
-    # "gelu" is the exact erf GELU of the official code and HF; keras-hub's
-    # ElectraBackbone uses the tanh approximation ("gelu_approximate").
-    hidden_act: str = "gelu"
+    dropout_rate: float = 0.1  # hidden and attention-probability dropout alike (one rate, as keras-hub)
+    hidden_act: str = "gelu"  # one of ACTIVATIONS
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
 
@@ -117,10 +106,6 @@ class ElectraConfig:
     disc_weight: float = 50.0
     gen_weight: float = 1.0
     temperature: float = 1.0
-    # How the generator's samples are drawn from its softmax: "inverse_cdf" (two uniforms per draw,
-    # `masking.inverse_cdf_sample`) or "gumbel" (the official Gumbel-max, one per vocabulary entry).
-    # The same distribution; Gumbel-max made a bf16 Small CPU step 1.16× as long.
-    sampling: str = "inverse_cdf"
     max_seq_length: int = 128
     # "full": generator and discriminator share one embeddings block (ELECTRA). "gdes":
     # gradient-disentangled sharing (DeBERTaV3): the discriminator uses stop_gradient(shared) + its
@@ -145,11 +130,6 @@ class ElectraConfig:
     # The official AdamWeightDecayOptimizer has no bias correction: lr · (m / (√v + ε) + wd · w).
     # True gives Keras' bias-corrected Adam step (smaller by (1 − β1^t) / √(1 − β2^t) early on).
     adam_bias_correction: bool = False
-    # AdamW as TF's fused ResourceApplyAdam kernel per variable (the same update; the kernel
-    # forms 1 − β2 in float32, 0.00099998713 instead of 0.001, the weight of g² in v). It makes
-    # the traced step a third smaller and its first call seconds faster; False: separate ops.
-    # Pre-training and fine-tuning alike.
-    adam_fused_kernel: bool = True
 
     # Fine-tuning defaults of this size (paper table 7).
     finetune_learning_rate: float = 3e-4
@@ -180,10 +160,6 @@ class ElectraConfig:
             problems.append(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.mlm_encoder not in ("generator", "discriminator"):
             problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
-        if self.sampling not in SAMPLING_METHODS:
-            problems.append(f"sampling must be one of {SAMPLING_METHODS}, got {self.sampling!r}")
-        if self.dropout_masks not in DROPOUT_MASKS:
-            problems.append(f"dropout_masks must be one of {DROPOUT_MASKS}, got {self.dropout_masks!r}")
         if self.hidden_act not in ACTIVATIONS:
             problems.append(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
         for role in ROLES:
@@ -233,8 +209,20 @@ class ElectraConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "ElectraConfig":
-        """From `to_dict()`'s nested form or the flat form of configs written before the tree."""
-        return cls().replace(**dict(values))
+        """From `to_dict()`'s nested form or the flat form of configs written before the tree.
+
+        Fields that stored configs held before they became execution options (`fused_kernels`,
+        `dropout_masks`, `sampling`, `adam_fused_kernel`) and `attention_dropout_rate` (always
+        equal to `dropout_rate`) are dropped: they never changed the function learned.
+        """
+        values = dict(values)
+        for name in LEGACY_EXECUTION_FIELDS:
+            values.pop(name, None)
+        attention_rate = values.pop("attention_dropout_rate", None)
+        if attention_rate is not None and attention_rate != values.get("dropout_rate", attention_rate):
+            raise ValueError(f"attention_dropout_rate={attention_rate} differs from dropout_rate="
+                             f"{values['dropout_rate']}: this model has one dropout rate")
+        return cls().replace(**values)
 
 
 def _encoder_problems(role: str, encoder) -> list:
@@ -269,6 +257,9 @@ def _resolve_overrides(config: ElectraConfig, overrides: Mapping[str, Any]) -> d
     fields = {f.name for f in dataclasses.fields(ElectraConfig)}
     plain, encoder_updates = {}, {role: {} for role in ROLES}
     for key, value in flatten(overrides).items():
+        if key in LEGACY_EXECUTION_FIELDS:
+            raise ValueError(f"{key!r} is an execution option now, not a hyper-parameter: use the flag "
+                             f"--{LEGACY_EXECUTION_FIELDS[key]} (see --helpfull)")
         role, _, name = key.partition(".")
         if name and role in ROLES:
             encoder_updates[role][name] = value
@@ -303,7 +294,7 @@ MODEL_SIZES = {
         vocab_size=8192, embedding_size=64, max_position_embeddings=128,
         discriminator=EncoderConfig(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512),
         generator=EncoderConfig(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=128),
-        dropout_rate=0.0, attention_dropout_rate=0.0,
+        dropout_rate=0.0,
         learning_rate=1e-3, train_batch_size=32, max_seq_length=128, num_train_steps=1000,
         num_warmup_steps=100, adam_bias_correction=True,  # short warm-up: see "mini"
         finetune_learning_rate=1e-3, finetune_layerwise_lr_decay=0.9,

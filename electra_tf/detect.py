@@ -122,7 +122,7 @@ def _encode(tokenizer, texts: Sequence[str], max_seq_length: int):
 
 
 def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, special, mask_prob, temperature):
-    """The pre-training corruption: mask → generator → sample (`config.sampling`) → write samples in."""
+    """The pre-training corruption: mask → generator → sample (`pretrainer.execution.sampling`) → write samples in."""
     import tensorflow as tf
 
     from electra_tf import masking
@@ -137,7 +137,7 @@ def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, specia
     hidden = pretrainer.generator({"token_ids": masked.input_ids, "segment_ids": segment_ids,
                                    "padding_mask": input_mask}, training=False)
     logits = pretrainer.generator_head(gather_positions(hidden, masked.positions))
-    sampled = masking.sample_tokens(logits, seeds, temperature, pretrainer.config.sampling)
+    sampled = masking.sample_tokens(logits, seeds, temperature, pretrainer.execution.sampling)
     fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
     return fake_ids, tf.cast(labels, tf.bool)
 

@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.options import PRECISIONS, STRATEGIES
+from electra_tf.options import PRECISIONS, STRATEGIES, ExecutionOptions
 
 # Strategies whose input iterators yield the whole global batch on every worker (see `split_for_replicas`).
 _GLOBAL_BATCH_INPUT = weakref.WeakSet()
@@ -143,6 +143,16 @@ def device_types(strategy) -> set:
 def all_cpu(strategy) -> bool:
     """Whether every device `strategy` runs on is a CPU."""
     return device_types(strategy) == {"CPU"}
+
+
+def resolve_execution(execution: ExecutionOptions, strategy) -> ExecutionOptions:
+    """`execution` resolved for `strategy`'s devices and the Keras backend, logged in one line."""
+    if execution.resolved:
+        return execution
+    devices = device_types(strategy)
+    resolved = execution.resolve(devices, keras.backend.backend())
+    logging.info("Execution on %s: %s", "+".join(sorted(devices)), resolved.describe())
+    return resolved
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -287,12 +287,22 @@ def bias_dropout_add_norm(x, bias, residual, gamma, beta, bits=None, rate=0.0, e
 SAMPLING_BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
 
 
+def _dim(t, axis: int):
+    """`t`'s size along `axis`: static where known, else dynamic."""
+    return t.shape[axis] if t.shape[axis] is not None else tf.shape(t)[axis]
+
+
 def _block_masses(logits):
-    """Row max `[R, 1]` and `Σ exp(logit − max)` over each `SAMPLING_BLOCK` entries `[R, blocks]`
-    (the last block may be shorter; XLA's pad would cost a copy of the logits)."""
-    rows, vocab = logits.shape
+    """Row max `[R, 1]` and `Σ exp(logit − max)` over each `SAMPLING_BLOCK` entries `[R, blocks]`.
+
+    With a static vocabulary the last block may be shorter (padding would cost a copy of the
+    logits); a dynamic one is padded with zero weights to whole blocks."""
+    rows, vocab = tf.shape(logits)[0], logits.shape[-1]
     top = tf.reduce_max(logits, axis=-1, keepdims=True)
     weights = tf.exp(logits - top)
+    if vocab is None:
+        padded = tf.pad(weights, [[0, 0], [0, tf.math.floormod(-tf.shape(logits)[-1], SAMPLING_BLOCK)]])
+        return top, _row_sum(tf.reshape(padded, [rows, -1, SAMPLING_BLOCK]))[..., 0]
     full = vocab // SAMPLING_BLOCK
     parts = []
     if full:
@@ -312,7 +322,7 @@ def _cross_entropy_forward(logits, labels):
 
 @_jit
 def _cross_entropy_backward(logits, labels, log_norm, dloss):
-    vocab = tf.range(logits.shape[-1], dtype=labels.dtype)
+    vocab = tf.range(tf.shape(logits)[-1], dtype=labels.dtype)
     target = tf.cast(tf.equal(vocab, labels[:, None]), tf.float32)
     return (tf.exp(logits - log_norm[:, None]) - target) * dloss[:, None]
 
@@ -334,7 +344,7 @@ def vocabulary_softmax(logits, labels) -> VocabularySoftmax:
     TensorFlow's op writes the `[..., V]` gradient in the forward pass; here the backward
     pass recomputes it from the logits and the saved log-normaliser.
     """
-    vocab = logits.shape[-1]
+    vocab = _dim(logits, -1)
     leading = tf.shape(logits)[:-1]
     flat_logits, flat_labels = tf.reshape(logits, [-1, vocab]), tf.reshape(labels, [-1])
 
@@ -358,14 +368,14 @@ def _pick(masses, uniform):
     never picked (u · total can round up to the total: then the last entry with mass)."""
     cumulative = tf.cumsum(masses, axis=-1)
     index = tf.reduce_sum(tf.cast(cumulative <= uniform[:, None] * cumulative[:, -1:], tf.int32), axis=-1)
-    last = masses.shape[-1] - 1 - tf.argmax(tf.reverse(masses, [-1]) > 0, axis=-1, output_type=tf.int32)
+    last = tf.shape(masses)[-1] - 1 - tf.argmax(tf.reverse(masses, [-1]) > 0, axis=-1, output_type=tf.int32)
     return tf.minimum(index, last)
 
 
 @_jit
 def _sample_with_masses(scaled, top, masses, uniforms):
     """[R] indices from softmax(scaled): a block by its mass, then an entry by its weight in it."""
-    vocab = scaled.shape[-1]
+    vocab = tf.shape(scaled)[-1]
     start = _pick(masses, uniforms[:, 0]) * SAMPLING_BLOCK
     indices = start[:, None] + tf.range(SAMPLING_BLOCK)
     weights = tf.exp(tf.gather(scaled, tf.minimum(indices, vocab - 1), batch_dims=1) - top)
@@ -386,7 +396,7 @@ def sample_from_logits(logits, uniforms, temperature=1.0, softmax: VocabularySof
     entry. `softmax` (`vocabulary_softmax` of the same logits) saves the pass over the logits
     when `temperature` is 1. Returns int32 `[...]`.
     """
-    vocab = logits.shape[-1]
+    vocab = _dim(logits, -1)
     scaled = tf.reshape(tf.stop_gradient(logits), [-1, vocab])
     if softmax is None or temperature != 1.0:
         scaled = scaled / temperature

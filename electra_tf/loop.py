@@ -53,7 +53,7 @@ from absl import logging
 
 import electra_tf
 from electra_tf import distribution
-from electra_tf.options import GRAPH_OPTIMIZERS
+from electra_tf.options import ExecutionOptions
 
 
 def loss_scale(optimizer) -> tf.Tensor:
@@ -165,18 +165,10 @@ def _accumulated_gradients(model, batch, variables, num_micro):
 
 
 def grappler_enabled(mode: str, strategy) -> bool:
-    """Whether the training loop runs TF's graph optimizer (grappler) under `--graph_optimizer=mode`.
-
-    "auto" turns it off where every device of `strategy` is a CPU: there its passes took 5–6 s of
-    the Small step's first call (half of it), while the steps after it were as fast without it
-    within the noise (26 interleaved rounds, `bench/startup_bench.py`); GPUs and TPUs keep TF's
-    default.
-    """
-    if mode not in GRAPH_OPTIMIZERS:
-        raise ValueError(f"--graph_optimizer must be one of {GRAPH_OPTIMIZERS}, got {mode!r}")
-    if mode != "auto":
-        return mode == "on"
-    return not distribution.all_cpu(strategy)
+    """Whether the training loop runs TF's graph optimizer (grappler) under `--graph_optimizer=mode`
+    ("auto" resolves for `strategy`'s devices: `ExecutionOptions.resolve`)."""
+    resolved = ExecutionOptions(graph_optimizer=mode).resolve(distribution.device_types(strategy))
+    return resolved.graph_optimizer == "on"
 
 
 @contextlib.contextmanager

@@ -30,7 +30,6 @@ from typing import NamedTuple, Sequence
 import tensorflow as tf
 
 from electra_tf import fused
-from electra_tf.config import SAMPLING_METHODS
 
 # Purposes: independent random streams for one example at one step.
 _MASK_POSITIONS, _MASK_TOKEN, _GUMBEL, _SAMPLE = 0, 1, 2, 3
@@ -51,13 +50,21 @@ def example_seeds(seed, step, global_indices):
     )
 
 
-def per_example_uniform(seeds, purpose: int, shape: Sequence[int]):
-    """`[B, *shape]` uniform [0, 1) floats, row b drawn from `seeds[b]` and `purpose`."""
+def per_example_uniform(seeds, purpose: int, shape: Sequence):
+    """`[B, *shape]` uniform [0, 1) floats, row b drawn from `seeds[b]` and `purpose`; `shape`'s
+    entries are ints or scalar tensors (dynamic sizes)."""
+    static = [d if isinstance(d, int) else None for d in shape]
+    dims = list(shape) if None not in static else tf.stack([tf.cast(d, tf.int32) for d in shape])
     return tf.map_fn(
-        lambda s: tf.random.stateless_uniform(shape, seed=tf.random.experimental.stateless_fold_in(s, purpose)),
+        lambda s: tf.random.stateless_uniform(dims, seed=tf.random.experimental.stateless_fold_in(s, purpose)),
         seeds,
-        fn_output_signature=tf.TensorSpec(shape, tf.float32),
+        fn_output_signature=tf.TensorSpec(static, tf.float32),
     )
+
+
+def trailing_dims(t, first: int) -> list:
+    """`t`'s sizes from axis `first` on: ints where static, scalar tensors where dynamic."""
+    return [t.shape[axis] if t.shape[axis] is not None else tf.shape(t)[axis] for axis in range(first, len(t.shape))]
 
 
 class MaskedBatch(NamedTuple):
@@ -128,7 +135,7 @@ def gumbel_sample(logits, seeds, temperature=1.0):
     """Gumbel-max samples from `softmax(logits / temperature)`, `[B, N, V]` → `[B, N]` (the official
     code's `sample_from_softmax`: one uniform per vocabulary entry)."""
     logits = tf.stop_gradient(tf.cast(logits, tf.float32)) / temperature
-    uniform = per_example_uniform(seeds, _GUMBEL, logits.shape[1:])
+    uniform = per_example_uniform(seeds, _GUMBEL, trailing_dims(logits, 1))
     gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
     return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
 
@@ -140,17 +147,18 @@ def inverse_cdf_sample(logits, seeds, temperature=1.0, softmax=None):
     it; the same distribution as `gumbel_sample` from 2 instead of V random numbers per draw.
     `softmax`: the logits' `fused.vocabulary_softmax`, if computed already.
     """
-    uniforms = per_example_uniform(seeds, _SAMPLE, list(logits.shape[1:-1]) + [2])
+    uniforms = per_example_uniform(seeds, _SAMPLE, trailing_dims(logits, 1)[:-1] + [2])
     return fused.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
 
 
 def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf", softmax=None):
-    """The generator's samples at the masked positions by `method` (one of `SAMPLING_METHODS`)."""
+    """The generator's samples at the masked positions by `method`, "inverse_cdf" or "gumbel"
+    (`ExecutionOptions.sampling`, resolved)."""
     if method == "inverse_cdf":
         return inverse_cdf_sample(logits, seeds, temperature, softmax)
     if method == "gumbel":
         return gumbel_sample(logits, seeds, temperature)
-    raise ValueError(f"sampling must be one of {SAMPLING_METHODS}, got {method!r}")
+    raise ValueError(f"sampling must be 'inverse_cdf' or 'gumbel', got {method!r}")
 
 
 def corrupt(input_ids, masked: MaskedBatch, sampled_ids):

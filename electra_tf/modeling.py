@@ -6,8 +6,13 @@ class one layer at a time (see `electra_tf.convert.keras_hub_preset`). The gener
 discriminator's whole `ElectraEmbeddings` block (word, position and segment
 embeddings plus their LayerNorm: the same variable objects) and adds its own
 projection and narrower transformer layers, as in the official code.
-(Issue #11: the encoder layers' LayerNorms and dropouts run as `ElectraLayerNormalization` /
-`ElectraDropout`, subclasses that replace only `call`, switched in place: same weights and names.)
+
+How the layers compute is an execution choice (`electra_tf.options.ExecutionOptions`), never part of
+a layer's config: `kernels="xla_cpu"` runs the transformer layers and the heads' bias + GELU as the
+XLA-fused kernels of `electra_tf.fused`; `kernels="reference"` runs keras-hub's layer call with
+Keras' LayerNorm and GELU. Either way dense layers sum bias gradients in float32 (`add_bias`), and
+`dropout_masks="16bit"` drops out with `ElectraDropout`. `resolve_execution` picks the device's
+defaults when none is given.
 
 Example:
 
@@ -30,9 +35,11 @@ import math
 
 import keras
 from keras import layers, ops
+from keras.src.backend import AutocastScope  # a variable in its own dtype inside an autocasting call
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
-from electra_tf.config import DROPOUT_MASKS, ElectraConfig
+from electra_tf.config import ACTIVATIONS, ElectraConfig
+from electra_tf.options import ExecutionOptions
 from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 
 PACKAGE = "electra_tf"
@@ -72,12 +79,68 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
-def get_activation(name: str):
-    """Maps `ElectraConfig.hidden_act` to a serialisable activation."""
-    activations = {"gelu": gelu_exact, "gelu_approximate": gelu_approximate}
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def gelu_keras(x):
+    """Keras' exact GELU, differentiated op by op (the reference path's activation)."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+def get_activation(name: str, kernels: str | None = None):
+    """Maps `ElectraConfig.hidden_act` (one of `config.ACTIVATIONS`) to a serialisable activation:
+    the exact GELU with its closed-form gradient under the XLA:CPU kernels, Keras' otherwise."""
+    exact = gelu_exact if (kernels or resolve_execution().kernels) == "xla_cpu" else gelu_keras
+    activations = dict(zip(ACTIVATIONS, (exact, gelu_approximate)))
     if name not in activations:
-        raise ValueError(f"hidden_act must be one of {sorted(activations)}, got {name!r}")
+        raise ValueError(f"hidden_act must be one of {ACTIVATIONS}, got {name!r}")
     return activations[name]
+
+
+def visible_device_types() -> set:
+    """The kinds of device ("CPU", "GPU", "TPU") the Keras backend can place work on."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return {device.device_type for device in tf.config.list_logical_devices()}
+    if backend == "jax":
+        import jax
+
+        return {device.platform.upper() for device in jax.devices()}
+    return {"CPU"}
+
+
+_default_execution: ExecutionOptions | None = None
+
+
+def set_default_execution(execution: ExecutionOptions | None) -> None:
+    """The execution options of layers built from now on without `execution=` (as Keras' global
+    dtype policy is for dtypes): an entry point sets what it resolved for its strategy's devices.
+    None: the visible devices' defaults."""
+    global _default_execution
+    _default_execution = execution
+
+
+def resolve_execution(execution: ExecutionOptions | None = None) -> ExecutionOptions:
+    """`execution` (else the default set by `set_default_execution`) with its "auto" values resolved
+    for the visible devices and the Keras backend."""
+    execution = execution or _default_execution or ExecutionOptions()
+    if execution.resolved:
+        return execution
+    return execution.resolve(visible_device_types(), keras.backend.backend())
+
+
+def layer_norm(epsilon: float, kernels: str, **kwargs):
+    """A LayerNormalization for `kernels`: the closed-form backward under xla_cpu, Keras' otherwise."""
+    cls = ElectraLayerNormalization if kernels == "xla_cpu" else layers.LayerNormalization
+    return cls(epsilon=epsilon, **kwargs)
+
+
+LEGACY_LAYER_FIELDS = ("fused", "fused_kernels", "dropout_masks", "attention_dropout_rate")
+
+
+def without_legacy_fields(config: dict) -> dict:
+    """A layer config without the execution fields that configs saved before held."""
+    return {key: value for key, value in config.items() if key not in LEGACY_LAYER_FIELDS}
 
 
 def layer_norm_last_axis(x, gamma, beta, epsilon):
@@ -143,7 +206,9 @@ def add_bias(x, bias):
 
     Keras' TensorFlow backend turns `ops.add(x, bias)` into `tf.nn.bias_add`, whose CPU gradient
     kernel (`BiasAddGrad`) sums bfloat16 in bfloat16: under mixed_bfloat16, 4096 gradients of 1
-    sum to 256, so every bias over a 32 × 128 batch would get a truncated gradient.
+    sum to 256, so every bias over a 32 × 128 batch would get a truncated gradient. The bias keeps
+    its variable dtype (the layers calling this do not autocast their variables), so its float32
+    gradient reaches the variable without a round trip through bfloat16.
     """
     rows = tuple(range(len(x.shape) - len(bias.shape)))
 
@@ -153,9 +218,17 @@ def add_bias(x, bias):
             upstream = args[0] if upstream is None else upstream
             return upstream, ops.cast(ops.sum(ops.cast(upstream, "float32"), axis=rows), bias.dtype)
 
-        return ops.add(x, bias), grad
+        return ops.add(x, ops.cast(bias, x.dtype)), grad
 
     return forward(x, bias)
+
+
+def own_dtype_value(variable):
+    """`variable` as a tensor of its own dtype, also inside an autocasting layer's call (mixed
+    precision casts variables to the compute dtype there). A tensor, not the variable: custom
+    gradients take no variables."""
+    with AutocastScope(None):
+        return ops.copy(variable)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -163,7 +236,8 @@ class ElectraDense(layers.Dense):
     """`keras.layers.Dense` (same weights) whose bias gradient is summed in float32 (`add_bias`).
 
     `fused=True` with the exact GELU computes bias + GELU as one `electra_tf.fused` kernel on
-    TensorFlow.
+    TensorFlow (the XLA:CPU kernels' heads). The bias enters in its variable dtype, so under
+    mixed precision its gradient stays float32 all the way to the variable.
 
     Example:
 
@@ -172,8 +246,9 @@ class ElectraDense(layers.Dense):
     >>> x = np.ones((4096, 2), "float32")
     >>> with __import__("tensorflow").GradientTape() as tape:
     ...     y = layer(x)
-    >>> float(tape.gradient(y, layer.bias)[0])  # Keras' Dense gives 256 here
-    4096.0
+    >>> gradient = tape.gradient(y, layer.bias)
+    >>> float(gradient[0]), gradient.dtype.name  # Keras' Dense gives 256 here
+    (4096.0, 'float32')
     """
 
     fused = False  # a keras Dense switched to this class in place (`use_electra_dense`) runs unfused
@@ -186,7 +261,7 @@ class ElectraDense(layers.Dense):
         if not _plain_bias(self):
             return super().call(inputs)
         x = ops.matmul(inputs, self.kernel)
-        bias = ops.copy(self.bias)  # a tensor: custom gradients take no variables
+        bias = own_dtype_value(self.bias)
         if self.fused and self.activation is gelu_exact and keras.backend.backend() == "tensorflow":
             from electra_tf import fused
 
@@ -194,8 +269,9 @@ class ElectraDense(layers.Dense):
         x = add_bias(x, bias)
         return x if self.activation is None else self.activation(x)
 
-    def get_config(self):
-        return {**super().get_config(), "fused": self.fused}
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(without_legacy_fields(config))
 
 
 def _plain_bias(layer) -> bool:
@@ -210,7 +286,7 @@ class ElectraEinsumDense(layers.EinsumDense):
     def call(self, inputs, training=None):
         if not _plain_bias(self):
             return super().call(inputs, training=training)
-        x = add_bias(ops.einsum(self.equation, inputs, self.kernel), ops.copy(self.bias))
+        x = add_bias(ops.einsum(self.equation, inputs, self.kernel), own_dtype_value(self.bias))
         return x if self.activation is None else self.activation(x)
 
 
@@ -320,19 +396,6 @@ def use_electra_dropout(layer: TransformerEncoder):
             dropout.__class__ = ElectraDropout
 
 
-def use_electra_layer_norm(layer: TransformerEncoder):
-    """Makes a built keras-hub `TransformerEncoder` normalise with `ElectraLayerNormalization`.
-
-    Its two `LayerNormalization` layers change class in place: the same objects, names,
-    weights and tracking order, so checkpoints are unchanged. (keras-hub builds them
-    inside `TransformerEncoder.build`, with no hook to pass another layer class; the
-    subclass only replaces `call`.)
-    """
-    for norm in (getattr(layer, "_self_attention_layer_norm", None), getattr(layer, "_feedforward_layer_norm", None)):
-        if type(norm) is layers.LayerNormalization:
-            norm.__class__ = ElectraLayerNormalization
-
-
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraEmbeddings(layers.Layer):
     """Word + position + segment embeddings, LayerNorm and dropout.
@@ -350,9 +413,11 @@ class ElectraEmbeddings(layers.Layer):
         dropout_rate=0.1,
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
+        kernels=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        kernels = kernels or resolve_execution().kernels
         self.vocab_size = vocab_size
         self.embedding_size = embedding_size
         self.max_position_embeddings = max_position_embeddings
@@ -375,9 +440,8 @@ class ElectraEmbeddings(layers.Layer):
             type_vocab_size, embedding_size, embeddings_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy, name="segment_embedding",
         )
-        self.embeddings_layer_norm = ElectraLayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="embeddings_layer_norm"
-        )
+        self.embeddings_layer_norm = layer_norm(layer_norm_epsilon, kernels, dtype=self.dtype_policy,
+                                                name="embeddings_layer_norm")
         self.embeddings_dropout = layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
@@ -406,6 +470,10 @@ class ElectraEmbeddings(layers.Layer):
             initializer_range=self.initializer_range,
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**without_legacy_fields(config))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -508,17 +576,15 @@ def _dropout_bits(dropout, training):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraTransformerEncoder(TransformerEncoder):
-    """keras-hub's `TransformerEncoder` (same sub-layers, weights and names) whose post-LN,
-    exact-GELU call runs XLA-fused element-wise kernels (`electra_tf.fused`) on TensorFlow.
+    """keras-hub's `TransformerEncoder` (same sub-layers, weights and names), computed by `kernels`.
 
-    With `fused=True` (`ElectraConfig.fused_kernels`), `dropout_masks="16bit"` and the
-    TensorFlow backend, the bias adds, GELU, masked softmax, dropouts, residual adds and
-    LayerNorms between the layer's matmuls run as `electra_tf.fused` kernels, and query,
-    key and value come from one matmul; the dropout masks are the ones `ElectraDropout`
-    draws from the same seed generators. Anything else (another backend, Keras' dropout
-    masks, pre-LN, another activation, an attention mask, attention scores) runs keras-hub's
-    call with `ElectraLayerNormalization`, `ElectraDropout` and `ElectraDense`/`ElectraEinsumDense`
-    (float32 bias-gradient sums) swapped in.
+    `kernels="xla_cpu"` (TensorFlow backend, post-LN, exact GELU, 16-bit dropout masks): the bias
+    adds, GELU, masked softmax, dropouts, residual adds and LayerNorms between the layer's matmuls
+    run as `electra_tf.fused` kernels, and query, key and value come from one matmul; the dropout
+    masks are the ones `ElectraDropout` draws from the same seed generators. A call those kernels
+    cannot compute (an attention mask, attention scores) raises. `kernels="reference"`: keras-hub's
+    call. Both sum dense layers' bias gradients in float32 (`ElectraDense`/`ElectraEinsumDense`
+    swapped in); `dropout_masks="16bit"` swaps in `ElectraDropout`.
     `call(..., query_length=n)` computes the first n positions only
     (see `transformer_layer_at_first`).
 
@@ -533,38 +599,40 @@ class ElectraTransformerEncoder(TransformerEncoder):
     (True, (2, 5, 8))
     """
 
-    def __init__(self, *args, fused=True, dropout_masks="16bit", **kwargs):
+    def __init__(self, *args, kernels=None, dropout_masks=None, **kwargs):
+        execution = resolve_execution()
+        kernels, dropout_masks = kernels or execution.kernels, dropout_masks or execution.dropout_masks
         # The fused call reads biases and LayerNorm parameters in their variable dtype and casts
         # the matmuls' operands itself.
-        super().__init__(*args, autocast=not fused, **kwargs)
-        if dropout_masks not in DROPOUT_MASKS:
-            raise ValueError(f"dropout_masks must be one of {DROPOUT_MASKS}, got {dropout_masks!r}")
-        self.fused = fused
+        super().__init__(*args, autocast=kernels != "xla_cpu", **without_legacy_fields(kwargs))
+        self.kernels = kernels
         self.dropout_masks = dropout_masks
+        if kernels == "xla_cpu":
+            problems = [why for why, broken in (
+                ("the TensorFlow backend", keras.backend.backend() != "tensorflow"),
+                ("post-LayerNorm layers", self.normalize_first),
+                ("the exact GELU", self.activation not in (gelu_exact, gelu_keras)),
+                ("16-bit dropout masks", dropout_masks != "16bit")) if broken]
+            if problems:
+                raise ValueError(f"kernels='xla_cpu' needs {', '.join(problems)}; use kernels='reference'")
 
     def build(self, inputs_shape):
         super().build(inputs_shape)
-        use_electra_layer_norm(self)
         use_electra_dense(self)
         if self.dropout_masks == "16bit":
             use_electra_dropout(self)
 
-    def runs_fused(self, attention_mask=None, return_attention_scores=False) -> bool:
-        """Whether `call` runs the fused kernels (see the class docstring)."""
-        attention = self._self_attention_layer
-        dropouts = (self._self_attention_dropout, self._feedforward_dropout, attention._dropout_layer)
-        return (self.fused and keras.backend.backend() == "tensorflow" and not self.normalize_first
-                and attention_mask is None and not return_attention_scores and self.activation is gelu_exact
-                and attention._use_bias and all(isinstance(d, ElectraDropout) for d in dropouts))
-
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None, return_attention_scores=False,
              query_length=None):
         x = ops.cast(inputs, self.compute_dtype)
-        if not self.runs_fused(attention_mask, return_attention_scores):
+        if self.kernels != "xla_cpu":
             if query_length is not None:
                 return transformer_layer_at_first(self, x, padding_mask, query_length, training)
             return super().call(x, padding_mask=padding_mask, attention_mask=attention_mask, training=training,
                                 return_attention_scores=return_attention_scores)
+        if attention_mask is not None or return_attention_scores:
+            raise ValueError("the XLA:CPU kernels take a padding mask only and return no attention scores; "
+                             "build the layer with kernels='reference' for those")
         from electra_tf import fused
 
         key_mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
@@ -603,9 +671,6 @@ class ElectraTransformerEncoder(TransformerEncoder):
             epsilon=self.layer_norm_epsilon,
         )
 
-    def get_config(self):
-        return {**super().get_config(), "fused": self.fused, "dropout_masks": self.dropout_masks}
-
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraEncoder(keras.Model):
@@ -613,11 +678,9 @@ class ElectraEncoder(keras.Model):
 
     Inputs: a dict with int `token_ids`, `segment_ids` and `padding_mask`
     (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
-    Pass `embeddings=` to share an existing `ElectraEmbeddings` block.
-    `dropout_masks="16bit"` (default) drops out with `ElectraDropout`, `"keras"` with
-    Keras' own masks (`ElectraConfig.dropout_masks`). `fused_kernels=True` (default) runs the
-    transformer layers' element-wise chains as XLA-fused kernels on TensorFlow
-    (`ElectraTransformerEncoder`, `ElectraConfig.fused_kernels`).
+    Pass `embeddings=` to share an existing `ElectraEmbeddings` block. `execution`
+    (`electra_tf.options.ExecutionOptions`, default: the visible devices' choice) says how the
+    layers compute; it is not part of the encoder's config.
     """
 
     def __init__(
@@ -631,21 +694,18 @@ class ElectraEncoder(keras.Model):
         max_position_embeddings=512,
         type_vocab_size=2,
         dropout_rate=0.1,
-        attention_dropout_rate=0.1,
         hidden_act="gelu",
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
         embeddings=None,
-        dropout_masks="16bit",
-        fused_kernels=True,
+        execution: ExecutionOptions | None = None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        if dropout_masks not in DROPOUT_MASKS:
-            raise ValueError(f"dropout_masks must be one of {DROPOUT_MASKS}, got {dropout_masks!r}")
+        super().__init__(**without_legacy_fields(kwargs))
+        self.execution = execution = resolve_execution(execution)
         self.embeddings = embeddings or ElectraEmbeddings(
             vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
-            dropout_rate, layer_norm_epsilon, initializer_range,
+            dropout_rate, layer_norm_epsilon, initializer_range, kernels=execution.kernels,
             dtype=self.dtype_policy, name="embeddings",
         )
         self.embeddings_projection = None
@@ -655,12 +715,6 @@ class ElectraEncoder(keras.Model):
                 hidden_size, kernel_initializer="glorot_uniform",
                 dtype=self.dtype_policy, name="embeddings_projection",
             )
-        if attention_dropout_rate != dropout_rate:
-            # keras-hub's TransformerEncoder has one rate for both; keep it honest.
-            raise ValueError(
-                "attention_dropout_rate must equal dropout_rate "
-                f"(got {attention_dropout_rate} vs {dropout_rate})"
-            )
         # Named attributes, not a list: TF's object-based checkpoints cannot see
         # inside Keras' TrackedList, so listed layers would silently not be saved.
         for i in range(num_layers):
@@ -668,11 +722,11 @@ class ElectraEncoder(keras.Model):
                 intermediate_dim=intermediate_size,
                 num_heads=num_heads,
                 dropout=dropout_rate,
-                activation=get_activation(hidden_act),
+                activation=get_activation(hidden_act, execution.kernels),
                 layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=truncated_normal(initializer_range),
-                fused=fused_kernels,
-                dropout_masks=dropout_masks,
+                kernels=execution.kernels,
+                dropout_masks=execution.dropout_masks,
                 dtype=self.dtype_policy,
                 name=f"transformer_layer_{i}",
             ))
@@ -680,26 +734,23 @@ class ElectraEncoder(keras.Model):
             vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=hidden_size,
             num_layers=num_layers, num_heads=num_heads, intermediate_size=intermediate_size,
             max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
-            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-            hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
-            initializer_range=initializer_range, dropout_masks=dropout_masks, fused_kernels=fused_kernels,
+            dropout_rate=dropout_rate, hidden_act=hidden_act, layer_norm_epsilon=layer_norm_epsilon,
+            initializer_range=initializer_range,
         )
 
     @classmethod
     def from_config_object(cls, config: ElectraConfig, role="discriminator", embeddings=None,
-                           dtype=None, name=None):
+                           dtype=None, name=None, execution: ExecutionOptions | None = None):
         return cls(
             vocab_size=config.vocab_size,
             embedding_size=config.embedding_size,
             max_position_embeddings=config.max_position_embeddings,
             type_vocab_size=config.type_vocab_size,
             dropout_rate=config.dropout_rate,
-            attention_dropout_rate=config.attention_dropout_rate,
             hidden_act=config.hidden_act,
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_range=config.initializer_range,
-            dropout_masks=config.dropout_masks,
-            fused_kernels=config.fused_kernels,
+            execution=execution,
             embeddings=embeddings,
             dtype=dtype,
             name=name or role,
@@ -753,19 +804,23 @@ class ElectraEncoder(keras.Model):
         return {"name": self.name, "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
                 **self._config}
 
+    @classmethod
+    def from_config(cls, config):
+        return cls(**without_legacy_fields(config))
+
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DiscriminatorHead(layers.Layer):
-    """dense(H) → GELU → dense(1): one replaced-token logit per position (`fused`: see `ElectraDense`)."""
+    """dense(H) → GELU → dense(1): one replaced-token logit per position (`kernels`: see `ElectraDense`)."""
 
-    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, fused=True, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, kernels=None, **kwargs):
+        super().__init__(**without_legacy_fields(kwargs))
+        kernels = kernels or resolve_execution().kernels
         self.hidden_size = hidden_size
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
-        self.fused = fused
         self.dense = ElectraDense(
-            hidden_size, activation=get_activation(hidden_act), fused=fused,
+            hidden_size, activation=get_activation(hidden_act, kernels), fused=kernels == "xla_cpu",
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
         # glorot-uniform: the official discriminator's last dense has no initializer.
@@ -782,13 +837,13 @@ class DiscriminatorHead(layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(hidden_size=self.hidden_size, hidden_act=self.hidden_act,
-                      initializer_range=self.initializer_range, fused=self.fused)
+                      initializer_range=self.initializer_range)
         return config
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MaskedLMHead(layers.Layer):
-    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias (`fused`: see `ElectraDense`).
+    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias (`kernels`: see `ElectraDense`).
 
     Call it on hidden states already gathered at the masked positions
     (`[batch, num_masked, hidden]`): at a 30k vocabulary the output projection
@@ -796,20 +851,19 @@ class MaskedLMHead(layers.Layer):
     """
 
     def __init__(self, token_embedding, embedding_size, hidden_act="gelu", layer_norm_epsilon=1e-12,
-                 initializer_range=0.02, fused=True, **kwargs):
+                 initializer_range=0.02, kernels=None, **kwargs):
         super().__init__(**kwargs)
+        kernels = kernels or resolve_execution().kernels
         self.token_embedding = token_embedding
         self.embedding_size = embedding_size
         self.hidden_act = hidden_act
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
         self.dense = ElectraDense(
-            embedding_size, activation=get_activation(hidden_act), fused=fused,
+            embedding_size, activation=get_activation(hidden_act, kernels), fused=kernels == "xla_cpu",
             kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
         )
-        self.layer_norm = ElectraLayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
-        )
+        self.layer_norm = layer_norm(layer_norm_epsilon, kernels, dtype=self.dtype_policy, name="layer_norm")
 
     def build(self, input_shape):
         self.dense.build(input_shape)

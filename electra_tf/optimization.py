@@ -215,8 +215,9 @@ class ElectraLamb(ElectraAdamW):
 OPTIMIZERS = {"adamw": ElectraAdamW, "lamb": ElectraLamb}
 
 
-def create_optimizer(config: ElectraConfig) -> ElectraAdamW:
-    """The pre-training optimizer of `config` (fine-tuning builds its own `ElectraAdamW`)."""
+def create_optimizer(config: ElectraConfig, fused: bool = True) -> ElectraAdamW:
+    """The pre-training optimizer of `config` (fine-tuning builds its own `ElectraAdamW`); `fused`:
+    TF's fused Adam kernel per variable (`ExecutionOptions.adam_kernel == "fused"`)."""
     schedule = WarmupLinearDecay(config.learning_rate, config.num_train_steps, config.num_warmup_steps,
                                  power=config.lr_decay_power)
     return OPTIMIZERS[config.optimizer](
@@ -226,5 +227,5 @@ def create_optimizer(config: ElectraConfig) -> ElectraAdamW:
         beta_2=config.adam_beta2,
         epsilon=config.adam_epsilon,
         bias_correction=config.adam_bias_correction,
-        fused=config.adam_fused_kernel,
+        fused=fused,
     )

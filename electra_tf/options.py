@@ -22,11 +22,109 @@ PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "f
 # (exact, any worker count); "file" = worker i reads shards i, i+N, ... (the order depends on N).
 INPUT_SHARDINGS = ("batch", "file")
 DEFAULT_SHUFFLE_BUFFER = 1000  # examples; the shuffle state is saved in checkpoints
-# --graph_optimizer (see loop.grappler_enabled).
+# Execution options: how the model is computed (kernels, random-bit layout, compilation), never what it
+# learns; not stored in configs or exports. "auto" resolves per device kind in `ExecutionOptions.resolve`:
+# what was tuned and measured only on CPUs is on only where every device is a CPU.
+KERNELS = ("auto", "xla_cpu", "reference")
+DROPOUT_MASKS = ("auto", "16bit", "keras")
+SAMPLING_METHODS = ("auto", "inverse_cdf", "gumbel")
+ADAM_KERNELS = ("auto", "fused", "ops")
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
-GRAPH_OPTIMIZER_HELP = ("TF's graph optimizer (grappler) for the training loop: auto = off when every device is a "
-                        "CPU (there it costs ~5 s of start-up and saves no resolvable step time; "
-                        "bench/README_step_bench.md), on elsewhere.")
+EXECUTION_HELP = {
+    "kernels": "Encoder layers' element-wise chains and the MLM loss: xla_cpu = XLA-compiled kernels with "
+               "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras/keras-hub "
+               "ops. auto = xla_cpu where every device is a CPU (TensorFlow backend), else reference.",
+    "dropout_masks": "16bit = two 16-bit keep decisions per 32-bit random number; keras = Keras' masks. "
+                     "auto = 16bit where every device is a CPU, else keras.",
+    "sampling": "Generator sampling: inverse_cdf = two-level inverse CDF (2 uniforms per draw); gumbel = the "
+                "official Gumbel-max (one per vocabulary entry); the same distribution. auto = inverse_cdf where "
+                "every device is a CPU, else gumbel.",
+    "adam_kernel": "AdamW as TF's fused ResourceApplyAdam kernel per variable (fused) or separate ops (ops); the "
+                   "same update. auto = fused where every device is a CPU, else ops.",
+    "jit_compile": "XLA-compile the whole train step. Unset = auto: off where every device is a CPU, on for "
+                   "GPUs and TPUs.",
+    "graph_optimizer": "TF's graph optimizer (grappler) for the training loop: auto = off where every device "
+                       "is a CPU (start-up seconds, no step time saved: bench/startup_bench.py), on elsewhere.",
+}
+# Execution fields that configs written before they became options may hold (dropped on load).
+LEGACY_EXECUTION_FIELDS = {"fused_kernels": "kernels", "dropout_masks": "dropout_masks", "sampling": "sampling",
+                           "adam_fused_kernel": "adam_kernel"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionOptions:
+    """How a run computes its steps; `resolve` turns "auto" (and None) into the device's choice.
+
+    Example:
+
+    >>> ExecutionOptions().resolve({"CPU"})
+    ExecutionOptions(kernels='xla_cpu', dropout_masks='16bit', sampling='inverse_cdf', adam_kernel='fused', jit_compile=False, graph_optimizer='off')
+    >>> ExecutionOptions(sampling="inverse_cdf").resolve({"GPU", "CPU"}).describe()
+    'kernels=reference dropout_masks=keras sampling=inverse_cdf adam_kernel=ops jit_compile=on graph_optimizer=on'
+    """
+
+    kernels: str = "auto"
+    dropout_masks: str = "auto"
+    sampling: str = "auto"
+    adam_kernel: str = "auto"
+    jit_compile: Optional[bool] = None  # None: auto
+    graph_optimizer: str = "auto"
+
+    def __post_init__(self):
+        for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS),
+                              ("sampling", SAMPLING_METHODS), ("adam_kernel", ADAM_KERNELS),
+                              ("graph_optimizer", GRAPH_OPTIMIZERS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"--{name} must be one of {choices}, got {getattr(self, name)!r}")
+
+    def resolve(self, device_types, backend: str = "tensorflow") -> "ExecutionOptions":
+        """The concrete options for a run whose replicas are on `device_types` ("CPU", "GPU", "TPU").
+
+        Raises ValueError for a requested combination that cannot run (the XLA:CPU kernels need the
+        TensorFlow backend and 16-bit dropout masks) instead of falling back silently.
+        """
+        cpu = set(device_types) == {"CPU"}
+        kernels = self.kernels if self.kernels != "auto" else (
+            "xla_cpu" if cpu and backend == "tensorflow" else "reference")
+        dropout_masks = self.dropout_masks if self.dropout_masks != "auto" else (
+            "16bit" if cpu or kernels == "xla_cpu" else "keras")
+        resolved = ExecutionOptions(
+            kernels=kernels, dropout_masks=dropout_masks,
+            sampling=self.sampling if self.sampling != "auto" else ("inverse_cdf" if cpu else "gumbel"),
+            adam_kernel=self.adam_kernel if self.adam_kernel != "auto" else ("fused" if cpu else "ops"),
+            jit_compile=self.jit_compile if self.jit_compile is not None else not cpu,
+            graph_optimizer=self.graph_optimizer if self.graph_optimizer != "auto" else ("off" if cpu else "on"))
+        if resolved.kernels == "xla_cpu" and backend != "tensorflow":
+            raise ValueError(f"--kernels=xla_cpu needs the TensorFlow backend, not {backend}; use --kernels=reference")
+        if resolved.kernels == "xla_cpu" and resolved.dropout_masks != "16bit":
+            raise ValueError("--kernels=xla_cpu draws 16-bit dropout masks; --dropout_masks=keras needs "
+                             "--kernels=reference")
+        return resolved
+
+    @property
+    def resolved(self) -> bool:
+        return "auto" not in (self.kernels, self.dropout_masks, self.sampling, self.adam_kernel,
+                              self.graph_optimizer) and self.jit_compile is not None
+
+    def describe(self) -> str:
+        """One line for the log: every option as resolved."""
+        values = dataclasses.asdict(self)
+        values["jit_compile"] = {None: "auto", True: "on", False: "off"}[self.jit_compile]
+        return " ".join(f"{name}={value}" for name, value in values.items())
+
+
+def define_execution_flags(flags) -> None:
+    """The execution options as absl flags (`flags`: the `absl.flags` module), for both scripts."""
+    for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS), ("sampling", SAMPLING_METHODS),
+                          ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS)):
+        flags.DEFINE_enum(name, "auto", list(choices), EXECUTION_HELP[name])
+    flags.DEFINE_bool("jit_compile", None, EXECUTION_HELP["jit_compile"])
+
+
+def execution_from_flags(values) -> ExecutionOptions:
+    """The `ExecutionOptions` the parsed flags (`absl.flags.FLAGS`) ask for."""
+    return ExecutionOptions(**{field.name: getattr(values, field.name)
+                               for field in dataclasses.fields(ExecutionOptions)})
 
 
 @dataclasses.dataclass
@@ -40,8 +138,7 @@ class TrainOptions:
     keep_checkpoint_max: int = 5
     log_steps: int = 100
     steps_per_loop: int = 100
-    jit_compile: bool = False
-    graph_optimizer: str = "auto"  # one of GRAPH_OPTIMIZERS
+    execution: ExecutionOptions = ExecutionOptions()
     mixed_precision: str = "none"
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     init_checkpoint: str | None = None
@@ -81,8 +178,7 @@ class RunOptions:
     mixed_precision: str = "none"
     log_steps: int = 50
     steps_per_loop: int = 50
-    jit_compile: bool = False
-    graph_optimizer: str = "auto"  # one of GRAPH_OPTIMIZERS
+    execution: ExecutionOptions = ExecutionOptions()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,17 +37,25 @@ import tensorflow as tf
 from electra_tf import fused, loop, masking
 from electra_tf.distribution import all_reduce_sum, replica_context_info
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
-from electra_tf.modeling import DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions
+from electra_tf.modeling import (DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions,
+                                 resolve_execution)
+from electra_tf.options import ExecutionOptions
 
 REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
 
 
 class ElectraPretrainer(keras.Model):
-    """Generator and discriminator with shared embeddings and the ELECTRA objective."""
+    """Generator and discriminator with shared embeddings and the ELECTRA objective.
 
-    def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0, **kwargs):
+    `execution` (`ExecutionOptions`; default: the visible devices' choice) says how the encoders,
+    the MLM loss and the generator's sampling are computed.
+    """
+
+    def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0,
+                 execution: ExecutionOptions | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
         self.config = config
+        self.execution = execution = resolve_execution(execution)
         # Ids come from the data manifest / vocab, never assumed (a BERT-id default would silently
         # mask the wrong tokens under another vocabulary); checked when masking needs them.
         self.special_token_ids = dict(special_token_ids or {})
@@ -56,25 +64,27 @@ class ElectraPretrainer(keras.Model):
         # Attribute names are the checkpoint's keys: keep them stable.
         self.discriminator = self.discriminator_head = self.discriminator_mlm_head = None
         if config.embedding_sharing == "gdes":
-            self.generator = ElectraEncoder.from_config_object(config, "generator")
+            self.generator = ElectraEncoder.from_config_object(config, "generator", execution=execution)
             self.generator.build()
             self.discriminator = ElectraEncoder.from_config_object(
-                config, "discriminator", embeddings=GdesEmbeddings(self.generator.embeddings, name="embeddings"))
+                config, "discriminator", embeddings=GdesEmbeddings(self.generator.embeddings, name="embeddings"),
+                execution=execution)
             self.discriminator.build()
         elif config.objective in GENERATOR_OBJECTIVES:
-            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator")
+            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
             self.discriminator.build()  # the shared embeddings get created under the discriminator's name
             self.generator = ElectraEncoder.from_config_object(
-                config, "generator", embeddings=self.discriminator.embeddings
+                config, "generator", embeddings=self.discriminator.embeddings, execution=execution
             )
         else:
-            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator")
+            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator",
+                                                               execution=execution)
         self.generator_head = self._mlm_head(self.generator, "generator_head")
         if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm"):
             # For all_tokens_mlm this is the copy gate: the probability that a token is kept.
             self.discriminator_head = DiscriminatorHead(
                 config.discriminator.hidden_size, config.hidden_act, config.initializer_range,
-                fused=config.fused_kernels, name="discriminator_head")
+                kernels=execution.kernels, name="discriminator_head")
         if config.objective in ("replace_mlm", "all_tokens_mlm"):
             self.discriminator_mlm_head = self._mlm_head(self.discriminator, "discriminator_mlm_head")
         self._create_metrics()
@@ -97,7 +107,8 @@ class ElectraPretrainer(keras.Model):
     def _mlm_head(self, encoder, name):
         config = self.config
         return MaskedLMHead(encoder.embeddings.token_embedding, config.embedding_size, config.hidden_act,
-                            config.layer_norm_epsilon, config.initializer_range, fused=config.fused_kernels, name=name)
+                            config.layer_norm_epsilon, config.initializer_range, kernels=self.execution.kernels,
+                            name=name)
 
     @property
     def encoder_for_finetuning(self) -> ElectraEncoder:
@@ -114,7 +125,7 @@ class ElectraPretrainer(keras.Model):
     def _folded_discriminator(self) -> ElectraEncoder:
         source = self.discriminator
         encoder = ElectraEncoder.from_config_object(self.config, "discriminator",
-                                                    embeddings=source.embeddings.fold())
+                                                    embeddings=source.embeddings.fold(), execution=self.execution)
         encoder.build()
         pairs = list(zip(encoder.transformer_layers, source.transformer_layers))
         if source.embeddings_projection is not None:
@@ -222,7 +233,7 @@ class ElectraPretrainer(keras.Model):
         gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
         softmax = None
-        if config.fused_kernels:
+        if self.execution.kernels == "xla_cpu":
             softmax = fused.vocabulary_softmax(gen_logits, masked.original_ids)
             gen_losses, gen_predictions = softmax.losses, softmax.predictions
         else:
@@ -239,7 +250,7 @@ class ElectraPretrainer(keras.Model):
         out["loss"] = config.gen_weight * out["gen_loss"]
         if self.discriminator is None:
             return out
-        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, config.sampling, softmax)
+        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, self.execution.sampling, softmax)
         fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
         disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
         out.update(fake_ids=fake_ids, labels=labels, sampled=sampled)

@@ -57,10 +57,10 @@ def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     os.replace(tmp, path)
 
 
-def build_model(config, strategy, special_token_ids, seed, mixed_precision):
+def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None):
     with strategy.scope():
-        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed)
-        optimizer = create_optimizer(config)
+        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution)
+        optimizer = create_optimizer(config, fused=model.execution.adam_kernel == "fused")
         if mixed_precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         model.compile(optimizer=optimizer)
@@ -216,9 +216,10 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     check_run_config(options.model_dir, config, write=chief)
+    execution = distribution.resolve_execution(options.execution, strategy)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
-                                   options.mixed_precision)
+                                   options.mixed_precision, execution)
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding)
@@ -236,9 +237,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             max_to_keep=options.keep_checkpoint_max, step_counter=optimizer.iterations)
         _restore_worker_input(input_saver, loop.current_step(optimizer), worker)
     stop_request = preemption.StopRequest(strategy, options.stop_signals)
-    train_steps = make_train_fn(strategy, model, options.jit_compile,
+    train_steps = make_train_fn(strategy, model, execution.jit_compile,
                                 stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request,
-                                graph_optimizer=options.graph_optimizer)
+                                graph_optimizer=execution.graph_optimizer)
     skipped_total = 0
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
     preview = _make_preview(model, options, manifest) if chief else None

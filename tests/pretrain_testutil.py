@@ -69,6 +69,6 @@ def tiny_config(**overrides):
                   intermediate_size=64, generator_hidden_size=16, generator_num_heads=1,
                   generator_intermediate_size=32, generator_num_layers=2, max_position_embeddings=64,
                   max_seq_length=32, train_batch_size=8, num_train_steps=6, num_warmup_steps=2,
-                  dropout_rate=0.1, attention_dropout_rate=0.1)
+                  dropout_rate=0.1)
     values.update(overrides)
     return get_config("tiny", **values)

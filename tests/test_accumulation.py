@@ -16,7 +16,7 @@ def data_dir(tmp_path_factory):
 @pytest.mark.parametrize("objective", ["rtd", "mlm"])
 def test_accumulated_micro_batches_equal_one_large_batch(data_dir, tmp_path, objective):
     common = dict(objective=objective, train_batch_size=8, num_train_steps=3, num_warmup_steps=0,
-                  dropout_rate=0.0, attention_dropout_rate=0.0)
+                  dropout_rate=0.0)
     whole = run(small(**common), data_dir, str(tmp_path / "whole"), export=False)
     accumulated = run(small(gradient_accumulation_steps=4, **common), data_dir, str(tmp_path / "acc"), export=False)
     assert_same_training(whole, accumulated, str(tmp_path / "whole"), str(tmp_path / "acc"),

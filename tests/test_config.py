@@ -1,11 +1,13 @@
 """The single hyper-parameter source: paper values, overrides, validation."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from electra_tf.config import (MODEL_SIZES, SHAPE_FIELDS, ElectraConfig, EncoderConfig, get_config,
                                merge_architecture)
+from electra_tf.options import ExecutionOptions
 
 
 @pytest.mark.parametrize("size,expected", [
@@ -121,3 +123,51 @@ def test_merge_architecture_takes_the_checkpoints_shape_and_keeps_training_field
     assert merged.discriminator == checkpoint.discriminator and merged.generator == checkpoint.generator
     assert merged.hidden_act == "gelu_approximate" and merged.max_position_embeddings == 256
     assert (merged.finetune_learning_rate, merged.dropout_rate, merged.max_seq_length) == (1e-5, 0.2, 256)
+
+
+# --------------------------------------------------------------------------- execution options
+
+def test_run_configs_written_before_the_execution_options_still_load():
+    """A run_config.json of the earlier format (execution switches and attention_dropout_rate among
+    the hyper-parameters) reads as the same model; the switches are dropped, not applied."""
+    stored = json.loads((Path(__file__).parent / "fixtures" / "run_config_before_execution_options.json").read_text())
+    assert stored["fused_kernels"] is False and stored["sampling"] == "gumbel" and "attention_dropout_rate" in stored
+    config = ElectraConfig.from_dict(stored)
+    assert config == get_config("small")
+    assert not {"fused_kernels", "dropout_masks", "sampling", "adam_fused_kernel",
+                "attention_dropout_rate"} & set(config.to_dict())
+    with pytest.raises(ValueError, match="one dropout rate"):
+        ElectraConfig.from_dict({**stored, "attention_dropout_rate": 0.2})
+
+
+@pytest.mark.parametrize("field, flag", [("fused_kernels", "--kernels"), ("dropout_masks", "--dropout_masks"),
+                                         ("sampling", "--sampling"), ("adam_fused_kernel", "--adam_kernel")])
+def test_execution_fields_in_hparams_point_to_their_flag(field, flag):
+    with pytest.raises(ValueError, match=f"an execution option now.*{flag}"):
+        get_config("small", {field: "x"})
+
+
+@pytest.mark.parametrize("devices, expected", [
+    ({"CPU"}, ("xla_cpu", "16bit", "inverse_cdf", "fused", False, "off")),
+    ({"CPU", "GPU"}, ("reference", "keras", "gumbel", "ops", True, "on")),
+    ({"CPU", "TPU"}, ("reference", "keras", "gumbel", "ops", True, "on")),
+])
+def test_auto_execution_is_the_cpu_tuned_path_only_where_every_device_is_a_cpu(devices, expected):
+    resolved = ExecutionOptions().resolve(devices)
+    assert (resolved.kernels, resolved.dropout_masks, resolved.sampling, resolved.adam_kernel,
+            resolved.jit_compile, resolved.graph_optimizer) == expected
+    assert resolved.resolved and resolved.resolve(devices) == resolved
+
+
+def test_explicit_execution_choices_win_and_impossible_ones_raise():
+    gpu = {"CPU", "GPU"}
+    assert ExecutionOptions(kernels="xla_cpu").resolve(gpu).dropout_masks == "16bit"  # what the kernels need
+    assert ExecutionOptions(kernels="reference").resolve({"CPU"}).dropout_masks == "16bit"
+    assert ExecutionOptions(jit_compile=False, sampling="inverse_cdf").resolve(gpu).jit_compile is False
+    assert ExecutionOptions().resolve({"CPU"}, backend="jax").kernels == "reference"
+    with pytest.raises(ValueError, match="needs the TensorFlow backend"):
+        ExecutionOptions(kernels="xla_cpu").resolve({"CPU"}, backend="jax")
+    with pytest.raises(ValueError, match="--dropout_masks=keras needs --kernels=reference"):
+        ExecutionOptions(kernels="xla_cpu", dropout_masks="keras").resolve({"CPU"})
+    with pytest.raises(ValueError, match="--sampling must be one of"):
+        ExecutionOptions(sampling="fast")

@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_hub.layers import TransformerEncoder
 
 from electra_tf.config import get_config
+from electra_tf.options import ExecutionOptions
 from electra_tf.modeling import (ElectraDropout, ElectraEncoder, ElectraLayerNormalization, dropout16, gelu_erf,
                                  gelu_exact, get_activation, layer_norm_last_axis)
 
@@ -54,14 +55,18 @@ def test_gelu_gradient_matches_central_differences_in_float64():
     np.testing.assert_allclose(grad.numpy(), numeric, rtol=1e-6, atol=1e-9)
 
 
-def test_encoder_normalises_with_electra_layer_norm_and_keeps_its_weight_layout():
+@pytest.mark.parametrize("kernels, ours", [("xla_cpu", 1), ("reference", 0)])
+def test_encoder_layer_norms_follow_the_kernels_and_keep_the_weight_layout(kernels, ours):
+    """xla_cpu: the embeddings' LayerNorm has the closed-form backward and the transformer layers'
+    LayerNorms are keras-hub's own (their weights feed the fused kernels); reference: all Keras'."""
     keras.utils.set_random_seed(0)
     config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 2})
-    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    execution = ExecutionOptions(kernels=kernels).resolve({"CPU"})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
     encoder.build()
     kinds = [type(layer) for layer in encoder._flatten_layers()]
-    assert keras.layers.LayerNormalization not in kinds
-    assert kinds.count(ElectraLayerNormalization) == 1 + 2 * 2
+    assert kinds.count(ElectraLayerNormalization) == ours
+    assert kinds.count(keras.layers.LayerNormalization) == 1 + 2 * 2 - ours
     # Same weights, in the same order, as an untouched keras-hub layer built alike.
     layer = encoder.transformer_layers[0]
     plain = TransformerEncoder(intermediate_dim=config.discriminator.intermediate_size,
@@ -129,11 +134,11 @@ def test_layer_norm_falls_back_to_keras_off_the_last_axis():
 
 # --------------------------------------------------------------------------- [CLS]-only last layer
 
-def _encoder_and_batch(num_layers=3, seq=12, fused_kernels=True):
+def _encoder_and_batch(num_layers=3, seq=12, kernels="xla_cpu"):
     keras.utils.set_random_seed(1)
-    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": num_layers,
-                                                          "fused_kernels": fused_kernels})
-    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": num_layers})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator",
+                                                execution=ExecutionOptions(kernels=kernels).resolve({"CPU"}))
     rng = np.random.RandomState(1)
     lengths = np.array([seq, 7, 3, 9])
     mask = (np.arange(seq)[None] < lengths[:, None]).astype("int32")
@@ -143,10 +148,10 @@ def _encoder_and_batch(num_layers=3, seq=12, fused_kernels=True):
     return encoder, inputs
 
 
-@pytest.mark.parametrize("fused_kernels", [True, False])
+@pytest.mark.parametrize("kernels", ["xla_cpu", "reference"])
 @pytest.mark.parametrize("length", [1, 3])
-def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, fused_kernels):
-    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
+def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, kernels):
+    encoder, inputs = _encoder_and_batch(kernels=kernels)
     full = encoder(inputs, training=False).numpy()
     first = encoder(inputs, training=False, output_length=length).numpy()
     assert first.shape == (4, length, full.shape[-1])
@@ -155,9 +160,9 @@ def test_last_layer_at_the_first_positions_equals_the_full_output_there(length, 
     assert np.abs(full[:, length:length + 1] - full[:, :1]).max() > 1e-2
 
 
-@pytest.mark.parametrize("fused_kernels", [True, False])
-def test_last_layer_at_cls_gives_the_full_paths_gradients(fused_kernels):
-    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
+@pytest.mark.parametrize("kernels", ["xla_cpu", "reference"])
+def test_last_layer_at_cls_gives_the_full_paths_gradients(kernels):
+    encoder, inputs = _encoder_and_batch(kernels=kernels)
     weights = tf.constant(np.random.RandomState(2).normal(size=(4, encoder.hidden_size)).astype("float32"))
 
     def grads(output_length):
@@ -175,14 +180,14 @@ def test_last_layer_at_cls_gives_the_full_paths_gradients(fused_kernels):
                                    err_msg=variable.path)
 
 
-@pytest.mark.parametrize("fused_kernels", [True, False])
-def test_classification_model_runs_the_last_layer_at_cls_only(fused_kernels, monkeypatch):
+@pytest.mark.parametrize("kernels", ["xla_cpu", "reference"])
+def test_classification_model_runs_the_last_layer_at_cls_only(kernels, monkeypatch):
     from electra_tf import fused
     from electra_tf.finetuning.heads import ClassificationHead, SpanHead
     from electra_tf.finetuning.trainer import FinetuningModel
 
     assert ClassificationHead.output_length == 1 and SpanHead.output_length is None
-    encoder, inputs = _encoder_and_batch(fused_kernels=fused_kernels)
+    encoder, inputs = _encoder_and_batch(kernels=kernels)
     model = FinetuningModel(encoder, ClassificationHead(3))
     batch = {"input_ids": inputs["token_ids"], "segment_ids": inputs["segment_ids"],
              "input_mask": inputs["padding_mask"]}
@@ -191,7 +196,7 @@ def test_classification_model_runs_the_last_layer_at_cls_only(fused_kernels, mon
     np.testing.assert_allclose(logits, reference, rtol=0, atol=1e-5)
     last = encoder.transformer_layers[-1]
     seen = []
-    if fused_kernels:  # the feed-forward's rows, [batch × positions, intermediate], reach the fused GELU
+    if kernels == "xla_cpu":  # the feed-forward's rows, [batch × positions, intermediate], reach the fused GELU
         original_gelu = fused.bias_gelu
         monkeypatch.setattr(fused, "bias_gelu", lambda x, bias: seen.append(x.shape) or original_gelu(x, bias))
         model(batch)
@@ -268,11 +273,14 @@ def test_encoder_drops_out_with_electra_dropout_and_keeps_its_rng_state_list():
     assert seeds(layer) and len(seeds(layer)) == len(seeds(plain))
 
 
-def test_dropout_masks_option_keeps_keras_dropout_and_is_validated():
-    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 1, "dropout_masks": "keras"})
-    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+def test_keras_dropout_masks_keep_keras_dropout_and_stay_out_of_the_config():
+    config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 1})
+    execution = ExecutionOptions(kernels="reference", dropout_masks="keras").resolve({"CPU"})
+    encoder = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
     encoder.build()
     assert type(encoder.transformer_layers[0]._feedforward_dropout) is keras.layers.Dropout
-    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["dropout_masks"] == "keras"
-    with pytest.raises(ValueError, match="dropout_masks must be one of"):
-        get_config("small", hparams={"dropout_masks": "8bit"})
+    assert "dropout_masks" not in encoder.get_config() and "fused_kernels" not in encoder.get_config()
+    with pytest.raises(ValueError, match="--dropout_masks must be one of"):
+        ExecutionOptions(dropout_masks="8bit")
+    with pytest.raises(ValueError, match="an execution option now"):
+        get_config("small", hparams={"dropout_masks": "keras"})

@@ -24,7 +24,7 @@ def two_cpu_strategy():
 
 def _train(tmp_path, glue_dir, vocab_file, strategy, name):
     tokenizer = WordPieceTokenizer(vocab_file)
-    config = get_config("tiny", TINY, vocab_size=len(VOCAB), dropout_rate=0.0, attention_dropout_rate=0.0,
+    config = get_config("tiny", TINY, vocab_size=len(VOCAB), dropout_rate=0.0,
                         max_seq_length=64)
     task = get_task("SST-2", data_dir=str(glue_dir))
     # Sentences of ~7 tokens in 64: length-bucketed batches cut to 16 tokens, then split over the replicas.

@@ -117,4 +117,4 @@ def test_graph_optimizer_flag_reaches_the_fine_tuning_loop(tmp_path, glue_dir, m
     original = loop.grappler_enabled
     monkeypatch.setattr(loop, "grappler_enabled", lambda mode, strategy: seen.append(mode) or original(mode, strategy))
     _, options = _run(tmp_path, glue_dir, HF_FIXTURE, "on", extra=("--graph_optimizer=on", "--do_eval=false"))
-    assert options["graph_optimizer"] == "on" and seen == ["on"]
+    assert options["execution"]["graph_optimizer"] == "on" and seen == ["on"]

@@ -30,8 +30,7 @@ FUSED = True  # the optimizer's default
 
 def _model(loss_reduction="sum", clip_norm=1.0, fused=FUSED):
     config = get_config("tiny", vocab_size=30, num_layers=1, hidden_size=16, embedding_size=8, num_heads=2,
-                        intermediate_size=32, max_position_embeddings=32, max_seq_length=32, dropout_rate=0.0,
-                        attention_dropout_rate=0.0)
+                        intermediate_size=32, max_position_embeddings=32, max_seq_length=32, dropout_rate=0.0)
     keras.utils.set_random_seed(0)
     encoder = ElectraEncoder.from_config_object(config)
     encoder.build()

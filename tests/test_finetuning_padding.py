@@ -21,7 +21,7 @@ TOLERANCE = 1e-5
 
 def _model(head):
     config = get_config("tiny", vocab_size=40, num_layers=2, hidden_size=16, embedding_size=8, num_heads=2,
-                        intermediate_size=32, dropout_rate=0.0, attention_dropout_rate=0.0)
+                        intermediate_size=32, dropout_rate=0.0)
     keras.utils.set_random_seed(0)
     return FinetuningModel(ElectraEncoder.from_config_object(config), head).build_all(SEQ)
 
@@ -157,7 +157,7 @@ def test_training_with_dynamic_padding_equals_fixed(tmp_path, glue_dir, vocab_fi
     for name, dynamic in (("fixed", False), ("dynamic", True)):
         tokenizer = WordPieceTokenizer(vocab_file)
         config = get_config("tiny", TINY, vocab_size=len(VOCAB), max_seq_length=64, max_position_embeddings=64,
-                            dropout_rate=0.0, attention_dropout_rate=0.0)
+                            dropout_rate=0.0)
         task = get_task("SST-2", data_dir=str(glue_dir))
         options = RunOptions(output_dir=str(tmp_path / name), learning_rate=1e-2, train_batch_size=4,
                              eval_batch_size=3, num_train_epochs=1, warmup_fraction=0.0, weight_decay=0.01,
@@ -190,8 +190,7 @@ def test_squad_v2_dynamic_padding_equals_fixed(tmp_path):
     outputs = {}
     for name, flag in (("fixed", "--nodynamic_padding"), ("dynamic", "--dynamic_padding")):
         args = [a for a in _common(tmp_path, str(vocab), name) if not a.startswith("--hparams")]
-        hparams = json.dumps({**json.loads(TINY), "max_position_embeddings": 96, "dropout_rate": 0.0,
-                              "attention_dropout_rate": 0.0})
+        hparams = json.dumps({**json.loads(TINY), "max_position_embeddings": 96, "dropout_rate": 0.0})
         run_main(args + [f"--hparams={hparams}", "--task=squad_v2", f"--data_dir={data_dir}", "--max_train_steps=2",
                          "--max_seq_length=96", "--doc_stride=32", "--max_query_length=16", "--nolength_bucketing",
                          "--do_eval=false", "--do_predict", flag])

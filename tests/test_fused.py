@@ -8,8 +8,9 @@ from scipy.special import erf
 
 from electra_tf import fused
 from electra_tf.config import get_config
-from electra_tf.modeling import (DiscriminatorHead, ElectraEncoder, ElectraTransformerEncoder, add_bias, dropout16,
-                                 gelu_exact)
+from electra_tf.modeling import (DiscriminatorHead, ElectraDense, ElectraEinsumDense, ElectraEncoder,
+                                 ElectraTransformerEncoder, add_bias, dropout16, gelu_exact)
+from electra_tf.options import ExecutionOptions
 
 RNG = np.random.RandomState(0)
 
@@ -157,7 +158,7 @@ def _run_layer(layer, fused_on, x, mask, training, states, **kwargs):
     """Output and gradients (input, then every weight) with the dropout generators reset to `states`."""
     for state, saved in zip(_dropout_states(layer), states):
         state.assign(saved)
-    layer.fused = fused_on
+    layer.kernels = "xla_cpu" if fused_on else "reference"
     upstream = tf.cos(tf.range(32, dtype=tf.float32))
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -173,7 +174,7 @@ MASK = tf.constant(np.array([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], bool))
 @pytest.mark.parametrize("training", [False, True])
 def test_fused_layer_equals_keras_hub_call_with_the_same_dropout_masks(training):
     layer = _layer()
-    assert layer.runs_fused()
+    assert layer.kernels == "xla_cpu"  # the CPU default
     states = [s.numpy() for s in _dropout_states(layer)]
     y, grads = _run_layer(layer, True, X, MASK, training, states)
     y_ref, grads_ref = _run_layer(layer, False, X, MASK, training, states)
@@ -224,28 +225,37 @@ def test_fused_layer_takes_a_dynamic_batch_and_sequence_length():
         assert y.shape == (batch, length, 32) and np.all(np.isfinite(y.numpy()))
 
 
-def test_layer_runs_keras_hubs_call_where_the_fused_kernels_do_not_apply():
-    assert _layer().runs_fused() and not _layer(fused=False).runs_fused()
-    assert not _layer(dropout_masks="keras").runs_fused()
+def test_xla_cpu_kernels_raise_where_they_cannot_compute_instead_of_falling_back():
+    with pytest.raises(ValueError, match="16-bit dropout masks"):
+        _layer(kernels="xla_cpu", dropout_masks="keras")
+    with pytest.raises(ValueError, match="the exact GELU"):
+        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu", kernels="xla_cpu")
     layer = _layer()
-    assert not layer.runs_fused(attention_mask=tf.ones((3, 7, 7), tf.bool))
-    assert not layer.runs_fused(return_attention_scores=True)
-    approximate = ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu")
-    approximate.build((None, None, 8))
-    assert not approximate.runs_fused()
-    with pytest.raises(ValueError, match="dropout_masks must be one of"):
-        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, dropout_masks="8bit")
+    with pytest.raises(ValueError, match="padding mask only"):
+        layer(X, attention_mask=tf.ones((3, 7, 7), tf.bool))
+    with pytest.raises(ValueError, match="padding mask only"):
+        layer(X, padding_mask=MASK, return_attention_scores=True)
+    reference = _layer(kernels="reference", dropout_masks="keras")  # keras-hub's call takes all of these
+    reference(X, attention_mask=tf.ones((3, 7, 7), tf.bool))
 
 
-def test_fused_kernels_option_reaches_the_encoders_and_is_validated():
-    config = get_config("tiny", vocab_size=100, hparams={"fused_kernels": False})
-    encoder = ElectraEncoder.from_config_object(config, "discriminator")
-    encoder.build()
-    assert not any(layer.runs_fused() for layer in encoder.transformer_layers)
-    assert ElectraEncoder.from_config(encoder.get_config()).get_config()["fused_kernels"] is False
-    default = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100), "generator")
+def test_execution_reaches_the_encoders_and_stays_out_of_their_config():
+    config = get_config("tiny", vocab_size=100)
+    reference = ElectraEncoder.from_config_object(config, "discriminator",
+                                                  execution=ExecutionOptions(kernels="reference").resolve({"CPU"}))
+    reference.build()
+    assert {layer.kernels for layer in reference.transformer_layers} == {"reference"}
+    assert not {"fused_kernels", "dropout_masks", "execution"} & set(reference.get_config())
+    default = ElectraEncoder.from_config_object(config, "generator")  # this machine: CPUs only
     default.build()
-    assert all(layer.runs_fused() for layer in default.transformer_layers)
+    assert {layer.kernels for layer in default.transformer_layers} == {"xla_cpu"}
+
+
+def test_encoders_saved_with_execution_fields_in_their_config_still_load():
+    config = get_config("tiny", vocab_size=100)
+    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    saved = {**encoder.get_config(), "fused_kernels": False, "dropout_masks": "keras", "attention_dropout_rate": 0.1}
+    assert ElectraEncoder.from_config(saved).get_config() == encoder.get_config()
 
 
 def test_encoder_outputs_do_not_depend_on_fused_kernels():
@@ -254,7 +264,8 @@ def test_encoder_outputs_do_not_depend_on_fused_kernels():
               "segment_ids": tf.zeros((2, 9), tf.int32),
               "padding_mask": tf.constant([[1] * 9, [1] * 5 + [0] * 4], tf.int32)}
     fused_encoder = ElectraEncoder.from_config_object(config, "discriminator")
-    plain = ElectraEncoder.from_config_object(config.replace(fused_kernels=False), "discriminator")
+    plain = ElectraEncoder.from_config_object(config, "discriminator",
+                                              execution=ExecutionOptions(kernels="reference").resolve({"CPU"}))
     fused_encoder.build(), plain.build()
     plain.set_weights(fused_encoder.get_weights())
     np.testing.assert_allclose(fused_encoder(inputs).numpy(), plain(inputs).numpy(), rtol=1e-5, atol=5e-6)
@@ -302,9 +313,69 @@ def test_sampling_with_the_cross_entropys_masses_equals_sampling_alone():
         assert drawn == 256 * block + np.searchsorted(np.cumsum(inner), u[row, 1] * inner.sum(), side="right")
 
 
+@pytest.mark.parametrize("vocab", [700, 512, 40])
+def test_cross_entropy_and_sampling_take_dynamic_batch_and_vocabulary_sizes(vocab):
+    """Traced with `[None, None, None]` logits, the fused cross-entropy, its gradient and both
+    samplers give what they give on static shapes."""
+    from electra_tf import masking
+
+    logits = tf.constant(RNG.normal(0, 2, size=(3, 5, vocab)), tf.float32)
+    labels = tf.constant(RNG.randint(0, vocab, size=(3, 5)), tf.int32)
+    seeds = tf.constant(RNG.randint(0, 1000, size=(3, 2)), tf.int64)
+
+    def outputs(logits, labels, seeds):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            softmax = fused.vocabulary_softmax(logits, labels)
+            loss = tf.reduce_sum(softmax.losses)
+        return (softmax.losses, tape.gradient(loss, logits), masking.inverse_cdf_sample(logits, seeds, 1.0, softmax),
+                masking.inverse_cdf_sample(logits, seeds, 0.7), masking.gumbel_sample(logits, seeds))
+
+    dynamic = tf.function(outputs, input_signature=[tf.TensorSpec([None, None, None]),
+                                                    tf.TensorSpec([None, None], tf.int32),
+                                                    tf.TensorSpec([None, 2], tf.int64)])
+    for got, want in zip(dynamic(logits, labels, seeds), outputs(logits, labels, seeds)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+
+
 # --------------------------------------------------------------------------
 # bias gradients under bfloat16 (TensorFlow's BiasAddGrad sums bfloat16 in bfloat16)
 # --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("activation", ["fused_gelu", None])
+def test_mixed_bfloat16_dense_bias_gradient_is_the_float32_sum(activation):
+    """The bias gradient under mixed_bfloat16 equals a float64 sum of the same bfloat16 upstream
+    terms to 1e-5: rounding it to bfloat16 anywhere (a 2**-8 relative step) would fail."""
+    rng = np.random.RandomState(7)
+    fused_gelu = activation == "fused_gelu"
+    layer = ElectraDense(24, activation=gelu_exact if fused_gelu else None, fused=fused_gelu, dtype="mixed_bfloat16",
+                         bias_initializer=keras.initializers.RandomNormal(seed=1))
+    x = tf.constant(rng.normal(size=(64, 128, 16)), tf.float32)
+    upstream = tf.constant(rng.normal(size=(64, 128, 24)), tf.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(layer(x), tf.float32) * upstream)
+    gradient = tape.gradient(loss, layer.bias)
+    assert gradient.dtype == tf.float32
+    dy = tf.cast(tf.cast(upstream, tf.bfloat16), tf.float32).numpy().astype("float64")
+    if fused_gelu:  # the GELU derivative in float64 at the bf16 matmul TF computes plus the float32 bias
+        xk = tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(layer.kernel, tf.bfloat16)).numpy().astype("float64")
+        z = xk + layer.bias.numpy().astype("float64")
+        dy = dy * (0.5 * (1 + erf(z / np.sqrt(2))) + z * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi))
+    np.testing.assert_allclose(gradient.numpy(), dy.sum(axis=(0, 1)), rtol=1e-5, atol=1e-3)
+
+
+def test_mixed_bfloat16_attention_bias_gradient_is_the_float32_sum():
+    rng = np.random.RandomState(8)
+    layer = ElectraEinsumDense("abc,cde->abde", output_shape=(None, 2, 8), bias_axes="de", dtype="mixed_bfloat16")
+    x = tf.constant(rng.normal(size=(64, 128, 16)), tf.float32)
+    upstream = tf.constant(rng.normal(size=(64, 128, 2, 8)), tf.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(layer(x), tf.float32) * upstream)
+    gradient = tape.gradient(loss, layer.bias)
+    dy = tf.cast(tf.cast(upstream, tf.bfloat16), tf.float32).numpy().astype("float64")
+    assert gradient.dtype == tf.float32
+    np.testing.assert_allclose(gradient.numpy(), dy.sum(axis=(0, 1)), rtol=1e-5, atol=1e-4)
+
 
 def test_tensorflows_bfloat16_bias_gradient_is_truncated_and_ours_is_not():
     ones = tf.ones([4096, 8], tf.bfloat16)
@@ -331,7 +402,7 @@ def test_bfloat16_layer_and_head_bias_gradients_match_float32():
             if weight.path.endswith("bias") and not weight.path.endswith("key/bias"):
                 g32, g16 = np.asarray(tf.convert_to_tensor(g32)), np.asarray(tf.convert_to_tensor(g16))
                 np.testing.assert_allclose(g16, g32, rtol=0, atol=0.05 * np.abs(g32).max(),
-                                           err_msg=f"{weight.path}, fused={fused_on}")
+                                           err_msg=f"{weight.path}, xla_cpu kernels={fused_on}")
     head32 = DiscriminatorHead(32)
     head16 = DiscriminatorHead(32, dtype="mixed_bfloat16")
     head32.build(x.shape), head16.build(x.shape)

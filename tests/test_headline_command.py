@@ -31,7 +31,8 @@ def test_every_size_trains_on_the_demo_corpus_without_data(size, tmp_path):
     assert manifest["max_seq_length"] == seq and manifest["vocab_size"] == 8192
     assert (model_dir / "checkpoints" / "ckpt-1.index").exists()
     exported = json.loads((model_dir / "export" / "electra_config.json").read_text())
-    assert exported["vocab_size"] == 8192 and exported["model_size"] == size
+    assert exported["config"]["vocab_size"] == 8192 and exported["config"]["model_size"] == size
+    assert exported["step"] == 1
     rows = [json.loads(line) for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1] and np.isfinite(rows[0]["loss"])
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir / "train"))
@@ -45,11 +46,12 @@ def test_every_size_trains_on_the_demo_corpus_without_data(size, tmp_path):
 def test_sizes_keep_their_own_folders_and_a_rerun_resumes(tmp_path):
     first = run_pretraining(tmp_path, "--model_size=tiny", "--train_batch_size=2", "--stop_after_steps=1")
     assert first.returncode == 0, first.stderr[-3000:]
-    again = run_pretraining(tmp_path, "--model_size=tiny", "--train_batch_size=2", "--stop_after_steps=2")
+    again = run_pretraining(tmp_path, "--model_size=tiny", "--train_batch_size=2", "--stop_after_steps=4")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Resumed from" in again.stderr and "ckpt-1" in again.stderr
+    assert "Steps 3-4:" in again.stderr and "steps to go take" in again.stderr  # timed after the first step
     assert sorted(os.listdir(tmp_path / "electra_demo")) == ["tiny"]
-    assert (tmp_path / "electra_demo" / "tiny" / "model" / "checkpoints" / "ckpt-2.index").exists()
+    assert (tmp_path / "electra_demo" / "tiny" / "model" / "checkpoints" / "ckpt-4.index").exists()
 
 
 def test_a_data_dir_mismatch_stays_a_one_line_error(tmp_path):

@@ -125,7 +125,7 @@ def test_inverse_cdf_draws_follow_each_example_not_its_batch():
 
 
 def test_sampling_method_is_validated():
-    with pytest.raises(ValueError, match="sampling must be one of"):
+    with pytest.raises(ValueError, match="sampling must be 'inverse_cdf' or 'gumbel'"):
         masking.sample_tokens(tf.zeros((1, 1, 3)), graph_seeds(0, 0, tf.range(1)), method="categorical")
 
 

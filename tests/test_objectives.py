@@ -13,7 +13,7 @@ from test_pretrainer import log_softmax, make_batch
 
 
 def build(objective, **overrides):
-    config = tiny_config(objective=objective, dropout_rate=0.0, attention_dropout_rate=0.0, **overrides)
+    config = tiny_config(objective=objective, dropout_rate=0.0, **overrides)
     return ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
 
 

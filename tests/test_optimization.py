@@ -164,12 +164,12 @@ def test_fused_update_rejects_non_float32_variables():
     ElectraAdamW(learning_rate=0.1, fused=False).apply([np.ones(3, "float16")], [variable])
 
 
-def test_config_chooses_the_fused_kernel():
+def test_the_execution_option_chooses_the_fused_kernel():
     from electra_tf.config import get_config
     from electra_tf.optimization import create_optimizer
 
     assert create_optimizer(get_config("small")).fused is True
-    assert create_optimizer(get_config("small", adam_fused_kernel=False)).fused is False
+    assert create_optimizer(get_config("small"), fused=False).fused is False
     restored = ElectraAdamW.from_config(ElectraAdamW(fused=False).get_config())
     assert restored.fused is False
 

@@ -16,14 +16,13 @@ from pretrain_testutil import tiny_config, write_shards
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHITECTURE = ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                 "generator_hidden_size", "generator_num_heads", "generator_intermediate_size",
-                "generator_num_layers", "max_position_embeddings", "max_seq_length", "dropout_rate",
-                "attention_dropout_rate")
+                "generator_num_layers", "max_position_embeddings", "max_seq_length", "dropout_rate")
 
 
 def cli_args(data_dir, model_dir, num_train_steps, **flags) -> list[str]:
     """`run_pretraining.py` on the 1-layer tiny model of tests/pretrain_testutil.py (seq 32, batch 8)."""
     dropout = flags.pop("dropout", 0.1)
-    config = tiny_config(num_layers=1, generator_num_layers=1, dropout_rate=dropout, attention_dropout_rate=dropout)
+    config = tiny_config(num_layers=1, generator_num_layers=1, dropout_rate=dropout)
     hparams = {k: v for k, v in config.to_dict().items() if k in ARCHITECTURE}
     flags = {"model_size": "tiny", "data_dir": data_dir, "model_dir": model_dir, "hparams": json.dumps(hparams),
              "train_batch_size": 8, "num_train_steps": num_train_steps, "num_warmup_steps": 2, **flags}

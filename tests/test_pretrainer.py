@@ -19,7 +19,7 @@ def make_batch(batch_size=4, seq_length=32, vocab_size=64, seed=0):
 
 
 def build(**overrides):
-    model = ElectraPretrainer(tiny_config(dropout_rate=0.0, attention_dropout_rate=0.0, **overrides),
+    model = ElectraPretrainer(tiny_config(dropout_rate=0.0, **overrides),
                               special_token_ids=SPECIAL_IDS)
     return model.build_all()
 

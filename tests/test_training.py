@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from electra_tf import convert, training
 from electra_tf.convert import ours as export_format
+from electra_tf.options import ExecutionOptions
 from electra_tf.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
@@ -58,7 +59,7 @@ def assert_same_training(one, two, dir_one, dir_two, names):
 
 
 def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
-    config = small(dropout_rate=0.0, attention_dropout_rate=0.0, num_train_steps=3)
+    config = small(dropout_rate=0.0, num_train_steps=3)
     one = run(config, data_dir, str(tmp_path / "one"), export=False)
     # No collective ops: another test's MirroredStrategy in this process would clash on their instance keys.
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
@@ -228,7 +229,8 @@ def test_graph_optimizer_option_reaches_the_loop_and_leaves_the_training_unchang
     runs = {}
     for mode in ("auto", "on"):
         caplog.clear()
-        runs[mode] = run(config, data_dir, str(tmp_path / mode), export=False, graph_optimizer=mode)
+        runs[mode] = run(config, data_dir, str(tmp_path / mode), export=False,
+                         execution=ExecutionOptions(graph_optimizer=mode))
         expected = "graph optimizer (grappler) " + ("off" if mode == "auto" else "on")
         assert expected in caplog.text, caplog.text[-2000:]
     assert_same_training(runs["auto"], runs["on"], str(tmp_path / "auto"), str(tmp_path / "on"),

@@ -25,8 +25,7 @@ from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import HF_TO_OURS_ACT
 
 RENAMED = {"num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
-           "layer_norm_eps": "layer_norm_epsilon", "hidden_dropout_prob": "dropout_rate",
-           "attention_probs_dropout_prob": "attention_dropout_rate"}
+           "layer_norm_eps": "layer_norm_epsilon", "hidden_dropout_prob": "dropout_rate"}
 # Hugging Face / BERT keys with no meaning for our config.
 IGNORED = {"architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "pad_token_id",
            "bos_token_id", "eos_token_id", "summary_type", "summary_use_proj", "summary_activation",
@@ -42,6 +41,10 @@ def read_config_json(path: str) -> dict:
         values = json.load(f)
     if isinstance(values.get("config"), dict):
         values = values["config"]
+    attention_rate = values.pop("attention_probs_dropout_prob", None)
+    if attention_rate is not None and attention_rate != values.get("hidden_dropout_prob", attention_rate):
+        raise ConversionError(f"--config_json {path}: attention_probs_dropout_prob={attention_rate} differs from "
+                              f"hidden_dropout_prob={values['hidden_dropout_prob']}; this model has one dropout rate")
     fields = {f.name for f in dataclasses.fields(ElectraConfig)} - set(ROLES)
     fields |= {f"{role}.{name}" for role in ROLES for name in ENCODER_FIELDS}
     out, unknown = {}, []

@@ -203,7 +203,7 @@ def _behaviour(models: dict) -> dict:
 def _dropout(models: dict) -> dict:
     """Ours has one rate for hidden and attention dropout: the hidden one."""
     rate = float(models["discriminator"]["config"].get("hidden_dropout_prob", 0.1))
-    return {"dropout_rate": rate, "attention_dropout_rate": rate}
+    return {"dropout_rate": rate}
 
 
 def _declared_fields(models: dict) -> dict:
@@ -264,7 +264,7 @@ def hf_config(config: ElectraConfig, role: str, pad_token_id: int = 0) -> dict:
         "hidden_size": encoder.hidden_size, "num_hidden_layers": encoder.num_layers,
         "num_attention_heads": encoder.num_heads, "intermediate_size": encoder.intermediate_size,
         "hidden_act": OURS_TO_HF_ACT[config.hidden_act], "hidden_dropout_prob": config.dropout_rate,
-        "attention_probs_dropout_prob": config.attention_dropout_rate,
+        "attention_probs_dropout_prob": config.dropout_rate,
         "max_position_embeddings": config.max_position_embeddings, "type_vocab_size": config.type_vocab_size,
         "initializer_range": config.initializer_range, "layer_norm_eps": config.layer_norm_epsilon,
         "position_embedding_type": "absolute", "pad_token_id": pad_token_id, "dtype": "float32",

@@ -222,7 +222,7 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
         learning_rate=WarmupLinearDecay(options.learning_rate, total_steps, warmup, power=1.0),
         weight_decay=options.weight_decay, beta_1=config.adam_beta1, beta_2=config.adam_beta2,
         epsilon=config.adam_epsilon, bias_correction=config.finetune_adam_bias_correction, lr_multipliers=multipliers,
-        fused=config.adam_fused_kernel)
+        fused=options.execution.adam_kernel == "fused")
     if options.mixed_precision == "fp16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -453,7 +453,7 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
         optimizer.build(model.trainable_variables)
     iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed, padding,
                                          options.length_bucketing))
-    train_steps = _make_train_fn(strategy, model, options.jit_compile, options.graph_optimizer)
+    train_steps = _make_train_fn(strategy, model, options.execution.jit_compile, options.execution.graph_optimizer)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
                  "loss %s over the batch, clip %g; %s", task.name, num_examples, total_steps,
                  steps_per_epoch, options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
@@ -520,6 +520,7 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     ("selection": "final", or "best_epoch" with `options.select_best_epoch`).
     """
     os.makedirs(run_dir, exist_ok=True)
+    options = dataclasses.replace(options, execution=distribution.resolve_execution(options.execution, strategy))
     keras.utils.set_random_seed(options.seed)
     model = build_model(task, config, encoder_fn, strategy, options.max_seq_length)
     seq = options.max_seq_length
