@@ -222,7 +222,7 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
         raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
                          f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
     if checkpoint_vocab and os.path.abspath(checkpoint_vocab) != os.path.abspath(vocab_file):
-        from data_prep.tokenization import read_vocab
+        from electra_tf.text.tokenization import read_vocab
 
         mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
         differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
@@ -233,7 +233,7 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
 
 def make_tokenizer(config, checkpoint_vocab):
     """The tokenizer and the config with vocab_size matching it."""
-    from data_prep.tokenization import WordPieceTokenizer
+    from electra_tf.text.tokenization import WordPieceTokenizer
 
     vocab_file = FLAGS.vocab_file or checkpoint_vocab
     if not vocab_file:

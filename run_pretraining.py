@@ -101,8 +101,8 @@ def resolve_data(model_size):
             raise app.UsageError("--model_dir is required with --data_dir")
         return FLAGS.data_dir, FLAGS.model_dir, None
     from data_prep.demo import build_demo_dataset
-    from data_prep.manifest import load_manifest
     from electra_tf.config import get_config
+    from electra_tf.text.manifest import load_manifest
 
     max_seq_length = FLAGS.max_seq_length or get_config(model_size).max_seq_length
     data_dir = build_demo_dataset(os.path.join(DEMO_DIR, model_size, "data"), max_seq_length=max_seq_length)

@@ -6,10 +6,10 @@ sharding and worker processes of ``data_prep.builder``), so only tokenisation
 differs (``preload_tokenizer`` installs each one in the workers with
 ``data_prep.shard_writer.cache_tokenizer``):
 
-* ``data_prep``  - ``data_prep.tokenization.WordPieceTokenizer`` (tensorflow-text C++);
+* ``data_prep``  - ``electra_tf.text.tokenization.WordPieceTokenizer`` (tensorflow-text C++);
 * ``hf-rust``    - HuggingFace ``tokenizers.BertWordPieceTokenizer`` (Rust,
   ``encode_batch_fast`` when available; rayon threads on all cores);
-* ``pure-python``- ``data_prep.reference_tokenizer`` (basic tokenizer + greedy
+* ``pure-python``- ``electra_tf.text.reference_tokenizer`` (basic tokenizer + greedy
   longest-match-first WordPiece in Python, like the official code).
 
 Each is timed at 1 and 2 processes on a fixed subset of
@@ -45,10 +45,10 @@ SHARED = REPO.parent / "shared" / "data"
 
 from data_prep import shard_writer  # noqa: E402
 from data_prep.builder import BuildOptions, make_plan, run_build  # noqa: E402
-from data_prep.manifest import SPECIAL_TOKENS  # noqa: E402
 from data_prep.pool import make_pool  # noqa: E402
-from data_prep.reference_tokenizer import ReferenceTokenizer  # noqa: E402
-from data_prep.tokenization import WordPieceTokenizer, read_vocab  # noqa: E402
+from electra_tf.text.manifest import SPECIAL_TOKENS  # noqa: E402
+from electra_tf.text.reference_tokenizer import ReferenceTokenizer  # noqa: E402
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab  # noqa: E402
 
 
 class _SpecialIdsMixin:

@@ -127,7 +127,7 @@ def main(argv):
     sys.path[:0] = [os.path.dirname(BENCH_DIR), BENCH_DIR]
     import step_bench
     import tensorflow as tf
-    from data_prep.manifest import write_json_atomic
+    from electra_tf.text.manifest import write_json_atomic
 
     config = step_bench.bench_config(args.size)
     batch = step_bench.synthetic_batch(step_bench.BATCH[args.size], 128, config.vocab_size)

@@ -153,7 +153,7 @@ def format_seconds(seconds: float) -> str:
 
 
 def write_json_atomic(path: Path, value) -> None:
-    from data_prep.manifest import write_json_atomic as write_atomic
+    from electra_tf.text.manifest import write_json_atomic as write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, value, sort_keys=True)
