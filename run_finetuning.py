@@ -39,10 +39,14 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
+from electra_tf.runtime import use_onednn_kernels
 
-from electra_tf.config import MODEL_SIZES
-from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
+use_onednn_kernels()  # before TensorFlow is imported
+
+from absl import app, flags, logging  # noqa: E402
+
+from electra_tf.config import MODEL_SIZES  # noqa: E402
+from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,  # noqa: E402
                                  PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default)
 
 FLAGS = flags.FLAGS

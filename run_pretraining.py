@@ -27,10 +27,14 @@ import re
 import signal
 import sys
 
-from absl import app, flags, logging
+from electra_tf.runtime import use_onednn_kernels
 
-from electra_tf.config import MODEL_SIZES, OBJECTIVES
-from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,
+use_onednn_kernels()  # before TensorFlow is imported
+
+from absl import app, flags, logging  # noqa: E402
+
+from electra_tf.config import MODEL_SIZES, OBJECTIVES  # noqa: E402
+from electra_tf.options import (GRAPH_OPTIMIZER_HELP, GRAPH_OPTIMIZERS,  # noqa: E402
                                  INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default)
 
 FLAGS = flags.FLAGS

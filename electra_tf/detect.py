@@ -553,4 +553,7 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
 
 
 if __name__ == "__main__":
+    from electra_tf.runtime import use_onednn_kernels
+
+    use_onednn_kernels()  # TensorFlow is imported later, by load_detector
     sys.exit(main())
