@@ -46,7 +46,7 @@ interleaved with the unchanged step; ``unfused_kernels`` runs keras-hub's layer
 ops and TF's cross-entropy instead of the XLA-fused kernels (``fused_kernels``),
 ``gumbel_sampling`` the official Gumbel-max sampling instead of the two-level
 inverse CDF; ``keras_gelu``, ``keras_layernorm`` and ``keras_gelu_layernorm``
-undo issue #11's closed-form GELU / LayerNorm backward passes and
+undo the model's closed-form GELU / LayerNorm backward passes and
 ``keras_dropout`` its 16-bit dropout masks in the unfused layers, so they run
 with ``fused_kernels`` off (compare them with ``unfused_kernels``);
 ``unfused_adam`` undoes the fused AdamW kernel, ``grappler_on`` runs TF's graph
@@ -559,7 +559,7 @@ FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grapp
 
 
 class OursFinetuneAblation(OursFinetune):
-    """Ours with one of issue #11's fine-tuning speed-ups undone while the step is traced
+    """Ours with one of the fine-tuning step's speed-ups undone while the step is traced
     (`--finetune_ablations`): `full_last_layer` runs the last encoder layer at every position
     (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
     draws Keras' one-float-per-element masks instead of `dropout16`'s, `unfused_adam` runs AdamW as
@@ -672,7 +672,7 @@ def _ablation_patches(variant, model, optimizer):
             patch(optimizer, "apply", lambda grads, variables: None)
         elif variant == "no_nonfinite_guard":
             patch(loop, "apply_gradients", _apply_gradients_without_guard)
-        # Issue #11's closed-form backward passes undone, one at a time or both.
+        # The model's closed-form GELU / LayerNorm backward passes undone, one at a time or both.
         if variant in ("keras_gelu", "keras_gelu_layernorm"):
             patch(modeling, "gelu_erf", lambda x: keras.activations.gelu(x, approximate=False))
         if variant in ("keras_layernorm", "keras_gelu_layernorm"):
