@@ -39,11 +39,15 @@ import json
 import os
 import sys
 
-from absl import app, flags, logging
+from electra_tf.runtime import use_onednn_kernels
 
-from electra_tf.config import MODEL_SIZES
-from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default, define_execution_flags,
-                                execution_from_flags)
+use_onednn_kernels()  # before TensorFlow is imported
+
+from absl import app, flags, logging  # noqa: E402
+
+from electra_tf.config import MODEL_SIZES  # noqa: E402
+from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default,  # noqa: E402
+                                define_execution_flags, execution_from_flags)
 
 FLAGS = flags.FLAGS
 
@@ -221,7 +225,7 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
         raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
                          f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
     if checkpoint_vocab and os.path.abspath(checkpoint_vocab) != os.path.abspath(vocab_file):
-        from data_prep.tokenization import read_vocab
+        from electra_tf.text.tokenization import read_vocab
 
         mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
         differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
@@ -232,7 +236,7 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
 
 def make_tokenizer(config, checkpoint_vocab):
     """The tokenizer and the config with vocab_size matching it."""
-    from data_prep.tokenization import WordPieceTokenizer
+    from electra_tf.text.tokenization import WordPieceTokenizer
 
     vocab_file = FLAGS.vocab_file or checkpoint_vocab
     if not vocab_file:

@@ -27,10 +27,14 @@ import re
 import signal
 import sys
 
-from absl import app, flags, logging
+from electra_tf.runtime import use_onednn_kernels
 
-from electra_tf.config import MODEL_SIZES, OBJECTIVES
-from electra_tf.options import (INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default,
+use_onednn_kernels()  # before TensorFlow is imported
+
+from absl import app, flags, logging  # noqa: E402
+
+from electra_tf.config import MODEL_SIZES, OBJECTIVES  # noqa: E402
+from electra_tf.options import (INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default,  # noqa: E402
                                 define_execution_flags, execution_from_flags)
 
 FLAGS = flags.FLAGS
@@ -99,8 +103,8 @@ def resolve_data(model_size):
             raise app.UsageError("--model_dir is required with --data_dir")
         return FLAGS.data_dir, FLAGS.model_dir, None
     from data_prep.demo import build_demo_dataset
-    from data_prep.manifest import load_manifest
     from electra_tf.config import get_config
+    from electra_tf.text.manifest import load_manifest
 
     max_seq_length = FLAGS.max_seq_length or get_config(model_size).max_seq_length
     data_dir = build_demo_dataset(os.path.join(DEMO_DIR, model_size, "data"), max_seq_length=max_seq_length)

@@ -6,10 +6,10 @@ sharding and worker processes of ``data_prep.builder``), so only tokenisation
 differs (``preload_tokenizer`` installs each one in the workers with
 ``data_prep.shard_writer.cache_tokenizer``):
 
-* ``data_prep``  - ``data_prep.tokenization.WordPieceTokenizer`` (tensorflow-text C++);
+* ``data_prep``  - ``electra_tf.text.tokenization.WordPieceTokenizer`` (tensorflow-text C++);
 * ``hf-rust``    - HuggingFace ``tokenizers.BertWordPieceTokenizer`` (Rust,
   ``encode_batch_fast`` when available; rayon threads on all cores);
-* ``pure-python``- ``data_prep.reference_tokenizer`` (basic tokenizer + greedy
+* ``pure-python``- ``electra_tf.text.reference_tokenizer`` (basic tokenizer + greedy
   longest-match-first WordPiece in Python, like the official code).
 
 Each is timed at 1 and 2 processes on a fixed subset of
@@ -21,8 +21,8 @@ tokenizer are compared byte for byte with ``data_prep``'s.
 
 Usage (needs ``pip install -r requirements-bench.txt``):
 
-    python bench/data_prep_bench.py                 # first 8 files, ~8.4 MB
-    python bench/data_prep_bench.py --num_files=16 --processes=1,2 --skip_python
+    python -m bench.data_prep_bench                 # first 8 files, ~8.4 MB
+    python -m bench.data_prep_bench --num_files=16 --processes=1,2 --skip_python
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-SHARED = REPO.parent / "shared" / "data"
+from data_prep import shard_writer
+from data_prep.builder import BuildOptions, make_plan, run_build
+from data_prep.pool import make_pool
+from electra_tf.runtime import use_onednn_kernels
+from electra_tf.text.manifest import SPECIAL_TOKENS
+from electra_tf.text.reference_tokenizer import ReferenceTokenizer
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
 
-from data_prep import shard_writer  # noqa: E402
-from data_prep.builder import BuildOptions, make_plan, run_build  # noqa: E402
-from data_prep.manifest import SPECIAL_TOKENS  # noqa: E402
-from data_prep.pool import make_pool  # noqa: E402
-from data_prep.reference_tokenizer import ReferenceTokenizer  # noqa: E402
-from data_prep.tokenization import WordPieceTokenizer, read_vocab  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
 
 
 class _SpecialIdsMixin:
@@ -224,8 +224,9 @@ def main():
     for count, rate, seconds in cli_rows:
         print(f"| data_prep CLI end-to-end (incl. Python/TF start-up) | {count} | {rate:.2f} | "
               f"{seconds:.2f} | | | |")
-    print(f"\nCommand: python {' '.join([os.path.relpath(__file__, os.getcwd())] + sys.argv[1:])}")
+    print(f"\nCommand: {' '.join(['python -m bench.data_prep_bench'] + sys.argv[1:])}")
 
 
 if __name__ == "__main__":
+    use_onednn_kernels()  # before TensorFlow is imported
     main()

@@ -6,7 +6,7 @@ Keras and keras-hub (no TensorFlow needed), e.g.:
 
     python -m venv /tmp/jaxenv && /tmp/jaxenv/bin/pip install "jax[cpu]" keras==3.15.1 \\
         tokenizers sentencepiece kagglehub && /tmp/jaxenv/bin/pip install --no-deps keras-hub==0.32.0
-    /tmp/jaxenv/bin/python bench/jax_backend_check.py
+    /tmp/jaxenv/bin/python -m bench.jax_backend_check   # from the repository root
 
 It prints the largest differences against references (JAX's own autodiff for the gradients) and exits non-zero
 if any exceeds its tolerance.
@@ -14,10 +14,8 @@ if any exceeds its tolerance.
 
 import os
 import sys
-from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "jax"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

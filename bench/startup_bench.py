@@ -7,8 +7,8 @@ backward, optimizer update); and compares, interleaved in one process, steps wit
 meta-optimizer on (TF's default) and off. Wall and CPU seconds are both printed: on a shared
 machine CPU seconds are the steadier measure.
 
-    python bench/startup_bench.py --size=small --rounds=4
-    python bench/startup_bench.py --size=small --grappler_log   # per-pass grappler times
+    python -m bench.startup_bench --size=small --rounds=4
+    python -m bench.startup_bench --size=small --grappler_log   # per-pass grappler times
 
 `--grappler_log` sets `TF_CPP_VMODULE=meta_optimizer=1` before TensorFlow is imported and sends
 TF's log (file descriptor 2) to a file; the script sums each grappler pass's time from it, for the
@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+from electra_tf.runtime import use_onednn_kernels
 
 
 def redirect_tf_log() -> str:
@@ -67,8 +67,9 @@ def graph_parts(concrete) -> dict:
 
 
 def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple:
-    import step_bench
     import tensorflow as tf
+
+    from bench import step_bench
     with Timer() as build:
         impl = step_bench.Ours(config, batch, precision, strategy=strategy,
                                graph_optimizer="on" if grappler else "off")
@@ -124,15 +125,16 @@ def main(argv):
     grappler_log = redirect_tf_log() if args.grappler_log else None
     if grappler_log:
         print(f"TensorFlow's log (and stderr) goes to {grappler_log}", flush=True)
-    sys.path[:0] = [os.path.dirname(BENCH_DIR), BENCH_DIR]
-    import step_bench
+    use_onednn_kernels()  # before TensorFlow is imported
     import tensorflow as tf
-    from data_prep.manifest import write_json_atomic
+
+    from bench import step_bench
+    from electra_tf.text.manifest import write_json_atomic
 
     config = step_bench.bench_config(args.size)
     batch = step_bench.synthetic_batch(step_bench.BATCH[args.size], 128, config.vocab_size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    report = {"command": "python bench/startup_bench.py " + " ".join(argv),
+    report = {"command": "python -m bench.startup_bench " + " ".join(argv),
               "hardware": step_bench.hardware_line(), "size": args.size, "precision": args.precision}
 
     impls = {}

@@ -46,7 +46,7 @@ interleaved with the unchanged step; ``unfused_kernels`` runs keras-hub's layer
 ops and TF's cross-entropy instead of the XLA-fused kernels (``fused_kernels``),
 ``gumbel_sampling`` the official Gumbel-max sampling instead of the two-level
 inverse CDF; ``keras_gelu``, ``keras_layernorm`` and ``keras_gelu_layernorm``
-undo issue #11's closed-form GELU / LayerNorm backward passes and
+undo the model's closed-form GELU / LayerNorm backward passes and
 ``keras_dropout`` its 16-bit dropout masks in the unfused layers, so they run
 with ``fused_kernels`` off (compare them with ``unfused_kernels``);
 ``unfused_adam`` undoes the fused AdamW kernel, ``grappler_on`` runs TF's graph
@@ -59,12 +59,12 @@ FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every
 implementation of the same step. MFU = achieved FLOP/s ÷ the best measured
 matmul peak of that precision (TF or torch, whichever is higher).
 
-Usage (``pip install -r requirements-bench.txt`` for torch/transformers):
+Usage, from the repository root (``pip install -r requirements-bench.txt`` for torch/transformers):
 
-    python bench/step_bench.py --sizes=small --rounds=3
-    python bench/step_bench.py --sizes=base --rounds=3 --only=ours,hf,keras_hub
-    python bench/step_bench.py --sizes=small --only=ours --ablations --profile --precisions=fp32
-    python bench/step_bench.py --sizes=small --only=finetune --finetune_ablations=full_last_layer,keras_dropout
+    python -m bench.step_bench --sizes=small --rounds=3
+    python -m bench.step_bench --sizes=base --rounds=3 --only=ours,hf,keras_hub
+    python -m bench.step_bench --sizes=small --only=ours --ablations --profile --precisions=fp32
+    python -m bench.step_bench --sizes=small --only=finetune --finetune_ablations=full_last_layer,keras_dropout
 """
 
 from __future__ import annotations
@@ -83,7 +83,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # PyTorch's OpenMP workers busy-wait at barriers by default; on a shared, oversubscribed machine a
@@ -93,10 +92,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from electra_tf.runtime import onednn_enabled, use_onednn_kernels  # noqa: E402
 
-import electra_tf  # noqa: E402  (before TensorFlow: oneDNN kernels on, as in run_pretraining.py)
+use_onednn_kernels()  # before TensorFlow is imported, as in run_pretraining.py
+
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -155,7 +154,7 @@ def hardware_line() -> str:
         pass
     isa = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
                    if f in flags) or "-"
-    onednn = "on" if electra_tf.onednn_enabled() else "off"
+    onednn = "on" if onednn_enabled() else "off"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     versions = f"TF {tf.__version__}, Keras {keras.__version__}"
     try:
@@ -560,7 +559,7 @@ FINETUNE_ABLATIONS = ("full_last_layer", "keras_dropout", "unfused_adam", "grapp
 
 
 class OursFinetuneAblation(OursFinetune):
-    """Ours with one of issue #11's fine-tuning speed-ups undone while the step is traced
+    """Ours with one of the fine-tuning step's speed-ups undone while the step is traced
     (`--finetune_ablations`): `full_last_layer` runs the last encoder layer at every position
     (before the [CLS]-only shortcut, `ElectraEncoder.call(output_length=...)`), `keras_dropout`
     draws Keras' one-float-per-element masks instead of `dropout16`'s, `unfused_adam` runs AdamW as
@@ -673,7 +672,7 @@ def _ablation_patches(variant, model, optimizer):
             patch(optimizer, "apply", lambda grads, variables: None)
         elif variant == "no_nonfinite_guard":
             patch(loop, "apply_gradients", _apply_gradients_without_guard)
-        # Issue #11's closed-form backward passes undone, one at a time or both.
+        # The model's closed-form GELU / LayerNorm backward passes undone, one at a time or both.
         if variant in ("keras_gelu", "keras_gelu_layernorm"):
             patch(modeling, "gelu_erf", lambda x: keras.activations.gelu(x, approximate=False))
         if variant in ("keras_layernorm", "keras_gelu_layernorm"):
@@ -1079,7 +1078,7 @@ def main():
         notes.append(f"torch/transformers unavailable ({TORCH_ERROR}): HF columns skipped "
                      "(pip install -r requirements-bench.txt)")
     report = {
-        "command": "python " + " ".join([os.path.relpath(__file__, os.getcwd())] + sys.argv[1:]),
+        "command": " ".join(["python -m bench.step_bench"] + sys.argv[1:]),
         "hardware": hardware_line(),
         "threads": {"tf_intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                     "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),

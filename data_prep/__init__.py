@@ -1,9 +1,10 @@
-"""Data preparation for ELECTRA pre-training (electra-tf).
+"""Data preparation for ELECTRA pre-training (electra-tf): the command-line tools that write shards.
+
+The text contract they write to (tokenizer, ``manifest.json``, feature names) is the library's
+``electra_tf.text``; this package uses it and nothing in ``electra_tf`` imports this package.
 
 Modules:
 
-* ``tokenization``        - BERT-exact WordPiece tokenizer on tensorflow-text (fast path).
-* ``reference_tokenizer`` - the same in pure Python (reference for tests and benchmarks).
 * ``corpus``              - input files/formats, cleaning, shard plans, documents, sentences.
 * ``packing``             - official ELECTRA example packing + fast Example serialisation.
 * ``build_pretraining_dataset`` - the shard builder's command line; its library:
@@ -14,8 +15,6 @@ Modules:
   * ``pool``         - worker processes and their progress reports;
   * ``tfds_input``   - TFDS datasets as input.
 
-* ``manifest``            - the manifest contract read by training; owns the
-  TFRecord feature names and special-token keys.
 * ``build_vocab``         - learn a WordPiece vocab (CLI).
 * ``inspect_shards``      - summarise and decode a data directory (CLI).
 * ``cli``                 - the tools' shared flag/error handling.
@@ -23,7 +22,7 @@ Modules:
 
 Example:
 
->>> from data_prep.manifest import shard_name
->>> shard_name(0, 8)
-'pretrain_data.tfrecord-00000-of-00008'
+>>> from data_prep.plan import BuildOptions
+>>> BuildOptions(inputs="corpus/", output_dir="shards/", vocab_file="vocab.txt").max_seq_length
+128
 """

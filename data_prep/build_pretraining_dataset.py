@@ -4,7 +4,7 @@ Reads plain text / WikiExtractor / JSON Lines files (optionally .gz/.bz2) or
 a prepared TFDS text dataset, tokenises with BERT WordPiece (tensorflow-text),
 packs sentences like the official ELECTRA ``build_pretraining_dataset.py``
 and writes ``pretrain_data.tfrecord-XXXXX-of-YYYYY`` shards plus
-``manifest.json`` (see ``data_prep/manifest.py``).  Progress (MB read/s,
+``manifest.json`` (see ``electra_tf/text/manifest.py``).  Progress (MB read/s,
 examples/s) goes to stderr.  Bad input stops the build with a one-line
 ``error: ...`` naming the file, exit status 1, and no shard or manifest left.
 

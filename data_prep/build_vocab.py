@@ -1,7 +1,7 @@
 r"""Learn a BERT-style WordPiece vocabulary from raw text.
 
 Words are exactly those of BERT's basic tokenizer (same normalisation as
-``data_prep.tokenization``: lower-casing / accent stripping, punctuation and
+``electra_tf.text.tokenization``: lower-casing / accent stripping, punctuation and
 every CJK ideograph split off).  Their counts feed tensorflow-text's WordPiece
 learner (``tensorflow_text.tools.wordpiece_vocab.wordpiece_tokenizer_learner_lib``,
 the engine of ``bert_vocab_from_dataset`` and keras-hub's
@@ -41,7 +41,7 @@ from absl import flags
 
 from data_prep import corpus
 from data_prep.corpus import CorpusError
-from data_prep.manifest import SPECIAL_TOKENS, write_text_atomic
+from electra_tf.text.manifest import SPECIAL_TOKENS, write_text_atomic
 
 DEFAULT_RESERVED = tuple(SPECIAL_TOKENS.values())  # [PAD] [UNK] [CLS] [SEP] [MASK]
 REQUIRED = DEFAULT_RESERVED
@@ -54,7 +54,7 @@ def count_words(texts_batches: Iterable[Sequence[str]], do_lower_case: bool,
                 strip_accents: Optional[bool]) -> collections.Counter:
     """BERT basic-tokenizer word counts of batches of texts (TF fast path)."""
     import tensorflow as tf
-    from data_prep.tokenization import normalize_tf, split_words_tf
+    from electra_tf.text.tokenization import normalize_tf, split_words_tf
     strip = do_lower_case if strip_accents is None else strip_accents
     counts: collections.Counter = collections.Counter()
     for texts in texts_batches:

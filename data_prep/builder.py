@@ -46,11 +46,11 @@ from typing import Callable, Optional
 
 from data_prep import shard_writer
 from data_prep.corpus import CorpusError
-from data_prep.manifest import (CREATED_BY, FORMAT_VERSION, MANIFEST_NAME, SHARD_PREFIX,
-                                SPECIAL_TOKENS, shard_name, write_json_atomic)
 from data_prep.plan import BuildOptions, BuildPlan, make_plan  # noqa: F401  (public API)
 from data_prep.pool import WorkerPool, build_in_pool, make_pool
 from data_prep.shard_writer import ShardStats, build_shard, read_sidecar
+from electra_tf.text.manifest import (CREATED_BY, FORMAT_VERSION, MANIFEST_NAME, SHARD_PREFIX,
+                                      SPECIAL_TOKENS, shard_name, write_json_atomic)
 
 __all__ = ["BuildOptions", "BuildPlan", "CorpusError", "make_plan", "run_build", "remove_outputs"]
 

@@ -18,7 +18,7 @@ Example:
 
 >>> import tempfile
 >>> from data_prep.demo import build_demo_dataset
->>> from data_prep.manifest import load_manifest
+>>> from electra_tf.text.manifest import load_manifest
 >>> data_dir = build_demo_dataset(tempfile.mkdtemp() + "/demo", log=lambda m: None)
 >>> manifest = load_manifest(data_dir)
 >>> manifest["vocab_size"], manifest["max_seq_length"], manifest["num_examples"] > 1000
@@ -35,7 +35,7 @@ import sys
 import warnings
 from typing import Callable, Iterator
 
-from data_prep.manifest import load_manifest, sha256_file, write_text_atomic
+from electra_tf.text.manifest import load_manifest, sha256_file, write_text_atomic
 
 CORPUS_NAME = os.path.join("corpus", "python_docs.txt")
 VOCAB_NAME = "vocab.txt"

@@ -30,7 +30,7 @@ from typing import Iterator
 import numpy as np
 from absl import flags
 
-from data_prep.manifest import FEATURE_NAMES, INPUT_IDS, INPUT_MASK, SEGMENT_IDS, load_manifest
+from electra_tf.text.manifest import FEATURE_NAMES, INPUT_IDS, INPUT_MASK, SEGMENT_IDS, load_manifest
 
 LABEL_WIDTH = 21
 
@@ -104,7 +104,7 @@ def summarize(data_dir: str, num_examples: int = 3, max_scan: int = 100000,
     p("length histogram (real tokens incl. [CLS]/[SEP]):")
     p(length_histogram(lengths, manifest["max_seq_length"]))
     if num_examples:
-        from data_prep.tokenization import WordPieceTokenizer
+        from electra_tf.text.tokenization import WordPieceTokenizer
         tokenizer = WordPieceTokenizer(manifest["vocab_file"], manifest["do_lower_case"],
                                        manifest.get("strip_accents"))
         for index, example in enumerate(examples[:num_examples]):

@@ -45,7 +45,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from data_prep.manifest import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
+from electra_tf.text.manifest import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
 
 SINGLE_SEGMENT_TARGET = 100000  # "infinite" first-segment budget, as in the official code
 MIN_SHORT_TARGET = 5
@@ -210,7 +210,7 @@ def _map_entry(key: str, feature: bytes) -> bytes:
 class ExampleSerializer:
     """Serialises {input_ids, input_mask, segment_ids} rows to Example bytes.
 
-    The feature names are ``data_prep.manifest``'s; protobuf's deterministic
+    The feature names are ``electra_tf.text.manifest``'s; protobuf's deterministic
     serialisation writes map entries in key order, which is this order.
     """
 

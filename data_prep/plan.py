@@ -35,8 +35,8 @@ from typing import Optional
 
 from data_prep import corpus
 from data_prep.corpus import CorpusError
-from data_prep.manifest import sha256_file, shard_name
-from data_prep.tokenization import validate_vocab
+from electra_tf.text.manifest import sha256_file, shard_name
+from electra_tf.text.tokenization import validate_vocab
 
 # Bump when the bytes written for the same plan, or the shards' sidecar
 # records, change: finished shards of an older version are then rebuilt.

@@ -44,8 +44,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from data_prep import corpus
-from data_prep.manifest import sha256_file, write_json_atomic
 from data_prep.packing import ExamplePacker, ExampleSerializer, SpecialIds, assemble
+from electra_tf.text.manifest import sha256_file, write_json_atomic
 
 _TOKENIZER_CACHE: dict = {}
 _PROGRESS_QUEUE = None
@@ -80,7 +80,7 @@ def _tokenizer(plan):
     key = _tokenizer_key(options.vocab_file, plan.vocab_sha256, options.do_lower_case,
                          options.strip_accents)
     if key not in _TOKENIZER_CACHE:
-        from data_prep.tokenization import WordPieceTokenizer
+        from electra_tf.text.tokenization import WordPieceTokenizer
         _TOKENIZER_CACHE.clear()
         _TOKENIZER_CACHE[key] = WordPieceTokenizer(
             options.vocab_file, options.do_lower_case, options.strip_accents)

@@ -148,7 +148,7 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
     """A `TokenScores` per text: the discriminator's p(replaced) for every wordpiece.
 
     `pretrainer` is an `ElectraPretrainer` (discriminator + head; with `corrupt`
-    the generator too), `tokenizer` a `data_prep.tokenization.WordPieceTokenizer`
+    the generator too), `tokenizer` an `electra_tf.text.tokenization.WordPieceTokenizer`
     over the same vocabulary. With `corrupt`, text i is corrupted with the
     stateless seeds of example i at step 0 of run `seed`, so a text's corruption
     does not depend on the batch it is in. `mask_prob`/`temperature` default to
@@ -398,7 +398,7 @@ def load_detector(init_checkpoint: str, vocab_file: str | None = None, generator
         raise UsageError("--vocab_file", f"{vocab_file} does not exist")
     if generator_checkpoint and not os.path.isdir(generator_checkpoint):
         raise UsageError("--generator_checkpoint", f"{generator_checkpoint} is not a directory")
-    from data_prep.tokenization import WordPieceTokenizer  # after the cheap checks: these import TensorFlow
+    from electra_tf.text.tokenization import WordPieceTokenizer  # after the cheap checks: these import TensorFlow
     from electra_tf.convert import ConversionError, api, foreign
     from electra_tf.convert import vocab as vocab_lib
 
@@ -553,4 +553,7 @@ def main(argv: Sequence[str] | None = None, stdout=None) -> int:
 
 
 if __name__ == "__main__":
+    from electra_tf.runtime import use_onednn_kernels
+
+    use_onednn_kernels()  # TensorFlow is imported later, by load_detector
     sys.exit(main())

@@ -8,20 +8,22 @@ The pipeline is deterministic for a given seed (file order, interleave,
 shuffle), so its iterator can be checkpointed and a resumed run sees exactly
 the batches an uninterrupted one would.
 
-The feature names are `data_prep.manifest.FEATURE_NAMES`, the contract's.
+The feature names are `electra_tf.text.manifest.FEATURE_NAMES`, the contract's.
 
-Example (a two-example data set built by `data_prep`):
+Example (a two-example shard in the format `data_prep` writes, and its manifest):
 
 >>> import tempfile
->>> from data_prep.builder import BuildOptions, make_plan, run_build
+>>> import tensorflow as tf
 >>> from electra_tf.input_pipeline import pretraining_dataset
+>>> from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, shard_name, write_json_atomic
 >>> d = tempfile.mkdtemp()
->>> _ = open(d + "/corpus.txt", "w").write("The cat sat. The dog ran.\\n\\nA new doc.\\n")
->>> _ = open(d + "/vocab.txt", "w").write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]",
-...     "[MASK]", "the", "cat", "sat", "dog", "ran", "a", "new", "doc", "."]) + "\\n")
->>> manifest = run_build(make_plan(BuildOptions(inputs=d + "/corpus.txt", output_dir=d + "/out",
-...     vocab_file=d + "/vocab.txt", max_seq_length=16)), num_processes=1, log=lambda msg: None)
->>> batch = next(iter(pretraining_dataset(d + "/out", manifest, batch_size=2, seed=0)))
+>>> row = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * 16)) for name in FEATURE_NAMES}
+>>> with tf.io.TFRecordWriter(f"{d}/{shard_name(0, 1)}") as writer:
+...     for _ in range(2):
+...         writer.write(tf.train.Example(features=tf.train.Features(feature=row)).SerializeToString())
+>>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 16, "vocab_size": 14,
+...     "shards": [shard_name(0, 1)], "num_shards": 1, "num_examples": 2})
+>>> batch = next(iter(pretraining_dataset(d, load_manifest(d), batch_size=2, seed=0)))
 >>> sorted(batch), batch["input_ids"].shape, batch["input_ids"].dtype.name
 (['input_ids', 'input_mask', 'segment_ids'], TensorShape([2, 16]), 'int32')
 """
@@ -31,10 +33,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from data_prep.manifest import FEATURE_NAMES, load_manifest, validate_manifest
 from electra_tf import distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
+from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
 
 
 def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:

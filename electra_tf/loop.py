@@ -51,9 +51,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-import electra_tf
 from electra_tf import distribution
 from electra_tf.options import ExecutionOptions
+from electra_tf.runtime import onednn_enabled
 
 
 def loss_scale(optimizer) -> tf.Tensor:
@@ -244,7 +244,7 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
 
 def runtime_summary(run) -> str:
     """For the training logs: which TF CPU kernels run and whether grappler optimises `run`."""
-    onednn = "on" if electra_tf.onednn_enabled() else "off"
+    onednn = "on" if onednn_enabled() else "off"
     return f"TF oneDNN CPU kernels {onednn}, graph optimizer (grappler) {'on' if run.grappler else 'off'}"
 
 

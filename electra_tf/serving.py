@@ -8,7 +8,7 @@ sentence-pair tasks), tokenises them in the graph and returns
   for classification;
 * `score` `[batch]` for regression (STS-B).
 
-Tokenisation in the graph matches `data_prep.tokenization.WordPieceTokenizer`: the same
+Tokenisation in the graph matches `electra_tf.text.tokenization.WordPieceTokenizer`: the same
 normalisation (lower-casing, deletion of control characters, accent stripping by NFD +
 removal of combining marks, with the same RE2 character classes), tensorflow-text's
 `FastWordpieceTokenizer` over the same vocabulary, pairs truncated longest-first (BERT's
@@ -36,7 +36,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from data_prep import tokenization
+from electra_tf.text import tokenization
 
 
 class _GraphTokenizer(tf.Module):

@@ -1,6 +1,6 @@
 r"""Does replaced-token detection beat masked LM at equal compute? Pre-train each arm, fine-tune, tabulate.
 
-    python -m experiments.compare_objectives --budget=cpu      # hours: spans sittings, resumes
+    python -m experiments.compare_objectives --budget=cpu      # hours; stops and resumes
     python -m experiments.compare_objectives --budget=smoke    # the same pipeline in minutes
 
 Arms: `rtd` (ELECTRA), `mlm` (BERT-style, discriminator-sized), `none` (no pre-training), the
@@ -53,6 +53,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Optional
+
+from electra_tf.runtime import use_onednn_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -153,7 +155,7 @@ def format_seconds(seconds: float) -> str:
 
 
 def write_json_atomic(path: Path, value) -> None:
-    from data_prep.manifest import write_json_atomic as write_atomic
+    from electra_tf.text.manifest import write_json_atomic as write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, value, sort_keys=True)
@@ -840,4 +842,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    use_onednn_kernels()  # before TensorFlow is imported (electra_tf.flops imports it)
     main()

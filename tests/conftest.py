@@ -7,7 +7,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
-import electra_tf  # noqa: E402,F401  (before TensorFlow: the tests run with the kernels the entry points get)
+from electra_tf.runtime import use_onednn_kernels  # noqa: E402
+
+use_onednn_kernels()  # before TensorFlow: the tests run with the kernels the entry points get
+
 import tensorflow as tf  # noqa: E402
 
 NUM_LOGICAL_CPUS = 2

@@ -64,7 +64,7 @@ def run_module(module: str, *args: str, timeout: float = 240) -> subprocess.Comp
 def read_examples(data_dir: Path) -> list[dict]:
     """All examples of all shards (in shard order) as dicts of int lists."""
     import tensorflow as tf
-    from data_prep.manifest import load_manifest
+    from electra_tf.text.manifest import load_manifest
     manifest = load_manifest(str(data_dir))
     out = []
     for shard in manifest["shards"]:

@@ -16,8 +16,8 @@ import pytest
 from data_prep.builder import BuildOptions, make_plan, run_build
 from data_prep.corpus import CorpusError
 from data_prep.corpus import split_sentences
-from data_prep.manifest import FEATURE_NAMES, FORMAT_VERSION, load_manifest, validate_manifest
-from data_prep.reference_tokenizer import BasicTokenizer, ReferenceTokenizer
+from electra_tf.text.manifest import FEATURE_NAMES, FORMAT_VERSION, load_manifest, validate_manifest
+from electra_tf.text.reference_tokenizer import BasicTokenizer, ReferenceTokenizer
 
 try:
     from tests.data_prep_testutil import (REPO_ROOT, TINY_VOCAB, read_examples, run_module,
@@ -67,7 +67,7 @@ def test_round_trip_ids_and_text(tmp_path):
         # Decoding gives the normalised text, with [UNK] for words the vocab lacks.
         words = [w if reference.wordpiece.tokenize_word(w) != ["[UNK]"] else "[UNK]"
                  for w in basic.tokenize(text)]
-        from data_prep.tokenization import WordPieceTokenizer
+        from electra_tf.text.tokenization import WordPieceTokenizer
         decoded = WordPieceTokenizer(plan.options.vocab_file).decode(example["input_ids"][1:length - 1])
         assert decoded == " ".join(words)
     assert manifest["num_unk_tokens"] == sum(e["input_ids"].count(unk) for e in examples) > 0

@@ -6,8 +6,8 @@ import pytest
 
 from data_prep.build_vocab import build_vocab
 from data_prep.builder import BuildOptions, make_plan, run_build
-from data_prep.reference_tokenizer import ReferenceTokenizer
-from data_prep.tokenization import WordPieceTokenizer, read_vocab
+from electra_tf.text.reference_tokenizer import ReferenceTokenizer
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
 
 try:
     from tests.data_prep_testutil import (EN_VOCAB, ENWIKI_DIR, SHARED_DATA, ZH_VOCAB, ZHWIKI_FILE,

@@ -1,10 +1,10 @@
-"""Tests for data_prep.tokenization: BERT-exact ids, vocab checks, decoding."""
+"""Tests for electra_tf.text.tokenization: BERT-exact ids, vocab checks, decoding."""
 
 import numpy as np
 import pytest
 
-from data_prep.reference_tokenizer import ReferenceTokenizer
-from data_prep.tokenization import WordPieceTokenizer, read_vocab, validate_vocab
+from electra_tf.text.reference_tokenizer import ReferenceTokenizer
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab, validate_vocab
 
 try:
     from tests.data_prep_testutil import (EN_VOCAB, ENWIKI_DIR, TINY_VOCAB, ZH_VOCAB,
@@ -161,7 +161,7 @@ def test_real_vocab_matches_reference(vocab, corpus, limit):
 
 @pytest.mark.parametrize("lower,strip", [(True, True), (False, False), (True, False), (False, True)])
 def test_tf_normalisation_equals_python_normalisation(lower, strip):
-    from data_prep.tokenization import normalize_text, normalize_tf
+    from electra_tf.text.tokenization import normalize_text, normalize_tf
     texts = TRICKY_TEXTS + ["lone \ud800 surrogate", "Å̊ Ǆ ﬁ ẞ 𝔄"]
     got = [s.decode("utf-8") for s in normalize_tf(texts, lower, strip).numpy()]
     expected = [normalize_text(t.encode("utf-8", "ignore").decode("utf-8"), lower, strip) for t in texts]

@@ -8,8 +8,8 @@ import pytest
 from data_prep.build_vocab import build_vocab
 from data_prep.builder import BuildOptions, make_plan, run_build
 from data_prep.corpus import CorpusError
-from data_prep.manifest import load_manifest, validate_manifest
-from data_prep.tokenization import WordPieceTokenizer, read_vocab, validate_vocab
+from electra_tf.text.manifest import load_manifest, validate_manifest
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab, validate_vocab
 
 try:
     from tests.data_prep_testutil import run_module, write_text

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.tasks import get_task
+from electra_tf.text.tokenization import WordPieceTokenizer
 from electra_tf.finetuning.trainer import (PADDED_LOGIT, FinetuningModel, Padding, RunOptions, _predict_fn,
                                            new_encoder_fn, predict, run_single, sequence_lengths, train_dataset,
                                            trim_batch)

@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf, log_softmax
 
-from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.config import get_config
 from electra_tf.finetuning import squad
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.tasks import get_task
+from electra_tf.text.tokenization import WordPieceTokenizer
 from test_squad_features import VOCAB, squad_json
 
 B, L, H, J = 3, 9, 6, 5  # batch, sequence, hidden, joint hidden

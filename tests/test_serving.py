@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.finetuning.tasks import encode_pairs
+from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, _common, _read_tsv, glue_dir, run_main, vocab_file  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.finetuning import squad
 from electra_tf.finetuning.heads import SpanHead
 from electra_tf.finetuning.metrics import squad_v2_evaluate
+from electra_tf.text.tokenization import WordPieceTokenizer
 from test_squad_features import VOCAB, squad_json
 
 

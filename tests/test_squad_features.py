@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from data_prep.tokenization import WordPieceTokenizer
 from electra_tf.finetuning import squad
+from electra_tf.text.tokenization import WordPieceTokenizer
 
 WORDS = ("the cat sat on mat who where did what is capital of france paris steve smith s born in year "
          "1895 1943 tower was built by gustave eiffel and").split()

@@ -24,15 +24,30 @@ Example:
 >>> dirs = save_hf(pretrainer, config, tempfile.mkdtemp(), vocab)
 """
 
-from electra_tf.convert.api import FORMATS, detect_format, initialize_pretrainer, load_any, load_encoder, read_config
-from electra_tf.convert.errors import ConversionError
-from electra_tf.convert.hf import load_hf_checkpoint, save_hf
-from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
-from electra_tf.convert.official import load_official_checkpoint
-from electra_tf.convert.ours import load_ours, save_ours
+import importlib
 
-__all__ = [
-    "FORMATS", "ConversionError", "detect_format", "initialize_pretrainer", "load_any", "load_encoder",
-    "load_hf_checkpoint", "load_official_checkpoint", "load_ours", "read_config", "save_hf",
-    "save_keras_hub_preset", "save_ours",
-]
+# Public name -> the module of this package that defines it. Imported on first use (PEP 562), so that
+# `python -m electra_tf.convert` can choose TensorFlow's kernels before anything imports TensorFlow.
+_EXPORTS = {
+    "FORMATS": "api", "detect_format": "api", "initialize_pretrainer": "api", "load_any": "api",
+    "load_encoder": "api", "read_config": "api",
+    "ConversionError": "errors",
+    "load_hf_checkpoint": "hf", "save_hf": "hf",
+    "save_keras_hub_preset": "keras_hub_preset",
+    "load_official_checkpoint": "official",
+    "load_ours": "ours", "save_ours": "ours",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

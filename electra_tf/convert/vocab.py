@@ -18,8 +18,8 @@ import tempfile
 
 from absl import logging
 
-from data_prep.manifest import SPECIAL_TOKENS  # the one table of special tokens (data contract)
 from electra_tf.convert.errors import ConversionError
+from electra_tf.text.manifest import SPECIAL_TOKENS  # the one table of special tokens (data contract)
 
 VOCAB_NAMES = ("vocab.txt",)
 

@@ -260,7 +260,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
 
 def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool = True) -> str:
     """Project the normalised predicted text back onto the original words."""
-    from data_prep.reference_tokenizer import BasicTokenizer
+    from electra_tf.text.reference_tokenizer import BasicTokenizer
 
     def strip_spaces(text):
         ns_chars, ns_to_s = [], {}

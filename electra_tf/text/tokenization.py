@@ -3,7 +3,7 @@
 ``WordPieceTokenizer`` gives exactly the ids of google-research/bert's
 ``FullTokenizer`` (basic tokenizer + greedy longest-match-first WordPiece; the
 tokenizer ELECTRA uses), with HuggingFace's ``strip_accents`` override, at C++
-speed (tests compare it with ``data_prep.reference_tokenizer`` on real
+speed (tests compare it with ``electra_tf.text.reference_tokenizer`` on real
 English/Chinese text and on adversarial Unicode).  How:
 
 1. Normalisation (``normalize_tf``) follows BERT's Python semantics:
@@ -32,7 +32,7 @@ ids are looked up by name, never hard-coded.
 Example:
 
 >>> import tempfile, os
->>> from data_prep.tokenization import WordPieceTokenizer
+>>> from electra_tf.text.tokenization import WordPieceTokenizer
 >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
 >>> _ = open(path, "w").write("\\n".join(
 ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "wor", "##ld", ","]) + "\\n")
@@ -54,8 +54,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from data_prep.manifest import SPECIAL_TOKENS  # noqa: F401  (re-exported: the manifest owns it)
-from data_prep.reference_tokenizer import _CJK_RANGES
+from electra_tf.text.manifest import SPECIAL_TOKENS  # noqa: F401  (re-exported: the manifest owns it)
+from electra_tf.text.reference_tokenizer import _CJK_RANGES
 
 REQUIRED_SPECIALS = tuple(SPECIAL_TOKENS.values())
 

@@ -22,8 +22,8 @@ cleaning/truncation counters ``num_nul_bytes_removed``,
 Example:
 
 >>> import tempfile
->>> from data_prep.manifest import (FEATURE_NAMES, load_manifest, shard_name, validate_manifest,
-...                                  write_json_atomic)
+>>> from electra_tf.text.manifest import (FEATURE_NAMES, load_manifest, shard_name, validate_manifest,
+...                                       write_json_atomic)
 >>> d = tempfile.mkdtemp()
 >>> write_json_atomic(d + "/manifest.json", {"format_version": 1, "max_seq_length": 128,
 ...     "vocab_size": 30522, "shards": [], "num_shards": 0, "num_examples": 10})

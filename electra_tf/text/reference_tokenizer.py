@@ -6,14 +6,17 @@ of google-research/bert ``tokenization.py`` (the one ELECTRA ships), with the
 purpose (one Python loop per character and per candidate word piece, like the
 original) and exists for three things:
 
-* tests: ``data_prep.tokenization.WordPieceTokenizer`` must give the same ids;
+* tests: ``electra_tf.text.tokenization.WordPieceTokenizer`` must give the same ids;
 * the benchmark's "official-style pure Python" baseline;
-* the exact fallback for the rare lines that contain very long words
-  (see ``tokenization.py``).
+* SQuAD's projection of a predicted answer back onto the original text
+  (``electra_tf.finetuning.squad.get_final_text`` runs ``BasicTokenizer``).
+
+It also owns BERT's CJK ranges (``_CJK_RANGES``), which ``tokenization.py`` builds its
+character classes from.
 
 Example:
 
->>> from data_prep.reference_tokenizer import ReferenceTokenizer
+>>> from electra_tf.text.reference_tokenizer import ReferenceTokenizer
 >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "wor", "##ld", ","]
 >>> tok = ReferenceTokenizer(vocab)
 >>> tok.tokenize("Héllo, World!")

@@ -1,0 +1,1 @@
+"""Benchmarks, not tests: run them from the repository root, e.g. `python -m bench.step_bench --help`."""
