@@ -18,47 +18,77 @@ def test_equal_compute_steps_never_fewer_than_rtd():
     assert rtd["examples"] == 192_000
 
 
-def write_result(work_dir, arm, task, lr, seed, value):
-    done = co.finetune_dir(work_dir, arm, task, lr, seed) / "result.json"
-    co.write_json_atomic(done, {"metric": value})
+def write_result(work_dir, run, task, lr, seed, value):
+    done = co.finetune_dir(work_dir, run, task, lr, seed) / "result.json"
+    co.write_json_atomic(done, {"metric": value, "commit": "abc1234"})
 
 
 def test_cached_runs_are_collected_and_the_better_stsb_median_picks_the_lr(tmp_path):
-    budget = co.BUDGETS["cpu"]
+    budget, run = co.BUDGETS["cpu"], co.Run("rtd")
     for seed, (low, high) in enumerate([(60.0, 70.0), (62.0, 50.0), (61.0, 71.0)]):
-        write_result(tmp_path, "rtd", "STS-B", 1e-4, seed, low)
-        write_result(tmp_path, "rtd", "STS-B", 3e-4, seed, high)
-    results = co.collect_finetune(budget, "rtd", tmp_path)
+        write_result(tmp_path, run, "STS-B", 1e-4, seed, low)
+        write_result(tmp_path, run, "STS-B", 3e-4, seed, high)
+    results = co.collect_finetune(budget, run, tmp_path)
     assert results["STS-B"] == {"0.0001": [60.0, 62.0, 61.0], "0.0003": [70.0, 50.0, 71.0]}
     assert co.chosen_lr(results) == 3e-4  # medians 61 vs 70
-    assert co.finetune(budget, "rtd", None, "STS-B", 1e-4, 1, tmp_path) == 62.0  # cached: no subprocess
+    assert co.finetune(budget, run, None, "STS-B", 1e-4, 1, tmp_path) == 62.0  # cached: no subprocess
     with pytest.raises(ValueError, match="no STS-B results"):
         co.chosen_lr({})
 
 
-def test_report_writes_the_table_and_the_json_schema(tmp_path):
+def test_a_second_pretraining_seed_is_a_run_of_its_own():
+    run = co.Run("rtd", 1)
+    assert run.name == "rtd-pseed1" and co.Run("rtd").name == "rtd"  # seed 0 keeps the old work folder
+    command = co.pretrain_command(co.BUDGETS["cpu"], run, co.Path("d"), co.Path("m"))
+    assert "--seed=1" in command
+    assert co.run_file(co.Path("r"), run).name == "rtd-pseed1.json"
+
+
+def test_generator_size_arms_run_rtds_steps_with_their_generator():
     budget = co.BUDGETS["cpu"]
-    for arm, base in (("rtd", 70.0), ("mlm", 60.0), ("none", 50.0)):
+    for arm, width, heads in (("gen32", 32, 1), ("gen128", 128, 2), ("gen256", 256, 4)):
+        config = co.arm_config(budget, arm)
+        assert (config.generator.hidden_size, config.generator.num_heads, config.generator.intermediate_size) == \
+            (width, heads, 4 * width)
+        assert co.arm_steps(budget, arm) == budget.rtd_steps and co.generator_width(arm) == width
+    assert co.generator_width("rtd") == 64 and co.generator_width("mlm") is None
+
+
+def test_run_record_is_what_the_report_needs_and_the_report_needs_no_work_folder(tmp_path):
+    budget, work, results_dir = co.BUDGETS["cpu"], tmp_path / "work", tmp_path / "results"
+    for run, base in ((co.Run("rtd"), 70.0), (co.Run("rtd", 1), 66.0), (co.Run("mlm"), 60.0), (co.Run("none"), 50.0)):
         for task in co.TASKS:
             for seed in budget.seeds:
-                write_result(tmp_path / "work", arm, task, 1e-4, seed, base + seed)
-    out = tmp_path / "results"
-    out.mkdir()
-    results = co.report(budget, tmp_path / "work", ("rtd", "mlm", "none"), out, "python -m experiments.compare_objectives")
-    saved = json.loads((out / "compare_objectives.json").read_text())
-    assert set(saved["arms"]) == {"rtd", "mlm", "none"}
-    rtd = saved["arms"]["rtd"]
-    assert rtd["finetune"]["STS-B"]["0.0001"] == [70.0, 71.0, 72.0] and rtd["chosen_lr"] == 1e-4
-    assert {"pretrain_flops", "examples", "finetune", "chosen_lr"} <= set(rtd)
-    assert co.headline(results["arms"]["rtd"], "STS-B") == 71.0
-    table = (out / "compare_objectives.md").read_text()
-    assert "| rtd |" in table and "**71.0** [70.0, 71.0, 72.0]" in table
+                write_result(work, run, task, 1e-4, seed, base + seed)
+        if run.pretrained:
+            log = co.pretrain_dir(work, run) / "train_log.jsonl"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("\n".join(json.dumps({"step": s, "loss": 1.0 / s, "disc_auc": 0.5, "examples_per_second": 40.0,
+                                                  "ignored": 1}) for s in (25, 50)) + "\n")
+        co.write_json_atomic(co.run_file(co.runs_dir_of(results_dir, budget), run), co.run_record(budget, run, work))
+    record = json.loads(co.run_file(co.runs_dir_of(results_dir, budget), co.Run("rtd", 1)).read_text())
+    assert record["pretrain_seed"] == 1 and record["finetune_commits"] == ["abc1234"]
+    assert record["pretrain_curve"] == [{"step": 25, "loss": 0.04, "disc_auc": 0.5, "examples_per_second": 40.0},
+                                        {"step": 50, "loss": 0.02, "disc_auc": 0.5, "examples_per_second": 40.0}]
+    import shutil
+
+    shutil.rmtree(work)  # the report reads the run files alone
+    results = co.report(budget, results_dir, "python -m experiments.compare_objectives --stage=report")
+    saved = json.loads((results_dir / "compare_objectives.json").read_text())
+    assert set(saved["runs"]) == {"rtd-pseed0", "rtd-pseed1", "mlm-pseed0", "none-pseed0"}
+    assert saved["arms"]["rtd"]["tasks"]["STS-B"] == {"median": 69.0, "per_seed": [71.0, 67.0], "spread": 4.0}
+    assert co.headline(results["runs"]["rtd-pseed0"], "STS-B") == 71.0
+    table = (results_dir / "compare_objectives.md").read_text()
+    assert "| rtd | 1 | `abc1234` |" in table and "**71.0** [70.0, 71.0, 72.0]" in table
+    assert "largest STS-B spread between pre-training seeds of one arm is 4.0" in table
+    assert "ELECTRA 85.0 > All-Tokens MLM 84.3" in table
 
 
 def test_schedule_fine_tunes_no_pretraining_right_after_the_first_arm():
-    assert co.schedule(("rtd", "mlm", "none")) == ["rtd", "none", "mlm"]
-    assert co.schedule(("mlm", "gdes")) == ["mlm", "gdes"]
-    assert co.schedule(("none",)) == ["none"]
+    rtd, mlm, none, gdes = co.Run("rtd"), co.Run("mlm"), co.Run("none"), co.Run("gdes")
+    assert co.schedule((rtd, mlm, none)) == [rtd, none, mlm]
+    assert co.schedule((mlm, gdes)) == [mlm, gdes]
+    assert co.schedule((none,)) == [none]
 
 
 def test_progress_counts_each_run_once(capsys):
