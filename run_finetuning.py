@@ -331,7 +331,7 @@ def setup():
     from electra_tf.distribution import resolve_execution
     from electra_tf.modeling import set_default_execution
 
-    execution = resolve_execution(execution_from_flags(FLAGS), strategy)
+    execution = resolve_execution(execution_from_flags(FLAGS), strategy, config.hidden_act)
     set_default_execution(execution)  # the encoder and heads are built later, inside the strategy
     dynamic_padding = FLAGS.dynamic_padding
     if dynamic_padding and "TPU" in type(strategy).__name__:

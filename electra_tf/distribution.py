@@ -145,12 +145,13 @@ def all_cpu(strategy) -> bool:
     return device_types(strategy) == {"CPU"}
 
 
-def resolve_execution(execution: ExecutionOptions, strategy) -> ExecutionOptions:
-    """`execution` resolved for `strategy`'s devices and the Keras backend, logged in one line."""
+def resolve_execution(execution: ExecutionOptions, strategy, hidden_act: str = "gelu") -> ExecutionOptions:
+    """`execution` resolved for `strategy`'s devices, the Keras backend and the model's activation,
+    logged in one line."""
     if execution.resolved:
         return execution
     devices = device_types(strategy)
-    resolved = execution.resolve(devices, keras.backend.backend())
+    resolved = execution.resolve(devices, keras.backend.backend(), hidden_act)
     logging.info("Execution on %s: %s", "+".join(sorted(devices)), resolved.describe())
     return resolved
 

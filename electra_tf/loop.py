@@ -86,7 +86,7 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
 
 def clip_by_global_norm(grads, clip_norm):
     """`tf.clip_by_global_norm`'s arithmetic (a NaN or infinite norm makes every gradient NaN)
-    without its per-tensor `Identity` and colocation scopes: 400 fewer graph nodes for Small."""
+    without its per-tensor `Identity` and colocation scopes (two graph nodes per variable fewer)."""
     norm = tf.linalg.global_norm(grads)
     with tf.name_scope("clip_by_global_norm"):
         scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, norm.dtype) / clip_norm)
@@ -200,7 +200,7 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     The step is traced once, inside the loop; the outputs ride along as loop variables. Only
     the loop itself goes through autograph: step functions use explicit TF control flow
     (`tf.cond`, `tf.while_loop`), and converting them, with every function they call, took
-    a quarter of the tracing time (2.6 of 10.3 CPU-s for Small).
+    about a quarter of the tracing time.
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress. `graph_optimizer`

@@ -60,8 +60,8 @@ def gelu_erf(x):
     """`x · ½(1 + erf(x/√2))` (the official formula) with the closed-form gradient `Φ(x) + x·φ(x)`.
 
     Autodiff through Keras' GELU differentiates each elementwise op of the formula in
-    turn; the closed form reuses the forward's Φ(x) (issue #11; with the LayerNorm
-    backward below, about 5 % of a Small pre-training step, `bench/README_step_bench.md`).
+    turn; the closed form reuses the forward's Φ(x), about a third of the ops (part of the
+    XLA:CPU kernels' path; the reference path uses Keras' GELU).
     Values agree with `keras.activations.gelu(x, approximate=False)` within 2e-6.
     """
     cdf = 0.5 * (1.0 + ops.erf(x * SQRT_HALF))
@@ -120,13 +120,13 @@ def set_default_execution(execution: ExecutionOptions | None) -> None:
     _default_execution = execution
 
 
-def resolve_execution(execution: ExecutionOptions | None = None) -> ExecutionOptions:
+def resolve_execution(execution: ExecutionOptions | None = None, hidden_act: str = "gelu") -> ExecutionOptions:
     """`execution` (else the default set by `set_default_execution`) with its "auto" values resolved
-    for the visible devices and the Keras backend."""
+    for the visible devices, the Keras backend and the model's activation."""
     execution = execution or _default_execution or ExecutionOptions()
     if execution.resolved:
         return execution
-    return execution.resolve(visible_device_types(), keras.backend.backend())
+    return execution.resolve(visible_device_types(), keras.backend.backend(), hidden_act)
 
 
 def layer_norm(epsilon: float, kernels: str, **kwargs):
@@ -346,7 +346,7 @@ def dropout16(x, rate: float, seed):
     probability is that threshold / 65536, within 0.5 / 65536 < 1e-5 of `rate` (0.1 → 0.100006).
     Kept elements are scaled by 1 / (1 − that probability), so `E[y] = x` (up to the scale's
     rounding in x's dtype, as in Keras). Half the random-number work of Keras' one float per
-    element (issue #11). Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
+    element. Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
     Returns None where `_random_uint16` does.
     """
     threshold = dropout_threshold(rate)
@@ -600,7 +600,8 @@ class ElectraTransformerEncoder(TransformerEncoder):
     """
 
     def __init__(self, *args, kernels=None, dropout_masks=None, **kwargs):
-        execution = resolve_execution()
+        exact = keras.activations.get(kwargs.get("activation", "relu")) in (gelu_exact, gelu_keras)
+        execution = resolve_execution(hidden_act="gelu" if exact else "other")
         kernels, dropout_masks = kernels or execution.kernels, dropout_masks or execution.dropout_masks
         # The fused call reads biases and LayerNorm parameters in their variable dtype and casts
         # the matmuls' operands itself.
@@ -702,7 +703,7 @@ class ElectraEncoder(keras.Model):
         **kwargs,
     ):
         super().__init__(**without_legacy_fields(kwargs))
-        self.execution = execution = resolve_execution(execution)
+        self.execution = execution = resolve_execution(execution, hidden_act)
         self.embeddings = embeddings or ElectraEmbeddings(
             vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
             dropout_rate, layer_norm_epsilon, initializer_range, kernels=execution.kernels,

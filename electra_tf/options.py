@@ -77,15 +77,16 @@ class ExecutionOptions:
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {choices}, got {getattr(self, name)!r}")
 
-    def resolve(self, device_types, backend: str = "tensorflow") -> "ExecutionOptions":
-        """The concrete options for a run whose replicas are on `device_types` ("CPU", "GPU", "TPU").
+    def resolve(self, device_types, backend: str = "tensorflow", hidden_act: str = "gelu") -> "ExecutionOptions":
+        """The concrete options for a run whose replicas are on `device_types` ("CPU", "GPU", "TPU"),
+        of a model whose activation is `hidden_act`.
 
         Raises ValueError for a requested combination that cannot run (the XLA:CPU kernels need the
-        TensorFlow backend and 16-bit dropout masks) instead of falling back silently.
+        TensorFlow backend, the exact GELU and 16-bit dropout masks) instead of falling back silently.
         """
         cpu = set(device_types) == {"CPU"}
         kernels = self.kernels if self.kernels != "auto" else (
-            "xla_cpu" if cpu and backend == "tensorflow" else "reference")
+            "xla_cpu" if cpu and backend == "tensorflow" and hidden_act == "gelu" else "reference")
         dropout_masks = self.dropout_masks if self.dropout_masks != "auto" else (
             "16bit" if cpu or kernels == "xla_cpu" else "keras")
         resolved = ExecutionOptions(
@@ -96,6 +97,9 @@ class ExecutionOptions:
             graph_optimizer=self.graph_optimizer if self.graph_optimizer != "auto" else ("off" if cpu else "on"))
         if resolved.kernels == "xla_cpu" and backend != "tensorflow":
             raise ValueError(f"--kernels=xla_cpu needs the TensorFlow backend, not {backend}; use --kernels=reference")
+        if resolved.kernels == "xla_cpu" and hidden_act != "gelu":
+            raise ValueError(f"--kernels=xla_cpu computes the exact GELU, not hidden_act={hidden_act!r}; use "
+                             "--kernels=reference")
         if resolved.kernels == "xla_cpu" and resolved.dropout_masks != "16bit":
             raise ValueError("--kernels=xla_cpu draws 16-bit dropout masks; --dropout_masks=keras needs "
                              "--kernels=reference")

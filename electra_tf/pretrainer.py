@@ -55,7 +55,7 @@ class ElectraPretrainer(keras.Model):
                  execution: ExecutionOptions | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
         self.config = config
-        self.execution = execution = resolve_execution(execution)
+        self.execution = execution = resolve_execution(execution, config.hidden_act)
         # Ids come from the data manifest / vocab, never assumed (a BERT-id default would silently
         # mask the wrong tokens under another vocabulary); checked when masking needs them.
         self.special_token_ids = dict(special_token_ids or {})

@@ -216,7 +216,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     check_run_config(options.model_dir, config, write=chief)
-    execution = distribution.resolve_execution(options.execution, strategy)
+    execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
                                    options.mixed_precision, execution)

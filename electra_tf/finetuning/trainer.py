@@ -520,7 +520,8 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     ("selection": "final", or "best_epoch" with `options.select_best_epoch`).
     """
     os.makedirs(run_dir, exist_ok=True)
-    options = dataclasses.replace(options, execution=distribution.resolve_execution(options.execution, strategy))
+    options = dataclasses.replace(options, execution=distribution.resolve_execution(options.execution, strategy,
+                                                                                     config.hidden_act))
     keras.utils.set_random_seed(options.seed)
     model = build_model(task, config, encoder_fn, strategy, options.max_seq_length)
     seq = options.max_seq_length
