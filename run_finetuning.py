@@ -203,7 +203,7 @@ def build_config(task, checkpoint=None):
 
 def load_encoder(config):
     """(encoder factory, config, vocab file from the checkpoint or None)."""
-    from electra_tf.finetuning.trainer import new_encoder_fn
+    from electra_tf.finetuning.model import new_encoder_fn
 
     if not FLAGS.init_checkpoint:
         return new_encoder_fn(config), config, None
@@ -314,8 +314,6 @@ def check_flags():
 
 def setup():
     """Everything before training; raises UsageError/ValueError/FileNotFoundError on bad input."""
-    from electra_tf.finetuning.trainer import RunOptions
-
     check_flags()
     if FLAGS.num_cpu_devices:
         from electra_tf.distribution import split_cpu
@@ -325,7 +323,7 @@ def setup():
     encoder_fn, config, checkpoint_vocab = load_encoder(config)
     tokenizer, config = make_tokenizer(config, checkpoint_vocab)
     if not FLAGS.init_checkpoint:
-        from electra_tf.finetuning.trainer import new_encoder_fn
+        from electra_tf.finetuning.model import new_encoder_fn
         encoder_fn = new_encoder_fn(config)
     strategy = make_strategy()
     from electra_tf.distribution import resolve_execution
@@ -374,7 +372,7 @@ def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
     """All seeds; writes and returns the metrics.json content."""
     import dataclasses
 
-    from electra_tf.finetuning.trainer import median_metrics, run_single
+    from electra_tf.finetuning.runner import median_metrics, run_single
 
     os.makedirs(options.output_dir, exist_ok=True)
     with open(os.path.join(options.output_dir, "finetune_config.json"), "w") as f:
