@@ -69,7 +69,7 @@ def test_span_tasks_keep_batches_long_enough_for_their_beam():
 
 
 # The modules that build, train, evaluate, export and run a model: they know tasks only through `Task`.
-RUN_MODULES = ("data", "evaluate", "export", "model", "predict", "runner", "train")
+RUN_MODULES = ("data", "evaluate", "export", "model", "predict", "prepare", "runner", "train")
 
 
 @pytest.mark.parametrize("module", RUN_MODULES)

@@ -14,13 +14,15 @@ Modules:
 
 A run, by concern:
 
+* `prepare`: config, tokenizer, encoder factory, sequence length and features
+  from the user's choices (`ModelOptions`); `errors`: `UsageError`;
 * `model`: `FinetuningModel` (encoder + task head) and `build_model`;
 * `data`: `Padding` (batches cut to their longest example), training datasets;
 * `train`: optimizer, schedule and the training loop;
 * `predict`: outputs with dynamic padding, prediction files;
 * `evaluate`: dev scores, best-evaluation tracking, which weights are reported;
 * `export`: the text-in SavedModel of a classifier;
-* `runner`: one seed (`run_single`); `median_metrics` over several.
+* `runner`: one seed (`run_single`) and several with their medians (`run_seeds`).
 
 The command-line entry point is `run_finetuning.py` at the repository root.
 """

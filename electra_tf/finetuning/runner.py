@@ -1,16 +1,20 @@
-"""A fine-tuning run with one seed (`run_single`), and the medians over several (`median_metrics`).
+"""Fine-tuning runs: one seed (`run_single`) and several seeds with their medians (`run_seeds`).
 
 `run_single` builds `FinetuningModel` (an `ElectraEncoder`, fresh or
 pre-trained, plus the head `task.build_head(config)` returns) under a
 `tf.distribute` strategy, trains it (`train`), scores the dev set(s) after every
 epoch and at the end (`evaluate`), then exports and predicts with the selected
-weights. Tasks are known only through the `task.Task` interface.
+weights. Tasks are known only through the `task.Task` interface. `run_seeds`
+repeats it with seeds seed, seed+1, ... and writes `metrics.json` with every
+run and the median of each metric (the official README reports medians).
 
 Example:
 
 >>> runs = [{"final": {"accuracy": 70.0}}, {"final": {"accuracy": 74.0, "f1": 80.0}}, {"final": {"accuracy": 71.0}}]
 >>> median_metrics(runs)
 {'accuracy': 71.0, 'f1': 80.0}
+>>> seed_run_dir("out", seed=3, num_seeds=1), seed_run_dir("out", seed=3, num_seeds=5)
+('out', 'out/seed_3')
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 
 import keras
 import numpy as np
+from absl import logging
 
 from electra_tf import distribution
 from electra_tf.finetuning.data import padding_for
@@ -102,3 +107,49 @@ def median_metrics(runs: list[dict], key: str = "final") -> dict[str, float]:
     names = sorted({name for run in runs for name in run.get(key, {})})
     return {name: float(np.median([run[key][name] for run in runs if name in run.get(key, {})]))
             for name in names}
+
+
+def seed_run_dir(output_dir: str, seed: int, num_seeds: int) -> str:
+    """Where the run of `seed` writes: `output_dir` itself for a single seed, else `seed_<seed>/` in it."""
+    return output_dir if num_seeds == 1 else os.path.join(output_dir, f"seed_{seed}")
+
+
+def seed_options(options: RunOptions, k: int, num_seeds: int) -> RunOptions:
+    """The options of the k-th run: seed + k, and with several seeds its own SavedModel folder."""
+    seeded = dataclasses.replace(options, seed=options.seed + k)
+    if options.export_saved_model and num_seeds > 1:
+        seeded = dataclasses.replace(seeded, export_saved_model=os.path.join(
+            options.export_saved_model, f"seed_{seeded.seed}"))
+    return seeded
+
+
+def summarize(task: Task, runs: list[dict]) -> dict:
+    """The metrics.json content: every run and the medians of the selected, final and best evaluations."""
+    selection = "best_epoch" if any(r.get("selection") == "best_epoch" for r in runs) else "final"
+    return {"task": task.name, "main_metric": task.main_metric_key(), "selection": selection, "runs": runs,
+            "median": median_metrics(runs, "selected"), "median_final": median_metrics(runs, "final"),
+            "median_best": median_metrics(runs, "best")}
+
+
+def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunOptions, data: dict,
+              num_seeds: int = 1, init_checkpoint=None) -> dict:
+    """All seeds; writes `finetune_config.json` and `metrics.json` to `options.output_dir`, returns the latter."""
+    os.makedirs(options.output_dir, exist_ok=True)
+    with open(os.path.join(options.output_dir, "finetune_config.json"), "w") as f:
+        json.dump({"task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
+                   "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file}, f, indent=2)
+    runs = []
+    for k in range(num_seeds):
+        seeded = seed_options(options, k, num_seeds)
+        run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)
+        result = run_single(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data)
+        logging.info("seed %d: %s", seeded.seed, json.dumps(result.get("selected", {})))
+        runs.append(result)
+    summary = summarize(task, runs)
+    with open(os.path.join(options.output_dir, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if summary["median"]:
+        what = "best dev epoch (--select_best_epoch)" if summary["selection"] == "best_epoch" else "final weights"
+        logging.info("median over %d run(s), %s: %s", len(runs), what,
+                     "  ".join(f"{k}={v:.2f}" for k, v in summary["median"].items()))
+    return summary
