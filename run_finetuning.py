@@ -35,7 +35,6 @@ training batches are drawn from similar lengths (`--length_bucketing`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -43,9 +42,10 @@ from electra_tf.runtime import use_onednn_kernels
 
 use_onednn_kernels()  # before TensorFlow is imported
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from electra_tf.config import MODEL_SIZES  # noqa: E402
+from electra_tf.finetuning.errors import UsageError  # noqa: E402
 from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default,  # noqa: E402
                                 define_execution_flags, execution_from_flags)
 
@@ -128,146 +128,17 @@ flags.DEFINE_string("squad_train_articles", None, "SQuAD: slice 'start:end' of t
 flags.DEFINE_string("squad_dev_articles", None, "SQuAD: slice 'start:end' of the dev file's articles.")
 
 
-class UsageError(ValueError):
-    """A problem with the flags or input files: reported as one line."""
+def model_options():
+    """--init_checkpoint, --model_size, --vocab_file and the hyper-parameter flags as the library's options."""
+    from electra_tf.finetuning.prepare import ModelOptions
 
-
-def read_checkpoint():
-    """`(config, recorded fine-tuning fields)` of --init_checkpoint, or None without one."""
-    if not FLAGS.init_checkpoint:
-        return None
-    if not os.path.exists(FLAGS.init_checkpoint):
-        raise UsageError(f"--init_checkpoint: {FLAGS.init_checkpoint} does not exist")
-    from electra_tf.convert import read_config
-
-    try:
-        return read_config(FLAGS.init_checkpoint)
-    except ValueError as e:  # convert.ConversionError: an unknown format or inconsistent files
-        raise UsageError(f"--init_checkpoint: {e}") from None
-
-
-def checkpoint_model_size(checkpoint_config) -> str:
-    """The checkpoint's size: recorded (our exports), else the known size of its width and depth, else small."""
-    from electra_tf.config import get_config
-
-    if checkpoint_config.model_size in MODEL_SIZES:
-        return checkpoint_config.model_size
-    shape = (checkpoint_config.discriminator.hidden_size, checkpoint_config.discriminator.num_layers)
-    for size in MODEL_SIZES:
-        candidate = get_config(size)
-        if (candidate.discriminator.hidden_size, candidate.discriminator.num_layers) == shape:
-            return size
-    logging.warning("--init_checkpoint: no model size has hidden_size %d and %d layers; using the fine-tuning "
-                    "defaults of 'small' (set --model_size or --hparams to change them)", *shape)
-    return "small"
-
-
-def choose_model_size(checkpoint) -> tuple[str, dict]:
-    """(size whose defaults apply, fine-tuning fields recorded by the checkpoint for that size)."""
-    if checkpoint is None:
-        return FLAGS.model_size or "small", {}
-    checkpoint_config, recorded = checkpoint
-    size = checkpoint_model_size(checkpoint_config)
-    if FLAGS.model_size is None:
-        logging.info("--model_size=%s, from --init_checkpoint", size)
-        return size, recorded if size == checkpoint_config.model_size else {}
-    if FLAGS.model_size != size:
-        logging.warning("--model_size=%s but --init_checkpoint is a %s model: the architecture comes from the "
-                        "checkpoint, the fine-tuning hyper-parameters from %s", FLAGS.model_size, size,
-                        FLAGS.model_size)
-    return FLAGS.model_size, {}
-
-
-def build_config(task, checkpoint=None):
-    """The ElectraConfig: size defaults, --hparams, then the fine-tuning flags; a checkpoint's architecture wins.
-
-    `checkpoint` is `read_checkpoint()`'s result: the size defaults to its size,
-    and fine-tuning fields it recorded count as that size's defaults.
-    """
-    from electra_tf.config import get_config, merge_architecture, parse_hparams
-
-    hparams = parse_hparams(FLAGS.hparams)
-    size, recorded = choose_model_size(checkpoint)
-    epochs = FLAGS.num_train_epochs
-    if epochs is None and "finetune_epochs" not in hparams:
-        epochs = task.default_epochs  # the official per-task epochs beat the size's generic default
-    config = get_config(size, {**recorded, **hparams}, finetune_learning_rate=FLAGS.learning_rate,
-                        finetune_batch_size=FLAGS.train_batch_size, finetune_epochs=epochs,
-                        finetune_warmup_fraction=FLAGS.warmup_fraction, finetune_weight_decay=FLAGS.weight_decay,
-                        finetune_layerwise_lr_decay=FLAGS.layerwise_lr_decay,
-                        finetune_official_layerwise_lr_bug=FLAGS.official_layerwise_lr_bug)
-    if checkpoint is not None:
-        config = merge_architecture(checkpoint[0], config, FLAGS.init_checkpoint)
-    return config
-
-
-def load_encoder(config):
-    """(encoder factory, config, vocab file from the checkpoint or None)."""
-    from electra_tf.finetuning.trainer import new_encoder_fn
-
-    if not FLAGS.init_checkpoint:
-        return new_encoder_fn(config), config, None
-    from electra_tf.convert import api
-
-    checkpoint_vocab = api.checkpoint_vocab(FLAGS.init_checkpoint)
-
-    def build():  # a fresh copy of the pre-trained weights for every seed
-        encoder, _, _ = api.load_encoder(FLAGS.init_checkpoint, config, vocab_file=FLAGS.vocab_file or checkpoint_vocab,
-                                         strict=False)
-        return encoder
-
-    return build, config, checkpoint_vocab
-
-
-def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows):
-    """--vocab_file must be the checkpoint's vocabulary: other ids would index the wrong embeddings."""
-    if vocab_size != embedding_rows:
-        raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
-                         f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
-    if checkpoint_vocab and os.path.abspath(checkpoint_vocab) != os.path.abspath(vocab_file):
-        from electra_tf.text.tokenization import read_vocab
-
-        mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
-        differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
-        if differs is not None:
-            raise UsageError(f"--vocab_file: {vocab_file} line {differs + 1} is {mine[differs]!r} but the vocab of "
-                             f"--init_checkpoint ({checkpoint_vocab}) has {theirs[differs]!r} there")
-
-
-def make_tokenizer(config, checkpoint_vocab):
-    """The tokenizer and the config with vocab_size matching it."""
-    from electra_tf.text.tokenization import WordPieceTokenizer
-
-    vocab_file = FLAGS.vocab_file or checkpoint_vocab
-    if not vocab_file:
-        raise UsageError("--vocab_file is required" +
-                         (" (no vocab.txt in --init_checkpoint)" if FLAGS.init_checkpoint else ""))
-    if not os.path.isfile(vocab_file):
-        raise UsageError(f"--vocab_file: {vocab_file} does not exist")
-    tokenizer = WordPieceTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
-    if FLAGS.init_checkpoint:
-        check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, tokenizer.vocab_size, config.vocab_size)
-    if tokenizer.vocab_size != config.vocab_size:
-        if not FLAGS.init_checkpoint:
-            logging.warning("*** vocab_size %d of model size %r replaced by %d, the size of %s ***",
-                            config.vocab_size, config.model_size, tokenizer.vocab_size, vocab_file)
-            config = config.replace(vocab_size=tokenizer.vocab_size)
-    return tokenizer, config
-
-
-def resolve_max_seq_length(task, config) -> int:
-    if FLAGS.max_seq_length is not None:
-        if FLAGS.max_seq_length > config.max_position_embeddings:
-            raise UsageError(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
-                             f"max_position_embeddings={config.max_position_embeddings}")
-        if FLAGS.max_seq_length < 8:
-            raise UsageError(f"--max_seq_length={FLAGS.max_seq_length} is too small")
-        return FLAGS.max_seq_length
-    default = task.default_max_seq_length
-    if default > config.max_position_embeddings:
-        logging.warning("max_seq_length %d capped at max_position_embeddings=%d", default,
-                        config.max_position_embeddings)
-    return min(default, config.max_position_embeddings)
+    return ModelOptions(
+        init_checkpoint=FLAGS.init_checkpoint, model_size=FLAGS.model_size, hparams=FLAGS.hparams,
+        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, learning_rate=FLAGS.learning_rate,
+        train_batch_size=FLAGS.train_batch_size, num_train_epochs=FLAGS.num_train_epochs,
+        warmup_fraction=FLAGS.warmup_fraction, weight_decay=FLAGS.weight_decay,
+        layerwise_lr_decay=FLAGS.layerwise_lr_decay, official_layerwise_lr_bug=FLAGS.official_layerwise_lr_bug,
+        max_seq_length=FLAGS.max_seq_length)
 
 
 def make_task():
@@ -312,96 +183,53 @@ def check_flags():
             raise UsageError(f"--{name} must be >= 1, got {value}")
 
 
-def setup():
-    """Everything before training; raises UsageError/ValueError/FileNotFoundError on bad input."""
-    from electra_tf.finetuning.trainer import RunOptions
+def run_options(task, config, strategy, execution) -> RunOptions:
+    """The run's options: the flags, and the config's fine-tuning values for those left unset."""
+    from electra_tf.finetuning import prepare
 
-    check_flags()
-    if FLAGS.num_cpu_devices:
-        from electra_tf.distribution import split_cpu
-        split_cpu(FLAGS.num_cpu_devices)
-    task = make_task()
-    config = build_config(task, read_checkpoint())
-    encoder_fn, config, checkpoint_vocab = load_encoder(config)
-    tokenizer, config = make_tokenizer(config, checkpoint_vocab)
-    if not FLAGS.init_checkpoint:
-        from electra_tf.finetuning.trainer import new_encoder_fn
-        encoder_fn = new_encoder_fn(config)
-    strategy = make_strategy()
-    from electra_tf.distribution import resolve_execution
-    from electra_tf.modeling import set_default_execution
-
-    execution = resolve_execution(execution_from_flags(FLAGS), strategy, config.hidden_act)
-    set_default_execution(execution)  # the encoder and heads are built later, inside the strategy
-    dynamic_padding = FLAGS.dynamic_padding
-    if dynamic_padding and "TPU" in type(strategy).__name__:
-        logging.info("TPU: batches padded to max_seq_length (XLA on TPU needs static shapes)")
-        dynamic_padding = False
-    if config.finetune_batch_size % strategy.num_replicas_in_sync:
-        raise UsageError(f"--train_batch_size={config.finetune_batch_size} is not divisible by the "
-                         f"{strategy.num_replicas_in_sync} replicas")
-    options = RunOptions(
+    dynamic_padding = prepare.dynamic_padding_for(strategy, FLAGS.dynamic_padding)
+    prepare.check_batch_size(config.finetune_batch_size, strategy)
+    return RunOptions(
         output_dir=FLAGS.output_dir, learning_rate=config.finetune_learning_rate,
         train_batch_size=config.finetune_batch_size,
         eval_batch_size=FLAGS.eval_batch_size or config.finetune_batch_size,
         num_train_epochs=float(config.finetune_epochs), warmup_fraction=config.finetune_warmup_fraction,
         weight_decay=config.finetune_weight_decay, layerwise_lr_decay=config.finetune_layerwise_lr_decay,
-        max_seq_length=resolve_max_seq_length(task, config), seed=FLAGS.seed,
+        max_seq_length=prepare.resolve_max_seq_length(task, config, FLAGS.max_seq_length), seed=FLAGS.seed,
         official_layerwise_lr_bug=config.finetune_official_layerwise_lr_bug, max_train_steps=FLAGS.max_train_steps,
         do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
         select_best_epoch=FLAGS.select_best_epoch, dynamic_padding=dynamic_padding,
         export_saved_model=FLAGS.export_saved_model,
         length_bucketing=FLAGS.length_bucketing,
         mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, execution=execution)
-    return task, config, encoder_fn, tokenizer, strategy, options, load_data(task, tokenizer, options)
 
 
-def load_data(task, tokenizer, options) -> dict:
-    """Features of every split the run needs (read up front so bad files fail early)."""
-    data = {}
-    if options.do_train:
-        data["train"] = task.train_features(tokenizer, options.max_seq_length)
-        if not len(data["train"]["input_ids"]):
-            raise UsageError(f"task {task.name}: the training set is empty")
-    if options.do_eval:
-        data["eval"] = task.eval_sets(tokenizer, options.max_seq_length)
-    if options.do_predict:
-        data["predict"] = task.predict_sets(tokenizer, options.max_seq_length)
-    return data
+def setup():
+    """Everything before training; raises UsageError/ValueError/FileNotFoundError on bad input."""
+    from electra_tf.finetuning import prepare
+
+    check_flags()
+    if FLAGS.num_cpu_devices:
+        from electra_tf.distribution import split_cpu
+        split_cpu(FLAGS.num_cpu_devices)
+    task = make_task()
+    config, encoder_fn, tokenizer = prepare.prepare_model(task, model_options())
+    strategy = make_strategy()
+    from electra_tf.distribution import resolve_execution
+    from electra_tf.modeling import set_default_execution
+
+    execution = resolve_execution(execution_from_flags(FLAGS), strategy, config.hidden_act)
+    set_default_execution(execution)  # the encoder and heads are built later, inside the strategy
+    options = run_options(task, config, strategy, execution)
+    return task, config, encoder_fn, tokenizer, strategy, options, prepare.load_data(task, tokenizer, options)
 
 
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
     """All seeds; writes and returns the metrics.json content."""
-    import dataclasses
+    from electra_tf.finetuning.runner import run_seeds
 
-    from electra_tf.finetuning.trainer import median_metrics, run_single
-
-    os.makedirs(options.output_dir, exist_ok=True)
-    with open(os.path.join(options.output_dir, "finetune_config.json"), "w") as f:
-        json.dump({"task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
-                   "init_checkpoint": FLAGS.init_checkpoint, "vocab_file": tokenizer.vocab_file}, f, indent=2)
-    runs = []
-    for k in range(FLAGS.num_seeds):
-        seed_options = dataclasses.replace(options, seed=options.seed + k)
-        if options.export_saved_model and FLAGS.num_seeds > 1:
-            seed_options = dataclasses.replace(seed_options, export_saved_model=os.path.join(
-                options.export_saved_model, f"seed_{seed_options.seed}"))
-        run_dir = options.output_dir if FLAGS.num_seeds == 1 else os.path.join(
-            options.output_dir, f"seed_{seed_options.seed}")
-        result = run_single(task, config, encoder_fn, tokenizer, seed_options, strategy, run_dir, data)
-        logging.info("seed %d: %s", seed_options.seed, json.dumps(result.get("selected", {})))
-        runs.append(result)
-    selection = "best_epoch" if any(r.get("selection") == "best_epoch" for r in runs) else "final"
-    summary = {"task": task.name, "main_metric": task.main_metric_key(), "selection": selection, "runs": runs,
-               "median": median_metrics(runs, "selected"), "median_final": median_metrics(runs, "final"),
-               "median_best": median_metrics(runs, "best")}
-    with open(os.path.join(options.output_dir, "metrics.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if summary["median"]:
-        what = "best dev epoch (--select_best_epoch)" if selection == "best_epoch" else "final weights"
-        logging.info("median over %d run(s), %s: %s", len(runs), what,
-                     "  ".join(f"{k}={v:.2f}" for k, v in summary["median"].items()))
-    return summary
+    return run_seeds(task, config, encoder_fn, tokenizer, strategy, options, data, FLAGS.num_seeds,
+                     FLAGS.init_checkpoint)
 
 
 def main(argv):

@@ -184,7 +184,7 @@ def test_last_layer_at_cls_gives_the_full_paths_gradients(kernels):
 def test_classification_model_runs_the_last_layer_at_cls_only(kernels, monkeypatch):
     from electra_tf import fused
     from electra_tf.finetuning.heads import ClassificationHead, SpanHead
-    from electra_tf.finetuning.trainer import FinetuningModel
+    from electra_tf.finetuning.model import FinetuningModel
 
     assert ClassificationHead.output_length == 1 and SpanHead.output_length is None
     encoder, inputs = _encoder_and_batch(kernels=kernels)

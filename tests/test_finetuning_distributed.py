@@ -9,9 +9,11 @@ import tensorflow as tf
 
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead
+from electra_tf.finetuning.model import FinetuningModel, new_encoder_fn
+from electra_tf.finetuning.runner import run_single
 from electra_tf.finetuning.tasks import get_task
-from electra_tf.finetuning.trainer import FinetuningModel, RunOptions, new_encoder_fn, run_single
 from electra_tf.modeling import ElectraEncoder
+from electra_tf.options import RunOptions
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, glue_dir, run_main, vocab_file, _common  # noqa: F401
 

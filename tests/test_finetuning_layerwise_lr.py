@@ -9,7 +9,7 @@ import tensorflow as tf
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.layerwise_lr import layer_depth_exponents, layerwise_lr_multipliers
-from electra_tf.finetuning.trainer import FinetuningModel
+from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.modeling import ElectraEncoder
 from electra_tf.optimization import ElectraAdamW
 
@@ -87,7 +87,8 @@ def test_optimizer_step_is_scaled_per_variable():
     (True, None, True), (False, None, False), (True, False, False), (False, True, True)])
 def test_optimizer_takes_the_default_from_the_config(config_bug, option, expected):
     """`RunOptions.official_layerwise_lr_bug=None` means the config's `finetune_official_layerwise_lr_bug`."""
-    from electra_tf.finetuning.trainer import RunOptions, make_optimizer
+    from electra_tf.finetuning.train import make_optimizer
+    from electra_tf.options import RunOptions
 
     model, num_layers = _model(ClassificationHead(2), num_layers=2)
     config = get_config("tiny", finetune_official_layerwise_lr_bug=config_bug)

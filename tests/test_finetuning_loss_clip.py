@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead
-from electra_tf.finetuning.trainer import FinetuningModel
+from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.modeling import ElectraEncoder
 from electra_tf.optimization import ElectraAdamW
 

@@ -7,12 +7,15 @@ import tensorflow as tf
 
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
+from electra_tf.finetuning.data import Padding, sequence_lengths, train_dataset, trim_batch
+from electra_tf.finetuning.evaluate import FINAL_WEIGHTS
+from electra_tf.finetuning.model import FinetuningModel, build_model, new_encoder_fn
+from electra_tf.finetuning.predict import PADDED_LOGIT, _predict_fn, predict
+from electra_tf.finetuning.runner import run_single
 from electra_tf.finetuning.tasks import get_task
-from electra_tf.text.tokenization import WordPieceTokenizer
-from electra_tf.finetuning.trainer import (PADDED_LOGIT, FinetuningModel, Padding, RunOptions, _predict_fn,
-                                           new_encoder_fn, predict, run_single, sequence_lengths, train_dataset,
-                                           trim_batch)
 from electra_tf.modeling import ElectraEncoder
+from electra_tf.options import RunOptions
+from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, glue_dir, vocab_file  # noqa: F401
 
 SEQ = 128
@@ -151,8 +154,6 @@ def test_train_batches_are_trimmed_bucketed_and_deterministic():
 
 def test_training_with_dynamic_padding_equals_fixed(tmp_path, glue_dir, vocab_file):
     """Same batches (no bucketing), cut or not: the same weights and dev scores."""
-    from electra_tf.finetuning import trainer
-
     weights = {}
     for name, dynamic in (("fixed", False), ("dynamic", True)):
         tokenizer = WordPieceTokenizer(vocab_file)
@@ -165,8 +166,8 @@ def test_training_with_dynamic_padding_equals_fixed(tmp_path, glue_dir, vocab_fi
                              dynamic_padding=dynamic, length_bucketing=False)
         result = run_single(task, config, new_encoder_fn(config), tokenizer, options, tf.distribute.get_strategy(),
                             options.output_dir, {})
-        model = trainer.build_model(task, config, new_encoder_fn(config), tf.distribute.get_strategy(), 64)
-        model.load_weights(str(tmp_path / name / trainer.FINAL_WEIGHTS))
+        model = build_model(task, config, new_encoder_fn(config), tf.distribute.get_strategy(), 64)
+        model.load_weights(str(tmp_path / name / FINAL_WEIGHTS))
         weights[name] = (result, {v.path: v.numpy() for v in model.weights})
     (fixed_result, fixed), (dynamic_result, dynamic) = weights["fixed"], weights["dynamic"]
     assert dynamic_result["final"]["accuracy"] == pytest.approx(fixed_result["final"]["accuracy"])

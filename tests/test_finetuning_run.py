@@ -176,7 +176,7 @@ def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_d
     from electra_tf.convert import ours
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
-    from electra_tf.finetuning.trainer import FinetuningModel
+    from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.modeling import ElectraEncoder
     from electra_tf.pretrainer import ElectraPretrainer
 
@@ -206,7 +206,7 @@ def test_model_and_heads_serialise(tmp_path):
 
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead, SpanHead
-    from electra_tf.finetuning.trainer import FinetuningModel
+    from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.modeling import ElectraEncoder
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB))
@@ -269,7 +269,8 @@ def written_outputs(monkeypatch):
 def _stsb_predictions(weights_path, features):
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
-    from electra_tf.finetuning.trainer import FinetuningModel, predict
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.predict import predict
     from electra_tf.modeling import ElectraEncoder
 
     encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))

@@ -1,4 +1,4 @@
-"""The `Task` interface: every task builds its own head and owns its defaults; the trainer asks nothing else.
+"""The `Task` interface: every task builds its own head and owns its defaults; the run asks nothing else.
 
 Also: the fine-tuning modules import on their own and import one another without a cycle.
 """
@@ -15,9 +15,13 @@ import tensorflow as tf
 from keras import layers, ops
 
 from electra_tf.config import get_config
-from electra_tf.finetuning import registry, trainer
+from electra_tf.finetuning import registry
+from electra_tf.finetuning.data import padding_for
+from electra_tf.finetuning.model import new_encoder_fn
 from electra_tf.finetuning.registry import get_task, register_task, task_names
+from electra_tf.finetuning.runner import run_single
 from electra_tf.finetuning.task import EvalSet, Task
+from electra_tf.options import RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "electra_tf" / "finetuning"
@@ -64,13 +68,18 @@ def test_span_tasks_keep_batches_long_enough_for_their_beam():
     assert get_task("RTE").min_sequence_length(get_config("tiny")) == 1
 
 
-def test_trainer_never_asks_for_a_task_kind():
-    tree = ast.parse((PACKAGE_DIR / "trainer.py").read_text())
+# The modules that build, train, evaluate, export and run a model: they know tasks only through `Task`.
+RUN_MODULES = ("data", "evaluate", "export", "model", "predict", "prepare", "runner", "train")
+
+
+@pytest.mark.parametrize("module", RUN_MODULES)
+def test_the_run_never_asks_for_a_task_kind(module):
+    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
     assert not [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "kind"]
 
 
 # --------------------------------------------------------------------------
-# A task the trainer has never heard of
+# A task the run has never heard of
 # --------------------------------------------------------------------------
 
 class MeanTokenHead(layers.Layer):
@@ -143,22 +152,22 @@ def clean_registry(monkeypatch):
     monkeypatch.setattr(registry, "_NAMES", set(registry._NAMES))
 
 
-def test_the_trainer_runs_a_registered_custom_task(tmp_path, clean_registry):
+def test_the_run_takes_a_registered_custom_task(tmp_path, clean_registry):
     register_task("length", LengthTask, aliases=("token_count",))
     task = get_task("Token_Count", data_dir="ignored", text_column="ignored too", num_examples=12)
     assert isinstance(task, LengthTask) and task.num_examples == 12 and "length" in task_names()
     config = get_config("tiny", vocab_size=30, num_layers=1, hidden_size=16, embedding_size=8, num_heads=2,
                         intermediate_size=32, max_seq_length=32, max_position_embeddings=32)
-    options = trainer.RunOptions(output_dir=str(tmp_path), learning_rate=1e-3, train_batch_size=4,
-                                 eval_batch_size=4, num_train_epochs=task.default_epochs, warmup_fraction=0.0,
-                                 weight_decay=0.0, layerwise_lr_decay=0.8, max_seq_length=32, do_predict=True,
-                                 log_steps=1, steps_per_loop=1)
-    assert trainer.padding_for(task, config, options).min_length == 16
-    result = trainer.run_single(task, config, trainer.new_encoder_fn(config), None, options,
-                                tf.distribute.get_strategy(), str(tmp_path), {})
+    options = RunOptions(output_dir=str(tmp_path), learning_rate=1e-3, train_batch_size=4,
+                         eval_batch_size=4, num_train_epochs=task.default_epochs, warmup_fraction=0.0,
+                         weight_decay=0.0, layerwise_lr_decay=0.8, max_seq_length=32, do_predict=True,
+                         log_steps=1, steps_per_loop=1)
+    assert padding_for(task, config, options).min_length == 16
+    result = run_single(task, config, new_encoder_fn(config), None, options, tf.distribute.get_strategy(),
+                        str(tmp_path), {})
     assert result["train_steps"] == 3 and "neg_mse" in result["final"]
     assert len(json.loads((tmp_path / "lengths.json").read_text())) == 12
-    assert len(task.heads) == 1 and task.heads[0].built  # the trainer's model holds the task's own head
+    assert len(task.heads) == 1 and task.heads[0].built  # the run's model holds the task's own head
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def fresh_process_predictions(path, inputs):
 def keras_outputs(weights, num_labels, features):
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
-    from electra_tf.finetuning.trainer import FinetuningModel, predict
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.predict import predict
     from electra_tf.modeling import ElectraEncoder
 
     encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))
@@ -67,7 +68,8 @@ def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, 
 
 def test_span_tasks_are_refused(tmp_path):
     from electra_tf.finetuning.squad import SquadTask
-    from electra_tf.finetuning.trainer import RunOptions, export_serving
+    from electra_tf.finetuning.export import export_serving
+    from electra_tf.options import RunOptions
 
     options = RunOptions(output_dir=str(tmp_path), learning_rate=1e-4, train_batch_size=2, eval_batch_size=2,
                          num_train_epochs=1, warmup_fraction=0.1, weight_decay=0.0, layerwise_lr_decay=1.0,
@@ -94,7 +96,8 @@ def test_chinese_classifier_exports_and_predicts_chinese_text(shared_data, tmp_p
 
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
-    from electra_tf.finetuning.trainer import FinetuningModel, predict
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.predict import predict
     from electra_tf.modeling import ElectraEncoder
 
     tokenizer = WordPieceTokenizer(str(vocab))

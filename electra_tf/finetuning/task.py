@@ -1,7 +1,7 @@
-"""The fine-tuning task interface: everything `trainer` needs from a task.
+"""The fine-tuning task interface: everything a run (`runner`, `train`, ...) needs from a task.
 
 Like the official `finetune/task.Task`, a task builds its own head and owns
-its defaults, so the trainer never asks which kind of task it runs:
+its defaults, so the run never asks which kind of task it runs:
 
 * `build_head(config)`: the head on top of the encoder;
 * `train_features` / `eval_sets` / `predict_sets`: NumPy features (and, for

@@ -1,0 +1,126 @@
+"""The fine-tuning model: an ELECTRA encoder and a task head, one optimisation step per global batch.
+
+`FinetuningModel` computes `head(encoder(batch), batch)`; the head is whatever
+`task.build_head(config)` returns, so the model never asks which kind of task it
+serves. As in the official code:
+
+* the training loss is the *sum* of the per-example losses over the global
+  batch (`finetune_loss_reduction="sum"`); gradients are all-reduced over the
+  replicas and then clipped to global norm `clip_norm` (1.0), so clipping acts
+  on nearly every step. "mean" divides by the global batch size first (under
+  Adam that equals "sum" with the clip at clip_norm / batch size). The logged
+  loss is always the per-example mean.
+
+Example:
+
+>>> import numpy as np
+>>> from electra_tf.config import get_config
+>>> from electra_tf.finetuning.heads import ClassificationHead
+>>> from electra_tf.modeling import ElectraEncoder
+>>> config = get_config("tiny", vocab_size=50, num_layers=1)
+>>> model = FinetuningModel(ElectraEncoder.from_config_object(config), ClassificationHead(2))
+>>> batch = {"input_ids": np.ones((2, 8), "int32"), "input_mask": np.ones((2, 8), "int32"),
+...          "segment_ids": np.zeros((2, 8), "int32"), "label_ids": np.array([0, 1], "int32")}
+>>> tuple(model(batch)["logits"].shape)
+(2, 2)
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from electra_tf import distribution, loop
+from electra_tf.finetuning.task import Task
+from electra_tf.modeling import ElectraEncoder
+
+# The model's inputs; a batch also holds the head's targets.
+INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
+LOSS_REDUCTIONS = ("sum", "mean")
+
+
+def _replica_count():
+    return distribution.replica_context_info()[1]
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class FinetuningModel(keras.Model):
+    """`head(encoder(batch), batch)`; `train_step` does one optimisation step.
+
+    The batch is a dict with `input_ids`, `input_mask`, `segment_ids` and the
+    head's targets (`label_ids`, `targets` or `start_positions`/...).
+    `loss_reduction` ("sum", official, or "mean") is how the per-example
+    losses of a global batch are combined before the gradient and its clip.
+    """
+
+    def __init__(self, encoder, head, clip_norm=1.0, loss_reduction="sum", **kwargs):
+        super().__init__(name=kwargs.pop("name", "finetuning_model"), **kwargs)
+        if loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
+        self.encoder = encoder
+        self.head = head
+        self.clip_norm = clip_norm
+        self.loss_reduction = loss_reduction
+
+    def call(self, batch, training=False):
+        inputs = {"token_ids": batch["input_ids"], "segment_ids": batch["segment_ids"],
+                  "padding_mask": batch["input_mask"]}
+        sequence = self.encoder(inputs, training=training, output_length=getattr(self.head, "output_length", None))
+        return self.head(sequence, batch, training=training)
+
+    def build_all(self, seq_length: int):
+        """Creates every variable with a dummy batch."""
+        ones = tf.ones([1, seq_length], tf.int32)
+        self({"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones)})
+        return self
+
+    def compute_losses(self, batch, training=True):
+        """This replica's share of the objective: the global-batch sum (official) or mean.
+
+        `mean_loss` is the per-example mean's partial, for the log.
+        """
+        global_batch = tf.cast(tf.shape(batch["input_ids"])[0] * _replica_count(), tf.float32)
+        outputs = self(batch, training=training)
+        total = tf.reduce_sum(tf.cast(self.head.per_example_loss(batch, outputs), tf.float32))
+        objective = total if self.loss_reduction == "sum" else total / global_batch
+        return {"loss": objective, "mean_loss": total / global_batch}
+
+    def update_metrics(self, batch, outputs):
+        pass  # fine-tuning scores the dev sets instead of keeping running training metrics
+
+    def train_step(self, batch):
+        """One step (`loop.train_step`: all-reduce before one global-norm clip, so N replicas clip
+        exactly what one device would); returns partials that sum to the global values."""
+        out = loop.train_step(self, batch, self.clip_norm)
+        replicas = tf.cast(_replica_count(), tf.float32)
+        return {"loss": out["mean_loss"], "grad_norm": out["grad_norm"] / replicas, "nonfinite": out["nonfinite"]}
+
+    def get_config(self):
+        return {"name": self.name, "clip_norm": self.clip_norm, "loss_reduction": self.loss_reduction,
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "head": keras.saving.serialize_keras_object(self.head)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        encoder = keras.saving.deserialize_keras_object(config.pop("encoder"))
+        head = keras.saving.deserialize_keras_object(config.pop("head"))
+        return cls(encoder, head, **config)
+
+
+def build_model(task: Task, config, encoder_fn, strategy, seq_length: int) -> FinetuningModel:
+    """Encoder + the task's head, with the config's clip norm and loss reduction, all variables built."""
+    with strategy.scope():
+        model = FinetuningModel(encoder_fn(), task.build_head(config), clip_norm=config.clip_norm,
+                                loss_reduction=config.finetune_loss_reduction)
+        model.build_all(seq_length)
+    return model
+
+
+def new_encoder_fn(config):
+    """A factory of randomly initialised discriminator encoders."""
+    def build():
+        encoder = ElectraEncoder.from_config_object(config, role="discriminator")
+        encoder.build()
+        return encoder
+    return build
