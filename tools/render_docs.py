@@ -294,7 +294,7 @@ def _step_head(ctx: Context, data: dict) -> str:
     runs = "; ".join(f"{run['name'].capitalize()} at commit {run['commit']}: {code(run['command'])}"
                      for run in data["runs"])
     peaks = data["matmul_peak_gflop_per_s"]
-    return (f"From {ctx.source('step_bench_latest.json')}, {data['date']}, {data['machine']} (dense-matmul peaks: "
+    return (f"From {ctx.source('step_bench_latest.json')}: {data['machine']} (dense-matmul peaks: "
             f"TensorFlow {peaks['tensorflow_fp32']} GFLOP/s fp32 and {peaks['tensorflow_bf16']} bf16, PyTorch "
             f"{peaks['torch_fp32']} fp32 and {peaks['torch_bf16']} bf16). {runs}.")
 
