@@ -35,7 +35,9 @@ holds no shell operator; any other command that names one of these scripts fails
 unless it carries the marker, so no long training starts by accident.
 
 Exit status: 0 when every command that ran succeeded, 1 otherwise. Each command's output is kept in
-`<tmp>/logs/`; `--keep` (or `--workdir`) keeps the workspace.
+`<tmp>/logs/`; `--keep` (or `--workdir`) keeps the workspace. A full run took 57 minutes on 2 shared cores and
+left about 15 GB in the workspace (mostly the `base` runs' checkpoints); without `--keep` or `--workdir` the
+workspace is deleted at the end.
 """
 
 from __future__ import annotations
