@@ -21,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 from bench.step_bench import ablations, harness, ours, peers, profile, report, workload  # noqa: E402
 from electra_tf import distribution  # noqa: E402
+from electra_tf.options import ExecutionOptions  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # each implementation traces its own step: no retracing warnings
 
@@ -71,8 +72,8 @@ class Bench:
     """What every group of a run shares."""
 
     args: argparse.Namespace
-    strategy: object
-    baseline: object  # ExecutionOptions: the scripts' defaults on the strategy's devices
+    strategy: tf.distribute.Strategy
+    baseline: ExecutionOptions  # the scripts' defaults on the strategy's devices
     notes: list
     tmp: str
 
@@ -122,16 +123,13 @@ def step_group(bench, size, precision) -> dict:
     config = workload.bench_config(size)
     batch = workload.pretraining_batch(config, size)
     masks = workload.masked_positions(config, batch)
-    only = bench.args.only
-    factories = {"ours": lambda: ours.OursPretraining(config, batch, precision, bench.strategy, bench.baseline)}
-    if "hf" in only and peers.torch is not None:
-        factories["hf"] = lambda: peers.HFPair(config, batch, precision, masks)
-    if "keras_hub" in only:
-        factories["keras_hub"] = lambda: peers.KerasHubPair(config, batch, precision, masks)
-    factories = {k: v for k, v in factories.items() if k in only}
-    return timed_group(bench, factories, name=f"{size}/{precision}", size=size, precision=precision,
-                       rows=workload.batch_size(size), flops=workload.pretraining_flops(config, size),
-                       reference="ours" if "ours" in factories else next(iter(factories), "ours"))
+    factories = {"ours": lambda: ours.OursPretraining(config, batch, precision, bench.strategy, bench.baseline),
+                 "hf": lambda: peers.HFPair(config, batch, precision, masks),
+                 "keras_hub": lambda: peers.KerasHubPair(config, batch, precision, masks)}
+    runnable = set(bench.args.only) - ({"hf"} if peers.torch is None else set())
+    return timed_group(bench, {name: make for name, make in factories.items() if name in runnable},
+                       name=f"{size}/{precision}", size=size, precision=precision, rows=workload.batch_size(size),
+                       flops=workload.pretraining_flops(config, size))
 
 
 def precision_group(bench, size) -> dict:
