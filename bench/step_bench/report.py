@@ -94,7 +94,7 @@ def print_groups(groups: list):
             print(f"\n{group['name']}: reference {group['reference']} = "
                   + " ".join(f"{k}={v}" for k, v in group["baseline"].items()) + "; variants:")
             for name, variant in group["variants"].items():
-                print(f"- {name}: {variant['changes']} (undoes {variant['undoes']})")
+                print(f"- {name} ({variant['changes']}) undoes {variant['undoes']}")
 
 
 def print_pipeline(p: dict):
