@@ -19,6 +19,7 @@ use_onednn_kernels()  # before TensorFlow is imported, as in run_pretraining.py
 
 import tensorflow as tf  # noqa: E402
 
+from bench import step_bench  # noqa: E402
 from bench.step_bench import ablations, harness, ours, peers, profile, report, workload  # noqa: E402
 from electra_tf import distribution  # noqa: E402
 from electra_tf.options import ExecutionOptions  # noqa: E402
@@ -29,8 +30,7 @@ ONLY = ("ours", "hf", "keras_hub", "finetune", "pipeline", "precision")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m bench.step_bench",
-                                     description=sys.modules["bench.step_bench"].__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.step_bench", description=step_bench.__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="small,base")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--only", default=",".join(ONLY), help=f"subset of {','.join(ONLY)}")

@@ -33,7 +33,8 @@ def new_report(argv: list, settings: dict, torch_threads=None) -> dict:
 
 def finish(report: dict, peaks: dict):
     """The peaks of the whole run (MFU of every group against the best one) and the final load."""
-    report["peaks_gflops"] = {f"{framework} {precision}": value for (framework, precision), value in sorted(peaks.items())}
+    report["peaks_gflops"] = {f"{framework} {precision}": value
+                              for (framework, precision), value in sorted(peaks.items())}
     for group in report["groups"]:
         group["peak_gflops"] = harness.best_peak(peaks, group["peak_precision"])
     report["machine"]["load_average_end"] = harness.load_average()
