@@ -18,6 +18,7 @@ can be imported (and tested) without it.
 
 import argparse
 import collections
+import dataclasses
 import os
 import re
 import statistics
@@ -69,22 +70,22 @@ def graph_parts(concrete) -> dict:
 def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple:
     import tensorflow as tf
 
-    from bench import step_bench
+    from bench.step_bench import ours
+    execution = dataclasses.replace(ours.baseline_execution(strategy), graph_optimizer="on" if grappler else "off")
     with Timer() as build:
-        impl = step_bench.Ours(config, batch, precision, strategy=strategy,
-                               graph_optimizer="on" if grappler else "off")
+        impl = ours.OursPretraining(config, batch, precision, strategy, execution)
     with Timer() as trace:
         concrete = impl.fn.function.get_concrete_function(impl.iterator, tf.constant(1))
     with Timer() as first:
-        impl._call(1)
+        impl.call(1)
     times = {"build": build.pair(), "trace": trace.pair(), "first_call": first.pair()}
     return impl, times, concrete
 
 
 def timed_steps(impl, steps: int) -> dict:
-    impl._call(1)
+    impl.call(1)
     with Timer() as t:
-        impl._call(steps)
+        impl.call(steps)
     return {"wall_s": t.wall / steps, "cpu_s": t.cpu / steps}
 
 
@@ -128,14 +129,16 @@ def main(argv):
     use_onednn_kernels()  # before TensorFlow is imported
     import tensorflow as tf
 
-    from bench import step_bench
+    from bench.step_bench import harness, workload
     from electra_tf.text.manifest import write_json_atomic
 
-    config = step_bench.bench_config(args.size)
-    batch = step_bench.synthetic_batch(step_bench.BATCH[args.size], 128, config.vocab_size)
+    config = workload.bench_config(args.size)
+    batch = workload.pretraining_batch(config, args.size)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    report = {"command": "python -m bench.startup_bench " + " ".join(argv),
-              "hardware": step_bench.hardware_line(), "size": args.size, "precision": args.precision}
+    machine = harness.machine()
+    report = {"command": "python -m bench.startup_bench " + " ".join(argv), "commit": harness.commit_id(),
+              "machine": machine, "hardware": harness.hardware_line(machine), "size": args.size,
+              "precision": args.precision}
 
     impls = {}
     for grappler in (True, False):
@@ -166,7 +169,7 @@ def main(argv):
         report["grappler_pass_seconds"] = passes
         print(f"grappler passes (grappler-on first call; log {grappler_log}), seconds: total "
               f"{sum(passes.values()):.1f}: " + ", ".join(f"{k} {v:.2f}" for k, v in passes.items()))
-    if args.json_out:  # bench/results/ is git-ignored: absent in a fresh clone
+    if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         write_json_atomic(args.json_out, report)
     print("command:", report["command"])
