@@ -5,9 +5,9 @@
   loop that `run_pretraining.py` runs) called as `run(iterator, steps)` on an iterator over a
   repeated in-memory dataset of the batch. Masking (per-example stateless RNG), the metrics and the
   non-finite guard run inside the step, as in training.
-* `OursFinetuning`: what `trainer.run_single` and `trainer.train` build and run for sequence
-  classification: `trainer.build_model` (encoder + the task's head), `trainer.make_optimizer`
-  (`ElectraAdamW` with layer-wise rates) and `trainer._make_train_fn`.
+* `OursFinetuning`: what `finetuning.runner.run_single` and `finetuning.train.train` build and run
+  for sequence classification: `finetuning.model.build_model` (encoder + the task's head),
+  `finetuning.train.make_optimizer` (`ElectraAdamW` with layer-wise rates) and `finetuning.train.make_train_fn`.
 * `pipeline_throughput`: the tf.data pipeline alone (TFRecord shards → parsed batches).
 
 The execution options decide every "how it is computed" choice, as `--kernels`, `--dropout_masks`,
@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from bench.step_bench import harness, workload
 from electra_tf import distribution, modeling, training
-from electra_tf.options import ExecutionOptions
+from electra_tf.options import ExecutionOptions, RunOptions
 
 
 def baseline_execution(strategy) -> ExecutionOptions:
@@ -80,10 +80,11 @@ class OursPretraining(OursStep):
 
 
 class OursFinetuning(OursStep):
-    """Sequence classification (two labels) as `trainer.run_single` builds it and `trainer.train` runs it."""
+    """Sequence classification (two labels) as `runner.run_single` builds it and `train.train` runs it."""
 
     def __init__(self, config, batch, strategy, tmpdir, execution: ExecutionOptions, name="ours"):
-        from electra_tf.finetuning import trainer
+        from electra_tf.finetuning import model as finetuning_model
+        from electra_tf.finetuning import train
         from electra_tf.finetuning.text_classification import TextClassificationTask
 
         self.name, self.execution = name, execution
@@ -92,20 +93,21 @@ class OursFinetuning(OursStep):
         start = time.perf_counter()
         seq = batch["input_ids"].shape[1]
         task = TextClassificationTask(name="bench", labels=("0", "1"))
-        options = trainer.RunOptions(
+        options = RunOptions(
             output_dir=tmpdir, learning_rate=config.finetune_learning_rate,
             train_batch_size=batch["input_ids"].shape[0], eval_batch_size=32, num_train_epochs=3,
             warmup_fraction=config.finetune_warmup_fraction, weight_decay=config.finetune_weight_decay,
             layerwise_lr_decay=config.finetune_layerwise_lr_decay, max_seq_length=seq, execution=execution)
         with default_execution(execution):
-            self.model = trainer.build_model(task, config, trainer.new_encoder_fn(config), strategy, seq)
-        with strategy.scope():  # as trainer.train: optimizer, compile, optimizer.build
-            self.optimizer = trainer.make_optimizer(self.model, options, config, 10_000)
+            encoder_fn = finetuning_model.new_encoder_fn(config)
+            self.model = finetuning_model.build_model(task, config, encoder_fn, strategy, seq)
+        with strategy.scope():  # as train.train: optimizer, compile, optimizer.build
+            self.optimizer = train.make_optimizer(self.model, options, config, 10_000)
             self.model.compile(optimizer=self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
         self.build_seconds = time.perf_counter() - start
         self.iterator = repeated_batch(batch)
-        self.fn = trainer._make_train_fn(strategy, self.model, execution.jit_compile, execution.graph_optimizer)
+        self.fn = train.make_train_fn(strategy, self.model, execution.jit_compile, execution.graph_optimizer)
 
 
 def pipeline_throughput(config, rows, num_batches, tmp) -> dict:
