@@ -10,6 +10,7 @@ Modules:
 * `registry`: `get_task` / `register_task` by name; `tasks`: all of their public names;
 * `encoding` (`[CLS] a [SEP] b [SEP]` features), `readers` (tsv/csv rows, columns);
 * `metrics` (GLUE metrics, official SQuAD EM/F1), `heads` (task heads + losses),
+  `conll` (CoNLL tagging files), `tagging_metrics` (conlleval's chunk scores),
   `layerwise_lr` (layer-wise LR decay multipliers).
 
 A run, by concern:
