@@ -35,6 +35,7 @@ from electra_tf.convert import ours
 from electra_tf.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.text import verify
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
@@ -215,6 +216,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     if chief or own_input:
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
+    verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
     check_run_config(options.model_dir, config, write=chief)
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
