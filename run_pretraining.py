@@ -268,8 +268,8 @@ if __name__ == "__main__":
     except ValueError as e:  # configuration and data errors: one clear line, no traceback
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except RuntimeError as e:  # NaN/Inf losses (loop.NonFiniteError): stopped without writing them
-        if type(e).__name__ != "NonFiniteError":
+    except RuntimeError as e:  # NaN/Inf losses, a corrupt record (loop.NonFiniteError, CorruptDataError)
+        if type(e).__name__ not in ("NonFiniteError", "CorruptDataError"):
             raise
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(1)
