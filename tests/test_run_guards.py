@@ -68,3 +68,73 @@ def test_a_corrupt_record_ends_the_run_with_one_line_naming_it_and_the_last_good
     names = os.listdir(os.path.join(model_dir, "checkpoints"))
     assert not [n for n in names if "tmp" in n], names  # nothing half-written
     assert not os.path.exists(os.path.join(model_dir, "export"))
+    assert not os.path.exists(os.path.join(model_dir, "run.lock"))  # released on the error path too
+
+
+def write_lock(model_dir, pid, host=None):
+    os.makedirs(model_dir, exist_ok=True)
+    holder = {"host": host or socket.gethostname(), "pid": pid, "start_time": "2000-01-01T00:00:00+0000"}
+    with open(os.path.join(model_dir, "run.lock"), "w") as f:
+        json.dump(holder, f)
+    return holder
+
+
+def test_a_model_dir_locked_by_a_live_run_is_refused_naming_its_host_and_pid(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    holder = subprocess.Popen(["sleep", "120"])
+    try:
+        write_lock(model_dir, holder.pid)
+        result = run_cli(data_dir, model_dir, 2)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lock = os.path.join(model_dir, "run.lock")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_pretraining.py: error: --model_dir {model_dir} is in use by another run (host {socket.gethostname()}, "
+        f"pid {holder.pid}, started 2000-01-01T00:00:00+0000): wait for it to end or use another --model_dir; if "
+        f"that run is gone, delete {lock}")
+    assert os.listdir(model_dir) == ["run.lock"]  # the holder's lock is untouched; nothing else written
+    with open(lock) as f:
+        assert json.load(f)["pid"] == holder.pid
+
+
+def test_the_stale_lock_of_a_dead_run_is_taken_over_with_a_warning_and_removed_at_exit(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_lock(model_dir, dead.pid)
+    result = run_cli(data_dir, model_dir, 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"Took over the stale lock {re.escape(model_dir)}/run.lock of host \S+, pid {dead.pid} "
+                     r"\(started 2000-01-01T00:00:00\+0000\), which no longer runs", result.stderr)
+    assert checkpoint_steps(model_dir) == [2]
+    assert not [n for n in os.listdir(model_dir) if n.startswith("run.lock")]  # released, no .stale- file left
+
+
+def test_a_run_holds_the_lock_while_it_runs_and_an_error_releases_it(tmp_path):
+    from electra_tf.run_lock import RunLock
+
+    model_dir = str(tmp_path / "run")
+    lock = RunLock(model_dir)
+    lock.acquire()
+    with open(lock.path) as f:
+        assert json.load(f)["pid"] == os.getpid()
+    lock.release()
+    assert not os.path.exists(lock.path)
+    # A run that fails (no such data) leaves no lock behind either.
+    result = run_cli(str(tmp_path / "no_data"), model_dir, 2)
+    assert result.returncode == 2 and "no pre-training manifest" in result.stderr
+    assert not os.path.exists(lock.path)
+
+
+def test_another_hosts_lock_is_refused_and_object_stores_are_not_locked(tmp_path, caplog):
+    from electra_tf.run_lock import RunLock, RunLockError, lock_run_dir
+
+    model_dir = str(tmp_path / "run")
+    write_lock(model_dir, 1, host="elsewhere.example")
+    with pytest.raises(RunLockError, match=r"in use by another run \(host elsewhere.example, pid 1,"):
+        RunLock(model_dir).acquire()
+    assert lock_run_dir("gs://bucket/run") is None
+    assert "not locked (run.lock protects local and NFS directories only)" in caplog.text
