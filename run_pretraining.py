@@ -14,6 +14,11 @@ Re-running the same command resumes from the newest checkpoint in
 `--model_dir`. SIGTERM (what schedulers and pre-emptible VMs send) stops after
 the step in progress, writes a checkpoint at that step and exits 0.
 
+One run writes to a `--model_dir` at a time: a run holds `<model_dir>/run.lock`
+(host, pid, start time) until it exits, and a second run there is refused naming
+that host and pid; the lock of a killed run on this host is taken over with a
+warning (see `electra_tf/run_lock.py`; not on gs:// and other object stores).
+
 Several machines (MultiWorkerMirroredStrategy; `--model_dir` on storage all of
 them reach, e.g. GCS or NFS), the same command on each, only --task_index
 differs (0 is the chief):
@@ -148,11 +153,23 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
-    from electra_tf import distribution, training
-    from electra_tf.config import get_config, parse_hparams
+    from electra_tf import distribution, run_lock
 
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
     data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
+    # The chief is the only writer of checkpoints and the export, so it alone holds the lock.
+    lock = run_lock.lock_run_dir(model_dir) if strategy is None or distribution.is_chief(strategy) else None
+    try:
+        train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
+    from electra_tf import distribution, training
+    from electra_tf.config import get_config, parse_hparams
+
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
     hparams = parse_hparams(FLAGS.hparams)
     if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
@@ -268,8 +285,8 @@ if __name__ == "__main__":
     except ValueError as e:  # configuration and data errors: one clear line, no traceback
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except RuntimeError as e:  # NaN/Inf losses (loop.NonFiniteError): stopped without writing them
-        if type(e).__name__ != "NonFiniteError":
+    except RuntimeError as e:  # NaN/Inf losses, a corrupt record, a --model_dir in use: one line, exit 1
+        if type(e).__name__ not in ("NonFiniteError", "CorruptDataError", "RunLockError"):
             raise
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -279,4 +296,6 @@ if __name__ == "__main__":
             raise
         print(f"run_pretraining.py: error: {message}", file=sys.stderr, flush=True)
         sys.stdout.flush()
+        from electra_tf import run_lock
+        run_lock.release_all()  # os._exit skips finally blocks and atexit
         os._exit(1)  # with sys.exit, TensorFlow's shutdown waits ~10 s more for the lost worker

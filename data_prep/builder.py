@@ -233,6 +233,7 @@ def _make_manifest(plan: BuildPlan, records: list[dict]) -> dict:
         "bytes_read": total["bytes_read"],
         "examples_per_shard": [r["num_examples"] for r in records],
         "shard_sha256": [r["sha256"] for r in records],
+        "shard_size_bytes": [r["size_bytes"] for r in records],
         "inputs": plan.input_names(),
         "input_formats": sorted({f.format for f in plan.files}) or ["tfds"],
         "text_field": options.tfds_text_field if options.tfds_name else options.text_field,

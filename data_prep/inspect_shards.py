@@ -11,6 +11,13 @@ shadows the standard library's ``inspect``.)
 Command line:
 
     python -m data_prep.inspect_shards --data_dir=/tmp/enwiki_128 --num_examples=3
+    python -m data_prep.inspect_shards --verify /tmp/enwiki_128
+
+``--verify DIR`` checks the shards instead (``electra_tf.text.verify``): each
+listed shard exists, has the size and SHA-256 its build recorded, every
+TFRecord record's length and data CRCs are valid and the record count equals
+``examples_per_shard``.  It prints one line per problem and a summary, and
+exits 1 if there is any problem, 0 otherwise.
 
 Example:
 
@@ -23,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Iterator
@@ -116,18 +124,47 @@ def summarize(data_dir: str, num_examples: int = 3, max_scan: int = 100000,
 FLAGS = flags.FLAGS
 
 
+def verify(data_dir: str, out=sys.stdout) -> int:
+    """Print every problem of ``data_dir``'s shards and a summary; 1 if there is any, else 0."""
+    from electra_tf.text.verify import verify_shards
+
+    problems = verify_shards(data_dir)
+    for problem in problems:
+        print(problem, file=out)
+    try:
+        with open(os.path.join(data_dir, "manifest.json"), encoding="utf-8") as f:
+            num_shards = len(json.load(f)["shards"])
+    except (OSError, ValueError, KeyError, TypeError):
+        num_shards = 0
+    if problems:
+        bad = len({p.path for p in problems})
+        print(f"verify {data_dir}: {len(problems)} problem(s) in {bad} file(s) of {num_shards} shard(s); rebuild "
+              "the affected shards with `python -m data_prep.build_pretraining_dataset` (delete a corrupt shard "
+              "and its .done.json first)", file=out)
+        return 1
+    print(f"verify {data_dir}: {num_shards} shard(s) OK", file=out)
+    return 0
+
+
 def define_flags() -> None:
     """Register the command-line flags (only when run as a program)."""
     flags.DEFINE_string("data_dir", None, "Directory with manifest.json and shards.")
+    flags.DEFINE_string("verify", None, "Check the shards of this directory (sizes, sha256, record CRCs, "
+                        "counts) instead of summarising; exit 1 if anything is wrong.")
     flags.DEFINE_integer("num_examples", 3, "Examples to decode back to text.")
     flags.DEFINE_integer("max_scan", 100000, "Examples read for the statistics.")
 
 
 def run() -> None:
-    """Print the report (the flags are parsed; see ``data_prep.cli``)."""
+    """Print the report, or verify (the flags are parsed; see ``data_prep.cli``)."""
+    if FLAGS.verify:
+        return verify(FLAGS.verify)
+    if not FLAGS.data_dir:
+        print("error: --data_dir or --verify is required", file=sys.stderr)
+        return 2
     summarize(FLAGS.data_dir, FLAGS.num_examples, FLAGS.max_scan)
 
 
 if __name__ == "__main__":
     from data_prep.cli import run_cli
-    run_cli(run, define_flags, required=("data_dir",), errors=(ValueError,))
+    run_cli(run, define_flags, errors=(ValueError,))

@@ -252,6 +252,10 @@ class NonFiniteError(RuntimeError):
     """Training stopped at a step whose loss or gradient norm was NaN or infinite."""
 
 
+class CorruptDataError(RuntimeError):
+    """Training stopped at a corrupt record of the input shards (no checkpoint is written after it)."""
+
+
 def check_finite_weights(model, step: int, what: str):
     """Raises `NonFiniteError` if any weight is NaN/Inf: never checkpoint or export such weights."""
     floats = [v for v in model.weights if "float" in str(v.dtype)]

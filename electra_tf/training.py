@@ -35,6 +35,7 @@ from electra_tf.convert import ours
 from electra_tf.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.text import verify
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
@@ -215,6 +216,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     if chief or own_input:
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
+    verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
     check_run_config(options.model_dir, config, write=chief)
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
@@ -242,7 +244,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                                 graph_optimizer=execution.graph_optimizer)
     skipped_total = 0
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
-    preview = _make_preview(model, options, manifest) if chief else None
+    latest_checkpoint = lambda: manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)  # noqa: E731
+    with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
+        preview = _make_preview(model, options, manifest) if chief else None
     history = []
     step = saved_step = loop.current_step(optimizer)
     total = config.num_train_steps
@@ -269,13 +273,14 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         while step < last and not stop_request.requested:
             stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps,
                                   extra_stops=timer.stops)
-            outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
+            with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
+                outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
             previous, step = step, loop.current_step(optimizer)
             if chief:
                 timer.observe(step)
             skipped = int(outputs["nonfinite_steps"])
             if skipped and not options.skip_nonfinite_steps:
-                latest = manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)
+                latest = latest_checkpoint()
                 raise loop.NonFiniteError(
                     f"step {step + 1}: the loss or gradient norm is not finite; stopping (the step was not "
                     f"applied). Last good checkpoint: {latest or 'none'}. Lower the "
@@ -319,6 +324,26 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                            vocab_file=manifest.get("vocab_file"), step=step)
         distribution.barrier(strategy)  # the other workers end after the chief's export
         return history
+
+
+@contextlib.contextmanager
+def _corrupt_data_as_error(data_dir: str, manifest: dict, optimizer, latest_checkpoint):
+    """Turns a `tf.errors.DataLossError` of the input into `loop.CorruptDataError`: one line naming the
+    shard and record (found by scanning the shards' framing), the step reached and the last good checkpoint."""
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        step = loop.current_step(optimizer)
+        problems = list(verify.find_corrupt_records(data_dir, manifest))
+        if problems:
+            what = str(problems[0]) + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        else:
+            what = f"unreadable input ({str(e).strip().splitlines()[0][:300]})"
+        raise loop.CorruptDataError(
+            f"corrupt training data: {what}; stopped at step {step}, last good checkpoint: "
+            f"{latest_checkpoint() or 'none'}. Check every shard with `python -m data_prep.inspect_shards "
+            f"--verify {data_dir}`, delete the corrupt shard and its .done.json and rebuild it with "
+            "`python -m data_prep.build_pretraining_dataset` (same flags), then re-run to resume") from None
 
 
 @contextlib.contextmanager

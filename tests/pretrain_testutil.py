@@ -7,6 +7,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.text.manifest import sha256_file
+
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
@@ -29,8 +31,13 @@ def random_example(rng, seq_length, vocab_size, min_length=8):
     return input_ids, input_mask, segment_ids
 
 
-def write_shards(data_dir, *, num_examples=64, num_shards=2, seq_length=32, vocab_size=64, seed=0):
-    """Writes shards + manifest.json; returns the manifest."""
+def write_shards(data_dir, *, num_examples=64, num_shards=2, seq_length=32, vocab_size=64, seed=0,
+                 record_shards=True):
+    """Writes shards + manifest.json; returns the manifest.
+
+    `record_shards`: the manifest records each shard's size and sha256, as data_prep's builds do
+    (older builds recorded neither).
+    """
     os.makedirs(data_dir, exist_ok=True)
     vocab_file = write_vocab(os.path.join(data_dir, "vocab.txt"), vocab_size)
     rng = np.random.RandomState(seed)
@@ -57,6 +64,10 @@ def write_shards(data_dir, *, num_examples=64, num_shards=2, seq_length=32, voca
         "num_examples": sum(counts), "num_tokens": num_tokens, "num_unk_tokens": 0, "unk_rate": 0.0,
         "examples_per_shard": counts, "inputs": [], "created_by": "tests.pretrain_testutil",
     }
+    if record_shards:
+        paths = [os.path.join(data_dir, name) for name in shards]
+        manifest["shard_size_bytes"] = [os.path.getsize(p) for p in paths]
+        manifest["shard_sha256"] = [sha256_file(p) for p in paths]
     with open(os.path.join(data_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return manifest

@@ -82,7 +82,7 @@ def test_manifest_contract(tmp_path):
     for key in ("format_version", "max_seq_length", "vocab_file", "vocab_size", "vocab_sha256",
                 "do_lower_case", "strip_accents", "special_token_ids", "shards", "num_shards",
                 "num_documents", "num_examples", "num_tokens", "num_unk_tokens", "unk_rate",
-                "examples_per_shard", "inputs", "created_by", "num_skipped_lines",
+                "examples_per_shard", "shard_sha256", "shard_size_bytes", "inputs", "created_by", "num_skipped_lines",
                 "num_nul_bytes_removed", "num_truncated_tokens", "truncated_token_rate",
                 "num_long_sentences"):
         assert key in manifest, key

@@ -71,3 +71,35 @@ def test_an_unwritable_model_dir_fails_before_the_first_step(data_dir, tmp_path)
     blocker.write_text("not a directory")
     with pytest.raises(ValueError, match="--model_dir .*a_file/run is not writable"):
         run(small(), data_dir, str(blocker / "run"))
+
+
+def test_a_truncated_shard_fails_before_the_first_step_naming_it_and_the_sizes(tmp_path):
+    data = str(tmp_path / "data")
+    manifest = write_shards(data, num_examples=48, num_shards=3)
+    shard = os.path.join(data, manifest["shards"][1])
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:
+        f.truncate(size - 100)
+    model_dir = str(tmp_path / "run")
+    expected = (f"shard {shard} has {size - 100} bytes, the build recorded {size} bytes (truncated or replaced?): "
+                "rebuild it with `python -m data_prep.build_pretraining_dataset` (same flags; complete shards are "
+                f"kept) or see `python -m data_prep.inspect_shards --verify {data}`")
+    with pytest.raises(ValueError) as error:
+        run(small(), data, model_dir)
+    assert str(error.value) == expected
+    assert os.listdir(model_dir) == []  # nothing written: no run config, checkpoint or log
+
+
+def test_a_build_that_recorded_no_sizes_is_not_size_checked(tmp_path):
+    from electra_tf.text.verify import check_shard_sizes
+
+    data = str(tmp_path / "data")
+    manifest = write_shards(data, num_examples=16, num_shards=2, record_shards=False)
+    shard = os.path.join(data, manifest["shards"][0])
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) - 10)
+    check_shard_sizes(data, manifest)  # silent: there is nothing to compare with
+    with open(shard + ".done.json", "w") as f:  # a data_prep sidecar records the size
+        f.write('{"size_bytes": 1}')
+    with pytest.raises(ValueError, match=f"shard {shard} has .* bytes, the build recorded 1 bytes"):
+        check_shard_sizes(data, manifest)

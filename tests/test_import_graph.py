@@ -115,6 +115,7 @@ LEVELS = {
     "electra_tf.optimization": 3,
     "electra_tf.distribution": 3,
     "electra_tf.preemption": 3,
+    "electra_tf.run_lock": 3,  # run_pretraining.py's one-writer lock on --model_dir
     "electra_tf.input_pipeline": 3,
     "electra_tf.training": 3,
     "electra_tf.finetuning": 4,

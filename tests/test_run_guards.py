@@ -1,0 +1,140 @@
+"""run_pretraining.py's guards: a corrupt record mid-run, one writer per --model_dir (run.lock)."""
+
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+
+import pytest
+
+from pretrain_testutil import write_shards
+from test_preemption import ROOT, checkpoint_steps, cli_args, quiet_env
+
+
+def record_offsets(path):
+    offsets, offset, size = [], 0, os.path.getsize(path)
+    with open(path, "rb") as f:
+        while offset < size:
+            f.seek(offset)
+            offsets.append(offset)
+            offset += 16 + struct.unpack("<Q", f.read(8))[0]
+    return offsets
+
+
+def run_cli(data_dir, model_dir, steps, **flags):
+    return subprocess.run(cli_args(data_dir, model_dir, steps, **flags), cwd=ROOT, env=quiet_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("shards"))
+    write_shards(path, num_examples=96, num_shards=3)
+    return path
+
+
+def test_a_corrupt_record_ends_the_run_with_one_line_naming_it_and_the_last_good_checkpoint(tmp_path):
+    data = str(tmp_path / "data")
+    manifest = write_shards(data, num_examples=96, num_shards=3)
+    shard = os.path.join(data, manifest["shards"][2])
+    offsets = record_offsets(shard)
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:  # the last record's data; the size stays, so the start-up check passes
+        f.seek(offsets[-1] + 12 + 8)
+        f.write(b"\xa5" * 64)
+    assert os.path.getsize(shard) == size
+    model_dir = str(tmp_path / "run")
+    # No example shuffle: the corrupt record is read after 16 records of every shard, i.e. a few steps in.
+    result = run_cli(data, model_dir, 40, shuffle_buffer=1, steps_per_loop=1, save_checkpoints_steps=2,
+                     log_steps=1)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    saved = checkpoint_steps(model_dir)
+    assert saved, result.stderr[-3000:]
+    good = os.path.join(model_dir, "checkpoints", f"ckpt-{saved[-1]}")
+    match = re.fullmatch(
+        re.escape(f"run_pretraining.py: error: corrupt training data: {shard}: record {len(offsets) - 1}, "
+                  f"byte offset {offsets[-1]}: data CRC mismatch (corrupt record); stopped at step ")
+        + r"(\d+)" + re.escape(f", last good checkpoint: {good}. Check every shard with `python -m "
+                               f"data_prep.inspect_shards --verify {data}`, delete the corrupt shard and its "
+                               ".done.json and rebuild it with `python -m data_prep.build_pretraining_dataset` "
+                               "(same flags), then re-run to resume"), last)
+    assert match, last
+    reached = int(match.group(1))
+    assert saved[-1] <= reached < 40 and saved[-1] >= reached - 2  # every 2 steps until the error, none after
+    names = os.listdir(os.path.join(model_dir, "checkpoints"))
+    assert not [n for n in names if "tmp" in n], names  # nothing half-written
+    assert not os.path.exists(os.path.join(model_dir, "export"))
+    assert not os.path.exists(os.path.join(model_dir, "run.lock"))  # released on the error path too
+
+
+def write_lock(model_dir, pid, host=None):
+    os.makedirs(model_dir, exist_ok=True)
+    holder = {"host": host or socket.gethostname(), "pid": pid, "start_time": "2000-01-01T00:00:00+0000"}
+    with open(os.path.join(model_dir, "run.lock"), "w") as f:
+        json.dump(holder, f)
+    return holder
+
+
+def test_a_model_dir_locked_by_a_live_run_is_refused_naming_its_host_and_pid(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    holder = subprocess.Popen(["sleep", "120"])
+    try:
+        write_lock(model_dir, holder.pid)
+        result = run_cli(data_dir, model_dir, 2)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lock = os.path.join(model_dir, "run.lock")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_pretraining.py: error: --model_dir {model_dir} is in use by another run (host {socket.gethostname()}, "
+        f"pid {holder.pid}, started 2000-01-01T00:00:00+0000): wait for it to end or use another --model_dir; if "
+        f"that run is gone, delete {lock}")
+    assert os.listdir(model_dir) == ["run.lock"]  # the holder's lock is untouched; nothing else written
+    with open(lock) as f:
+        assert json.load(f)["pid"] == holder.pid
+
+
+def test_the_stale_lock_of_a_dead_run_is_taken_over_with_a_warning_and_removed_at_exit(data_dir, tmp_path):
+    model_dir = str(tmp_path / "run")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_lock(model_dir, dead.pid)
+    result = run_cli(data_dir, model_dir, 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"Took over the stale lock {re.escape(model_dir)}/run.lock of host \S+, pid {dead.pid} "
+                     r"\(started 2000-01-01T00:00:00\+0000\), which no longer runs", result.stderr)
+    assert checkpoint_steps(model_dir) == [2]
+    assert not [n for n in os.listdir(model_dir) if n.startswith("run.lock")]  # released, no .stale- file left
+
+
+def test_a_run_holds_the_lock_while_it_runs_and_an_error_releases_it(tmp_path):
+    from electra_tf.run_lock import RunLock
+
+    model_dir = str(tmp_path / "run")
+    lock = RunLock(model_dir)
+    lock.acquire()
+    with open(lock.path) as f:
+        assert json.load(f)["pid"] == os.getpid()
+    lock.release()
+    assert not os.path.exists(lock.path)
+    # A run that fails (no such data) leaves no lock behind either.
+    result = run_cli(str(tmp_path / "no_data"), model_dir, 2)
+    assert result.returncode == 2 and "no pre-training manifest" in result.stderr
+    assert not os.path.exists(lock.path)
+
+
+def test_another_hosts_lock_is_refused_and_object_stores_are_not_locked(tmp_path, caplog):
+    from electra_tf.run_lock import RunLock, RunLockError, lock_run_dir
+
+    model_dir = str(tmp_path / "run")
+    write_lock(model_dir, 1, host="elsewhere.example")
+    with pytest.raises(RunLockError, match=r"in use by another run \(host elsewhere.example, pid 1,"):
+        RunLock(model_dir).acquire()
+    assert lock_run_dir("gs://bucket/run") is None
+    assert "not locked (run.lock protects local and NFS directories only)" in caplog.text
