@@ -215,11 +215,12 @@ def setup():
     task = make_task()
     config, encoder_fn, tokenizer = prepare.prepare_model(task, model_options())
     strategy = make_strategy()
-    from electra_tf.distribution import resolve_execution
+    from electra_tf.distribution import device_types, resolve_execution
     from electra_tf.modeling import set_default_execution
 
-    execution = resolve_execution(execution_from_flags(FLAGS), strategy, config.hidden_act)
-    set_default_execution(execution)  # the encoder and heads are built later, inside the strategy
+    requested = execution_from_flags(FLAGS)
+    execution = resolve_execution(requested, strategy, config.hidden_act)
+    set_default_execution(requested, device_types(strategy))  # for the encoder and heads built later
     options = run_options(task, config, strategy, execution)
     return task, config, encoder_fn, tokenizer, strategy, options, prepare.load_data(task, tokenizer, options)
 

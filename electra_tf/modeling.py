@@ -109,24 +109,28 @@ def visible_device_types() -> set:
     return {"CPU"}
 
 
-_default_execution: ExecutionOptions | None = None
+_default_execution: tuple | None = None  # (requested ExecutionOptions, device types or None)
 
 
-def set_default_execution(execution: ExecutionOptions | None) -> None:
+def set_default_execution(execution: ExecutionOptions | None, device_types=None) -> None:
     """The execution options of layers built from now on without `execution=` (as Keras' global
-    dtype policy is for dtypes): an entry point sets what it resolved for its strategy's devices.
-    None: the visible devices' defaults."""
+    dtype policy is for dtypes), resolved per model (its activation decides whether the XLA:CPU
+    kernels apply) for `device_types` (default: the visible devices). An entry point sets what
+    its flags ask for and its strategy's devices. None: the visible devices' defaults."""
     global _default_execution
-    _default_execution = execution
+    _default_execution = None if execution is None else (execution, device_types)
 
 
 def resolve_execution(execution: ExecutionOptions | None = None, hidden_act: str = "gelu") -> ExecutionOptions:
     """`execution` (else the default set by `set_default_execution`) with its "auto" values resolved
-    for the visible devices, the Keras backend and the model's activation."""
-    execution = execution or _default_execution or ExecutionOptions()
+    for the devices, the Keras backend and the model's activation."""
+    device_types = None
+    if execution is None and _default_execution is not None:
+        execution, device_types = _default_execution
+    execution = execution or ExecutionOptions()
     if execution.resolved:
         return execution
-    return execution.resolve(visible_device_types(), keras.backend.backend(), hidden_act)
+    return execution.resolve(device_types or visible_device_types(), keras.backend.backend(), hidden_act)
 
 
 def layer_norm(epsilon: float, kernels: str, **kwargs):

@@ -429,3 +429,21 @@ def test_random_uint16_is_tensorflows_philox_stream_plane_by_plane(count):
     dynamic = tf.function(lambda n: fused.random_uint16(n, seed), input_signature=[tf.TensorSpec([], tf.int32)])
     np.testing.assert_array_equal(dynamic(tf.constant(count)).numpy(), expected)
     assert not np.array_equal(fused.random_uint16(count, tf.constant([7, -2], tf.int32)).numpy(), expected)
+
+
+def test_the_default_execution_resolves_per_model_activation():
+    """An entry point's default (what its flags ask for, on its devices) leaves each model to resolve:
+    a tanh-GELU model gets the reference kernels, an exact-GELU one the XLA:CPU kernels."""
+    from electra_tf.modeling import set_default_execution
+
+    set_default_execution(ExecutionOptions(), {"CPU"})
+    try:
+        for hidden_act, kernels in (("gelu_approximate", "reference"), ("gelu", "xla_cpu")):
+            encoder = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100, hidden_act=hidden_act))
+            encoder.build()
+            assert {layer.kernels for layer in encoder.transformer_layers} == {kernels}
+        set_default_execution(ExecutionOptions(kernels="reference"), {"CPU"})
+        encoder = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100))
+        assert encoder.execution.kernels == "reference"
+    finally:
+        set_default_execution(None)
