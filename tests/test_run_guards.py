@@ -4,23 +4,13 @@ import json
 import os
 import re
 import socket
-import struct
 import subprocess
 
 import pytest
 
 from pretrain_testutil import write_shards
 from test_preemption import ROOT, checkpoint_steps, cli_args, quiet_env
-
-
-def record_offsets(path):
-    offsets, offset, size = [], 0, os.path.getsize(path)
-    with open(path, "rb") as f:
-        while offset < size:
-            f.seek(offset)
-            offsets.append(offset)
-            offset += 16 + struct.unpack("<Q", f.read(8))[0]
-    return offsets
+from test_verify_shards import record_offsets
 
 
 def run_cli(data_dir, model_dir, steps, **flags):
