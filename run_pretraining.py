@@ -197,7 +197,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         for line in demo_lines(model_size, data_dir, model_dir, config, get_config(model_size).vocab_size):
             logging.info("%s", line)
     if strategy is not None and distribution.all_cpu(strategy):
-        config = fit_to_cpu_memory(config)
+        chosen = FLAGS.gradient_accumulation_steps is not None or "gradient_accumulation_steps" in hparams
+        config = fit_to_cpu_memory(config, chosen)
     options = TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
@@ -213,19 +214,17 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         summarize(history, model_dir)
 
 
-def fit_to_cpu_memory(config):
-    """On CPUs: logs the step's cost up front and, unless --gradient_accumulation_steps (or --hparams)
-    chose, splits a batch whose activations exceed the memory into micro-batches (the same update)."""
+def fit_to_cpu_memory(config, chosen: bool):
+    """On CPUs: logs the step's cost up front and, unless the micro-batches were `chosen` (by
+    --gradient_accumulation_steps or --hparams), splits a batch whose activations exceed the memory
+    into micro-batches (the same update)."""
     from electra_tf import cost
-    from electra_tf.config import parse_hparams
 
-    micro_batches = config.gradient_accumulation_steps
-    chosen = FLAGS.gradient_accumulation_steps is not None or "gradient_accumulation_steps" in parse_hparams(FLAGS.hparams)
     available = cost.available_memory_bytes()
     if not chosen and available:
-        micro_batches = cost.micro_batches_to_fit(config, config.train_batch_size, available)
-        config = config.replace(gradient_accumulation_steps=micro_batches)
-    for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second(), micro_batches):
+        config = config.replace(
+            gradient_accumulation_steps=cost.micro_batches_to_fit(config, config.train_batch_size, available))
+    for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second()):
         logging.info("%s", line)
     return config
 

@@ -120,10 +120,11 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def cpu_cost_lines(config: ElectraConfig, flops_per_second: float, micro_batches: int) -> list[str]:
+def cpu_cost_lines(config: ElectraConfig, flops_per_second: float) -> list[str]:
     """The log lines of a CPU-only run before its first step: batch, memory, rough time per step, ETA."""
     flops = train_flops_per_step(config)
     step_seconds = flops / max(flops_per_second, 1.0)
+    micro_batches = config.gradient_accumulation_steps
     lines = [f"Only CPUs here: {config.model_size}'s recipe runs as it is, global batch {config.train_batch_size} "
              f"x {config.max_seq_length} tokens, {flops:.2g} training FLOPs per step."]
     if micro_batches > 1:

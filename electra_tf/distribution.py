@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.options import PRECISIONS, STRATEGIES, ExecutionOptions
+from electra_tf.options import PRECISIONS, STRATEGIES, ExecutionOptions, only_cpus
 
 # Strategies whose input iterators yield the whole global batch on every worker (see `split_for_replicas`).
 _GLOBAL_BATCH_INPUT = weakref.WeakSet()
@@ -136,13 +136,15 @@ def device_types(strategy) -> set:
     try:
         devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
     except RuntimeError:  # the default strategy places ops on an accelerator if there is one
-        devices = [device.device_type for device in tf.config.list_logical_devices()]
+        from electra_tf.modeling import visible_device_types
+
+        return visible_device_types()
     return set(devices)
 
 
 def all_cpu(strategy) -> bool:
     """Whether every device `strategy` runs on is a CPU."""
-    return device_types(strategy) == {"CPU"}
+    return only_cpus(device_types(strategy))
 
 
 def resolve_execution(execution: ExecutionOptions, strategy, hidden_act: str = "gelu") -> ExecutionOptions:

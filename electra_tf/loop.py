@@ -52,6 +52,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf import distribution
+from electra_tf.cost import format_duration
 from electra_tf.options import ExecutionOptions
 from electra_tf.runtime import onednn_enabled
 
@@ -327,8 +328,6 @@ class ProgressReporter:
         if self.bar is not None:
             self.bar.update(step, values=shown)
         elif log:
-            from electra_tf.cost import format_duration
-
             logging.info("%s %d/%d  ETA %s  %s", self.label, step, self.total, format_duration(self.eta_seconds(step)),
                          "  ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
 
@@ -351,8 +350,6 @@ class StepTimer:
         return (self.start_step + 1, self.start_step + 1 + self.FIRST_STEPS)
 
     def observe(self, step: int) -> None:
-        from electra_tf.cost import format_duration
-
         now = time.time()
         if step == self.start_step + 1:
             logging.info("First step: %.1f s (tracing the step included).", now - self.started)

@@ -39,7 +39,7 @@ from keras.src.backend import AutocastScope  # a variable in its own dtype insid
 from keras_hub.layers import PositionEmbedding, TransformerEncoder
 
 from electra_tf.config import ACTIVATIONS, ElectraConfig
-from electra_tf.options import ExecutionOptions
+from electra_tf.options import LEGACY_EXECUTION_FIELDS, ExecutionOptions
 from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 
 PACKAGE = "electra_tf"
@@ -139,7 +139,7 @@ def layer_norm(epsilon: float, kernels: str, **kwargs):
     return cls(epsilon=epsilon, **kwargs)
 
 
-LEGACY_LAYER_FIELDS = ("fused", "fused_kernels", "dropout_masks", "attention_dropout_rate")
+LEGACY_LAYER_FIELDS = ("fused", "attention_dropout_rate", *LEGACY_EXECUTION_FIELDS)
 
 
 def without_legacy_fields(config: dict) -> dict:
@@ -604,9 +604,10 @@ class ElectraTransformerEncoder(TransformerEncoder):
     """
 
     def __init__(self, *args, kernels=None, dropout_masks=None, **kwargs):
-        exact = keras.activations.get(kwargs.get("activation", "relu")) in (gelu_exact, gelu_keras)
-        execution = resolve_execution(hidden_act="gelu" if exact else "other")
-        kernels, dropout_masks = kernels or execution.kernels, dropout_masks or execution.dropout_masks
+        if kernels is None or dropout_masks is None:  # built alone, not by an encoder: the devices' choice
+            exact = keras.activations.get(kwargs.get("activation", "relu")) in (gelu_exact, gelu_keras)
+            execution = resolve_execution(hidden_act="gelu" if exact else "other")
+            kernels, dropout_masks = kernels or execution.kernels, dropout_masks or execution.dropout_masks
         # The fused call reads biases and LayerNorm parameters in their variable dtype and casts
         # the matmuls' operands itself.
         super().__init__(*args, autocast=kernels != "xla_cpu", **without_legacy_fields(kwargs))

@@ -51,6 +51,11 @@ LEGACY_EXECUTION_FIELDS = {"fused_kernels": "kernels", "dropout_masks": "dropout
                            "adam_fused_kernel": "adam_kernel"}
 
 
+def only_cpus(device_types) -> bool:
+    """Whether every device kind in `device_types` ("CPU", "GPU", "TPU") is a CPU."""
+    return set(device_types) == {"CPU"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecutionOptions:
     """How a run computes its steps; `resolve` turns "auto" (and None) into the device's choice.
@@ -84,7 +89,7 @@ class ExecutionOptions:
         Raises ValueError for a requested combination that cannot run (the XLA:CPU kernels need the
         TensorFlow backend, the exact GELU and 16-bit dropout masks) instead of falling back silently.
         """
-        cpu = set(device_types) == {"CPU"}
+        cpu = only_cpus(device_types)
         kernels = self.kernels if self.kernels != "auto" else (
             "xla_cpu" if cpu and backend == "tensorflow" and hidden_act == "gelu" else "reference")
         dropout_masks = self.dropout_masks if self.dropout_masks != "auto" else (
