@@ -46,6 +46,7 @@ import functools
 import json
 import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -488,6 +489,17 @@ def curve(rows: list[dict]) -> list[dict]:
              for key in CURVE_KEYS if key in row} for row in rows]
 
 
+def machine_line() -> str:
+    """The CPU model and core count of the machine writing a run's record."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
 def run_record(budget: Budget, run: Run, work_dir: Path) -> dict:
     """Everything the report needs of one run, from its work folder."""
     rows = read_train_log(pretrain_dir(work_dir, run)) if run.pretrained else []
@@ -497,6 +509,7 @@ def run_record(budget: Budget, run: Run, work_dir: Path) -> dict:
         **arm_compute(budget, run.arm),
         "pretrain_commits": commits_file.read_text().split() if commits_file.exists() else [],
         "finetune_commits": finetune_commits(work_dir, run),
+        "updated": time.strftime("%Y-%m-%d"), "machine": machine_line(),
         "pretrain_steps_done": rows[-1]["step"] if rows else 0,
         "pretrain_seconds": sum(budget.save_checkpoints_steps * budget.train_batch_size / r["examples_per_second"]
                                 for r in rows if r.get("examples_per_second")),
