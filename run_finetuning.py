@@ -164,7 +164,7 @@ def make_task():
 
 
 def make_strategy():
-    from electra_tf.distribution import create_strategy, set_mixed_precision
+    from electra_tf.training.distribution import create_strategy, set_mixed_precision
 
     set_mixed_precision(FLAGS.mixed_precision)
     return create_strategy(FLAGS.strategy, FLAGS.tpu)
@@ -210,12 +210,12 @@ def setup():
 
     check_flags()
     if FLAGS.num_cpu_devices:
-        from electra_tf.distribution import split_cpu
+        from electra_tf.training.distribution import split_cpu
         split_cpu(FLAGS.num_cpu_devices)
     task = make_task()
     config, encoder_fn, tokenizer = prepare.prepare_model(task, model_options())
     strategy = make_strategy()
-    from electra_tf.distribution import device_types, resolve_execution
+    from electra_tf.training.distribution import device_types, resolve_execution
     from electra_tf.modeling import set_default_execution
 
     requested = execution_from_flags(FLAGS)

@@ -17,7 +17,7 @@ the step in progress, writes a checkpoint at that step and exits 0.
 One run writes to a `--model_dir` at a time: a run holds `<model_dir>/run.lock`
 (host, pid, start time) until it exits, and a second run there is refused naming
 that host and pid; the lock of a killed run on this host is taken over with a
-warning (see `electra_tf/run_lock.py`; not on gs:// and other object stores).
+warning (see `electra_tf/training/run_lock.py`; not on gs:// and other object stores).
 
 Several machines (MultiWorkerMirroredStrategy; `--model_dir` on storage all of
 them reach, e.g. GCS or NFS), the same command on each, only --task_index
@@ -132,7 +132,7 @@ def demo_lines(model_size, data_dir, model_dir, config, size_vocab_size) -> list
 
 def create_strategy():
     """The strategy, created before anything runs a TensorFlow op (multi_worker requires it)."""
-    from electra_tf import distribution
+    from electra_tf.training import distribution
 
     if FLAGS.num_cpu_devices:
         distribution.split_cpu(FLAGS.num_cpu_devices)
@@ -153,7 +153,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
-    from electra_tf import distribution, run_lock
+    from electra_tf.training import distribution, run_lock
 
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
     data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
@@ -167,7 +167,7 @@ def main(argv):
 
 
 def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
-    from electra_tf import distribution, training
+    from electra_tf.training import distribution, pretraining
     from electra_tf.config import get_config, parse_hparams
 
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
@@ -187,10 +187,10 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         config = merge_architecture(read_config(FLAGS.init_checkpoint)[0], config,
                                     FLAGS.init_checkpoint)
     if FLAGS.export_only:
-        from electra_tf.input_pipeline import load_checked_manifest
+        from electra_tf.training.input_pipeline import load_checked_manifest
 
         manifest = load_checked_manifest(data_dir, config)
-        path = training.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
+        path = pretraining.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
         print(f"Exported to {path}")
         return
     if demo_vocab_size is not None:
@@ -209,7 +209,7 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         stop_signals=(signal.SIGTERM,),
     )
     logging.info("Config (%s): %s", precision, config.to_json())
-    history = training.train(config, options, strategy)
+    history = pretraining.train(config, options, strategy)
     if distribution.is_chief(strategy):
         summarize(history, model_dir)
 
@@ -218,7 +218,7 @@ def fit_to_cpu_memory(config, chosen: bool):
     """On CPUs: logs the step's cost up front and, unless the micro-batches were `chosen` (by
     --gradient_accumulation_steps or --hparams), splits a batch whose activations exceed the memory
     into micro-batches (the same update)."""
-    from electra_tf import cost
+    from electra_tf.training import cost
 
     available = cost.available_memory_bytes()
     if not chosen and available:
@@ -295,6 +295,6 @@ if __name__ == "__main__":
             raise
         print(f"run_pretraining.py: error: {message}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        from electra_tf import run_lock
+        from electra_tf.training import run_lock
         run_lock.release_all()  # os._exit skips finally blocks and atexit
         os._exit(1)  # with sys.exit, TensorFlow's shutdown waits ~10 s more for the lost worker

@@ -19,7 +19,7 @@ Example:
 
 >>> import numpy as np
 >>> from electra_tf.config import get_config
->>> from electra_tf.optimization import create_optimizer
+>>> from electra_tf.training.optimization import create_optimizer
 >>> from electra_tf.pretrainer import ElectraPretrainer
 >>> config = get_config("tiny", {"discriminator.num_layers": 1, "generator.num_layers": 1},
 ...                     vocab_size=64, max_seq_length=16)
@@ -34,8 +34,9 @@ Example:
 import keras
 import tensorflow as tf
 
-from electra_tf import fused, loop, masking
-from electra_tf.distribution import all_reduce_sum, replica_context_info
+from electra_tf import fused, masking
+from electra_tf.training import loop
+from electra_tf.training.distribution import all_reduce_sum, replica_context_info
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
 from electra_tf.modeling import (DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions,
                                  resolve_execution)

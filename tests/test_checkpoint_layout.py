@@ -15,7 +15,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from electra_tf import training
+from electra_tf.training import pretraining
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 
 LAYOUT_FILE = os.path.join(os.path.dirname(__file__), "fixtures", "pretrain_checkpoint_layout.json")
@@ -23,8 +23,8 @@ LAYOUT_FILE = os.path.join(os.path.dirname(__file__), "fixtures", "pretrain_chec
 
 def current_layout(tmp_path, objective):
     config = tiny_config(objective=objective, num_layers=2, generator_num_layers=2)
-    model, optimizer = training.build_model(config, tf.distribute.get_strategy(), SPECIAL_IDS, 0, "none")
-    path = tf.train.Checkpoint(model=model, optimizer=optimizer, dropout_rng=training.rng_states(model)).write(
+    model, optimizer = pretraining.build_model(config, tf.distribute.get_strategy(), SPECIAL_IDS, 0, "none")
+    path = tf.train.Checkpoint(model=model, optimizer=optimizer, dropout_rng=pretraining.rng_states(model)).write(
         str(tmp_path / objective / "ckpt"))
     keys = {name: shape for name, shape in tf.train.list_variables(path) if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
     return {"checkpoint_keys": keys, "trainable_variable_order": [v.path for v in model.trainable_variables]}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import loop, training
+from electra_tf.training import loop, pretraining
 from electra_tf.pretrainer import ElectraPretrainer
 from pretrain_testutil import tiny_config, write_shards
 from test_training import checkpoint_values, run, small

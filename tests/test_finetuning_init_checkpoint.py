@@ -111,7 +111,7 @@ def test_hf_checkpoint_without_its_vocab_takes_vocab_file(tmp_path, glue_dir):
 
 
 def test_graph_optimizer_flag_reaches_the_fine_tuning_loop(tmp_path, glue_dir, monkeypatch):
-    from electra_tf import loop
+    from electra_tf.training import loop
 
     seen = []
     original = loop.grappler_enabled

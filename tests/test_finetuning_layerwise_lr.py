@@ -11,7 +11,7 @@ from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.layerwise_lr import layer_depth_exponents, layerwise_lr_multipliers
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.modeling import ElectraEncoder
-from electra_tf.optimization import ElectraAdamW
+from electra_tf.training.optimization import ElectraAdamW
 
 DECAY = 0.7
 

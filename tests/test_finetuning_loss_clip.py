@@ -19,7 +19,7 @@ from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.modeling import ElectraEncoder
-from electra_tf.optimization import ElectraAdamW
+from electra_tf.training.optimization import ElectraAdamW
 
 LR, WD, B1, B2, EPS = 1e-2, 0.01, 0.9, 0.999, 1e-6
 NO_DECAY = ("bias", "gamma", "beta")  # the official exclude_from_weight_decay: LayerNorm and biases
@@ -139,7 +139,7 @@ def test_two_replicas_sum_over_the_global_batch():
     """Each replica sums its half; the all-reduced gradient is the global sum, clipped once."""
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs the two logical CPUs set up by conftest.py")
-    from electra_tf import distribution
+    from electra_tf.training import distribution
     from test_finetuning_distributed import two_cpu_strategy
 
     strategy = two_cpu_strategy()

@@ -75,7 +75,7 @@ def test_gdes_needs_a_generator():
 
 
 def test_gdes_train_step_moves_deltas_and_keeps_embeddings_shared_with_the_generator():
-    from electra_tf.optimization import create_optimizer
+    from electra_tf.training.optimization import create_optimizer
 
     model = build(num_warmup_steps=0)
     model.compile(optimizer=create_optimizer(model.config))

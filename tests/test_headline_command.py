@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from electra_tf import cost
+from electra_tf.training import cost
 from electra_tf.config import MODEL_SIZES, get_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

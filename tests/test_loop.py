@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import loop
+from electra_tf.training import loop
 
 
 class Quadratic(keras.Model):
@@ -103,7 +103,7 @@ def test_step_driver_stops_when_asked():
 def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
     import numpy as np
 
-    from electra_tf.loop import clip_by_global_norm
+    from electra_tf.training.loop import clip_by_global_norm
 
     rng = np.random.RandomState(0)
     grads = [tf.constant(rng.normal(size=s).astype("float32")) for s in ((3, 4), (5,), (2, 2))]

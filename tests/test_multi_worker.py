@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import input_pipeline
+from electra_tf.training import input_pipeline
 from pretrain_testutil import write_shards
 from test_preemption import ROOT, checkpoint_steps, checkpoint_values, cli_args, quiet_env, wait_for_step
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
+from electra_tf.training.optimization import ElectraAdamW, WarmupLinearDecay
 
 
 def test_schedule_matches_the_official_formula():
@@ -166,7 +166,7 @@ def test_fused_update_rejects_non_float32_variables():
 
 def test_the_execution_option_chooses_the_fused_kernel():
     from electra_tf.config import get_config
-    from electra_tf.optimization import create_optimizer
+    from electra_tf.training.optimization import create_optimizer
 
     assert create_optimizer(get_config("small")).fused is True
     assert create_optimizer(get_config("small"), fused=False).fused is False
@@ -176,7 +176,7 @@ def test_the_execution_option_chooses_the_fused_kernel():
 
 def test_config_defaults_to_the_official_update_and_mini_opts_out():
     from electra_tf.config import get_config
-    from electra_tf.optimization import create_optimizer
+    from electra_tf.training.optimization import create_optimizer
 
     assert create_optimizer(get_config("small")).bias_correction is False
     assert create_optimizer(get_config("mini")).bias_correction is True
@@ -203,7 +203,7 @@ def numpy_lamb(params, grads_per_step, lr, decays, wd, b1=0.9, b2=0.999, eps=1e-
 
 def test_lamb_matches_numpy_and_excludes_layer_norm_and_biases():
     from electra_tf.config import get_config
-    from electra_tf.optimization import ElectraLamb, create_optimizer
+    from electra_tf.training.optimization import ElectraLamb, create_optimizer
 
     assert isinstance(create_optimizer(get_config("tiny", optimizer="lamb")), ElectraLamb)
     rng = np.random.RandomState(1)

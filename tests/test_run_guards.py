@@ -104,7 +104,7 @@ def test_the_stale_lock_of_a_dead_run_is_taken_over_with_a_warning_and_removed_a
 
 
 def test_a_run_holds_the_lock_while_it_runs_and_an_error_releases_it(tmp_path):
-    from electra_tf.run_lock import RunLock
+    from electra_tf.training.run_lock import RunLock
 
     model_dir = str(tmp_path / "run")
     lock = RunLock(model_dir)
@@ -120,7 +120,7 @@ def test_a_run_holds_the_lock_while_it_runs_and_an_error_releases_it(tmp_path):
 
 
 def test_another_hosts_lock_is_refused_and_object_stores_are_not_locked(tmp_path, caplog):
-    from electra_tf.run_lock import RunLock, RunLockError, lock_run_dir
+    from electra_tf.training.run_lock import RunLock, RunLockError, lock_run_dir
 
     model_dir = str(tmp_path / "run")
     write_lock(model_dir, 1, host="elsewhere.example")

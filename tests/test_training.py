@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import convert, training
+from electra_tf import convert
+from electra_tf.training import pretraining
 from electra_tf.convert import ours as export_format
 from electra_tf.options import ExecutionOptions
 from electra_tf.pretrainer import ElectraPretrainer
@@ -36,7 +37,7 @@ def small(**overrides):
 def run(config, data_dir, model_dir, strategy=None, **options):
     options = {"log_steps": 1, "steps_per_loop": 2, "save_checkpoints_steps": 2, **options}
     strategy = strategy or tf.distribute.OneDeviceStrategy("/cpu:0")
-    return training.train(config, training.TrainOptions(data_dir=data_dir, model_dir=model_dir, **options), strategy)
+    return pretraining.train(config, pretraining.TrainOptions(data_dir=data_dir, model_dir=model_dir, **options), strategy)
 
 
 def checkpoint_values(model_dir):
@@ -163,13 +164,13 @@ def test_cli_trains_exports_and_reports_bad_data_in_one_line(data_dir, tmp_path)
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_with_float32_losses(precision, data_dir, tmp_path):
-    from electra_tf.distribution import set_mixed_precision
+    from electra_tf.training.distribution import set_mixed_precision
 
     set_mixed_precision(precision)
     try:
         history = run(small(num_train_steps=2), data_dir, str(tmp_path / precision), mixed_precision=precision,
                       export=False)
-        model, optimizer = training.build_model(small(), tf.distribute.get_strategy(), SPECIAL_IDS, 0, precision)
+        model, optimizer = pretraining.build_model(small(), tf.distribute.get_strategy(), SPECIAL_IDS, 0, precision)
     finally:
         set_mixed_precision("none")
     assert [h["step"] for h in history] == [1, 2]

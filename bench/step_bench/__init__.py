@@ -10,7 +10,7 @@ Implementations of the replaced-token-detection step (mask 15 %, generator MLM l
 positions only, sampling without gradient, discriminator on the corrupted ids, loss = MLM + 50 x
 BCE over real tokens, AdamW, global-norm clip 1.0, dropout 0.1, train mode):
 
-* ``ours``      - ``electra_tf.training.build_model`` timed through ``training.make_train_fn``
+* ``ours``      - ``electra_tf.training.pretraining.build_model`` timed through ``training.make_train_fn``
   under the execution options the scripts resolve for the bench's devices (``ours``).
 * ``hf``        - transformers ``ElectraForMaskedLM`` + ``ElectraForPreTraining`` on PyTorch
   (``peers``).

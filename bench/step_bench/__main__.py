@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 from bench import step_bench  # noqa: E402
 from bench.step_bench import ablations, harness, ours, peers, profile, report, workload  # noqa: E402
-from electra_tf import distribution  # noqa: E402
+from electra_tf.training import distribution  # noqa: E402
 from electra_tf.options import ExecutionOptions  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # each implementation traces its own step: no retracing warnings

@@ -1,7 +1,7 @@
 """Our steps as the training scripts run them, under given `ExecutionOptions`.
 
-* `OursPretraining`: `electra_tf.training.build_model` (`ElectraPretrainer` + `ElectraAdamW`) under
-  the bench's strategy, timed through `electra_tf.training.make_train_fn` (the compiled multi-step
+* `OursPretraining`: `electra_tf.training.pretraining.build_model` (`ElectraPretrainer` + `ElectraAdamW`) under
+  the bench's strategy, timed through `electra_tf.training.pretraining.make_train_fn` (the compiled multi-step
   loop that `run_pretraining.py` runs) called as `run(iterator, steps)` on an iterator over a
   repeated in-memory dataset of the batch. Masking (per-example stateless RNG), the metrics and the
   non-finite guard run inside the step, as in training.
@@ -24,7 +24,8 @@ import keras
 import tensorflow as tf
 
 from bench.step_bench import harness, workload
-from electra_tf import distribution, modeling, training
+from electra_tf import modeling
+from electra_tf.training import distribution, pretraining
 from electra_tf.options import ExecutionOptions, RunOptions
 
 
@@ -62,7 +63,7 @@ class OursStep(harness.Implementation):
 
 
 class OursPretraining(OursStep):
-    """ElectraPretrainer + optimizer from `training.build_model`, timed through `training.make_train_fn`."""
+    """ElectraPretrainer + optimizer from `pretraining.build_model`, timed through `pretraining.make_train_fn`."""
 
     def __init__(self, config, batch, precision, strategy, execution: ExecutionOptions, name="ours"):
         self.name, self.execution = name, execution
@@ -70,12 +71,12 @@ class OursPretraining(OursStep):
         keras.utils.set_random_seed(0)
         start = time.perf_counter()
         with default_execution(execution):
-            self.model, self.optimizer = training.build_model(
+            self.model, self.optimizer = pretraining.build_model(
                 config, strategy, workload.SPECIAL_IDS, 0, "bf16" if precision == "bf16" else "none", execution)
         self.build_seconds = time.perf_counter() - start
         workload.set_policy("fp32")
         self.iterator = repeated_batch(batch)
-        self.fn = training.make_train_fn(strategy, self.model, jit_compile=execution.jit_compile,
+        self.fn = pretraining.make_train_fn(strategy, self.model, jit_compile=execution.jit_compile,
                                          graph_optimizer=execution.graph_optimizer)
 
 
@@ -112,7 +113,7 @@ class OursFinetuning(OursStep):
 
 def pipeline_throughput(config, rows, num_batches, tmp) -> dict:
     """Examples/s of `input_pipeline.pretraining_dataset` over 8 synthetic shards (median of 3 runs)."""
-    from electra_tf import input_pipeline
+    from electra_tf.training import input_pipeline
     from tests.pretrain_testutil import write_shards
 
     data_dir = os.path.join(tmp, "shards")

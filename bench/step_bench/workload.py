@@ -7,7 +7,8 @@ masking draws for it at step 0 (`masked_positions`).
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import distribution, flops, masking
+from electra_tf import flops, masking
+from electra_tf.training import distribution
 from electra_tf.config import get_config
 
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}

@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import distribution
+from electra_tf.training import distribution
 from electra_tf.finetuning.task import Task
 from electra_tf.options import RunOptions
 

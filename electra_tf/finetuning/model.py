@@ -30,7 +30,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from electra_tf import distribution, loop
+from electra_tf.training import distribution, loop
 from electra_tf.finetuning.task import Task
 from electra_tf.modeling import ElectraEncoder
 

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution
+from electra_tf.training import distribution
 from electra_tf.finetuning.data import Padding, sequence_lengths
 from electra_tf.finetuning.model import INPUT_KEYS
 from electra_tf.finetuning.task import Task

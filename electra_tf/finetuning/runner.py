@@ -27,7 +27,7 @@ import keras
 import numpy as np
 from absl import logging
 
-from electra_tf import distribution
+from electra_tf.training import distribution
 from electra_tf.finetuning.data import padding_for
 from electra_tf.finetuning.evaluate import (FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
                                             selected_metrics)

@@ -25,12 +25,12 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import loop
+from electra_tf.training import loop
 from electra_tf.finetuning.data import Padding, worker_train_dataset
 from electra_tf.finetuning.evaluate import evaluate
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.finetuning.task import Task
-from electra_tf.optimization import ElectraAdamW, WarmupLinearDecay
+from electra_tf.training.optimization import ElectraAdamW, WarmupLinearDecay
 from electra_tf.options import RunOptions
 
 

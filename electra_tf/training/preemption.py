@@ -37,7 +37,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution
+from electra_tf.training import distribution
 
 STOP_SIGNALS = (signal.SIGTERM,)
 

@@ -13,7 +13,7 @@ line, to `<model_dir>/train_log.jsonl`.
 
 Example (see `run_pretraining.py` for the command-line front end):
 
->>> from electra_tf.training import TrainOptions, train  # doctest: +SKIP
+>>> from electra_tf.training.pretraining import TrainOptions, train  # doctest: +SKIP
 >>> train(get_config("tiny"), TrainOptions(data_dir="data", model_dir="out"), strategy)  # doctest: +SKIP
 """
 
@@ -28,11 +28,12 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution, input_pipeline, loop, masking, preemption
+from electra_tf import masking
+from electra_tf.training import distribution, input_pipeline, loop, preemption
 from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
 from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
-from electra_tf.optimization import create_optimizer
+from electra_tf.training.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
 from electra_tf.text import verify

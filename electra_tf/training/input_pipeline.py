@@ -14,7 +14,7 @@ Example (a two-example shard in the format `data_prep` writes, and its manifest)
 
 >>> import tempfile
 >>> import tensorflow as tf
->>> from electra_tf.input_pipeline import pretraining_dataset
+>>> from electra_tf.training.input_pipeline import pretraining_dataset
 >>> from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, shard_name, write_json_atomic
 >>> d = tempfile.mkdtemp()
 >>> row = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * 16)) for name in FEATURE_NAMES}
@@ -33,7 +33,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution
+from electra_tf.training import distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest

@@ -28,7 +28,7 @@ float32(0.001)), a relative difference of 1.3e-5 in the weight given to g².
 
 Example:
 
->>> from electra_tf.optimization import WarmupLinearDecay
+>>> from electra_tf.training.optimization import WarmupLinearDecay
 >>> schedule = WarmupLinearDecay(1e-3, num_train_steps=100, num_warmup_steps=10)
 >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 55, 100)]
 [0.0, 0.000475, 0.0009, 0.00045, 0.0]

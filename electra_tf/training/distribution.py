@@ -9,7 +9,7 @@ that initialises the runtime, and `run_pretraining.py` calls it first.
 
 Example:
 
->>> from electra_tf.distribution import create_strategy
+>>> from electra_tf.training.distribution import create_strategy
 >>> create_strategy("one_device").num_replicas_in_sync
 1
 """

@@ -51,8 +51,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import distribution
-from electra_tf.cost import format_duration
+from electra_tf.training import distribution
+from electra_tf.training.cost import format_duration
 from electra_tf.options import ExecutionOptions
 from electra_tf.runtime import onednn_enabled
 
