@@ -5,7 +5,7 @@ The text contract they write to (tokenizer, ``manifest.json``, feature names) is
 
 Modules:
 
-* ``corpus``              - input files/formats, cleaning, shard plans, documents, sentences.
+* ``corpus``              - input files/formats, cleaning, shard byte ranges, documents, sentences (a package).
 * ``packing``             - official ELECTRA example packing + fast Example serialisation.
 * ``build_pretraining_dataset`` - the shard builder's command line; its library:
 

@@ -12,7 +12,7 @@ Re-running the same command resumes: finished shards are kept (verified by
 their ``.done.json`` sidecars), the rest are rebuilt, and the result is
 byte-identical to an uninterrupted build with any ``--num_processes``.
 
-Policies (see ``data_prep/corpus.py``): invalid UTF-8 lines are skipped and
+Policies (see ``data_prep/corpus/__init__.py``): invalid UTF-8 lines are skipped and
 counted (``num_skipped_lines``); stray NUL bytes are removed and counted
 (``num_nul_bytes_removed``), a file with more than 1 % NULs in its first
 64 KiB is rejected as binary; lines over 256 KiB are cut at spaces.  Tokens
@@ -55,7 +55,7 @@ def define_flags() -> None:
     """Register the command-line flags (only when run as a program); defaults are `BuildOptions`'."""
     import dataclasses
 
-    from data_prep import corpus
+    from data_prep.corpus.inputs import FORMATS
     from data_prep.plan import BuildOptions
 
     default = {field.name: field.default for field in dataclasses.fields(BuildOptions)}
@@ -75,7 +75,7 @@ def define_flags() -> None:
                          "Output shards (default: one per 32 MiB of input, at least min(8, input MiB); "
                          "independent of --num_processes).")
     flags.DEFINE_integer("seed", default["seed"], "Seed of the packing randomness.")
-    flags.DEFINE_enum("input_format", default["input_format"], list(corpus.FORMATS),
+    flags.DEFINE_enum("input_format", default["input_format"], list(FORMATS),
                       "Input format; auto detects it per file.")
     flags.DEFINE_string("text_field", default["text_field"], "JSON Lines field holding the document text.")
     flags.DEFINE_string("tfds_name", default["tfds_name"], "TFDS dataset name (prepared data only; never downloads).")

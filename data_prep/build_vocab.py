@@ -39,8 +39,10 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from absl import flags
 
-from data_prep import corpus
-from data_prep.corpus import CorpusError
+from data_prep.corpus.byte_ranges import ByteRange
+from data_prep.corpus.documents import RangeStats, batched, iter_documents
+from data_prep.corpus.errors import CorpusError
+from data_prep.corpus.inputs import FORMATS, expand_inputs, inspect_inputs
 from electra_tf.text.manifest import SPECIAL_TOKENS, write_text_atomic
 
 DEFAULT_RESERVED = tuple(SPECIAL_TOKENS.values())  # [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -68,16 +70,15 @@ def count_words(texts_batches: Iterable[Sequence[str]], do_lower_case: bool,
 
 
 def iter_paragraph_batches(paths: Sequence[str], input_format: str = "auto",
-                           text_field: str = "text", stats: Optional[corpus.RangeStats] = None):
+                           text_field: str = "text", stats: Optional[RangeStats] = None):
     """Batches of paragraphs from whole input files."""
-    files = corpus.inspect_inputs(list(paths), input_format)
-    stats = stats or corpus.RangeStats()
+    files = inspect_inputs(list(paths), input_format)
+    stats = stats or RangeStats()
     paragraphs = (paragraph
                   for index, file in enumerate(files)
-                  for docs in corpus.iter_documents(file, corpus.ByteRange(index, 0, None), stats,
-                                                    text_field)
+                  for docs in iter_documents(file, ByteRange(index, 0, None), stats, text_field)
                   for document in docs for paragraph in document)
-    yield from corpus.batched(paragraphs, BATCH_PARAGRAPHS)
+    yield from batched(paragraphs, BATCH_PARAGRAPHS)
 
 
 def learn_vocab(counts: collections.Counter, vocab_size: int,
@@ -159,8 +160,8 @@ def build_vocab(inputs: str, output: str, vocab_size: int = 30522, do_lower_case
     if vocab_size < len(reserved_tokens) + 2:
         raise CorpusError(f"--vocab_size={vocab_size} is too small")
     start = time.time()
-    paths = corpus.expand_inputs(inputs)
-    stats = corpus.RangeStats()
+    paths = expand_inputs(inputs)
+    stats = RangeStats()
     counts = count_words(iter_paragraph_batches(paths, input_format, text_field, stats),
                          do_lower_case, strip_accents)
     if not counts:
@@ -191,7 +192,7 @@ def define_flags() -> None:
                       "Strip accents; default: same as --do_lower_case.")
     flags.DEFINE_list("reserved_tokens", list(DEFAULT_RESERVED),
                       "Tokens at ids 0..N-1; must include [PAD],[UNK],[CLS],[SEP],[MASK].")
-    flags.DEFINE_enum("input_format", "auto", list(corpus.FORMATS),
+    flags.DEFINE_enum("input_format", "auto", list(FORMATS),
                       "Input format; auto detects it per file.")
     flags.DEFINE_string("text_field", "text", "JSON Lines field holding the text.")
     flags.DEFINE_integer("max_unique_chars", None,

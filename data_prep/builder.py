@@ -45,7 +45,7 @@ import time
 from typing import Callable, Optional
 
 from data_prep import shard_writer
-from data_prep.corpus import CorpusError
+from data_prep.corpus.errors import CorpusError
 from data_prep.plan import BuildOptions, BuildPlan, make_plan  # noqa: F401  (public API)
 from data_prep.pool import WorkerPool, build_in_pool, make_pool
 from data_prep.shard_writer import ShardStats, build_shard, read_sidecar

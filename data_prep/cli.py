@@ -16,7 +16,7 @@ Example:
 >>> from data_prep.cli import make_main, missing_flags_message
 >>> missing_flags_message(["input", "output"])
 'error: --input and --output are required'
->>> from data_prep.corpus import CorpusError
+>>> from data_prep.corpus.errors import CorpusError
 >>> def run():
 ...     raise CorpusError("input x.txt: is empty")
 >>> make_main(run, stderr=sys.stdout)(["prog"])
@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Callable, Optional, Sequence
 
-from data_prep.corpus import CorpusError
+from data_prep.corpus.errors import CorpusError
 
 
 def missing_flags_message(names: Sequence[str]) -> str:

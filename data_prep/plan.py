@@ -2,7 +2,7 @@
 
 ``make_plan`` turns ``BuildOptions`` (the command-line flags) into an
 immutable ``BuildPlan``: the vocabulary, the input files (or a TFDS split),
-per shard a fixed list of byte ranges (``corpus.plan_byte_ranges``) or TFDS
+per shard a fixed list of byte ranges (``corpus.byte_ranges.plan_byte_ranges``) or TFDS
 example ranges, and a ``fingerprint`` of everything that influences the bytes
 written.  The number of shards depends on the input size, never on the number
 of processes, so the output is the same whatever the parallelism.
@@ -21,7 +21,7 @@ Example:
 >>> make_plan(BuildOptions(inputs=d + "/corpus.txt", output_dir=d + "/out",
 ...                        vocab_file=d + "/vocab.txt", max_seq_length=1024))
 Traceback (most recent call last):
-data_prep.corpus.CorpusError: --max_seq_length=1024 exceeds --max_position_embeddings=512 (the model's position table); use --max_seq_length<=512 or a model with a larger table
+data_prep.corpus.errors.CorpusError: --max_seq_length=1024 exceeds --max_position_embeddings=512 (the model's position table); use --max_seq_length<=512 or a model with a larger table
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import math
 import os
 from typing import Optional
 
-from data_prep import corpus
-from data_prep.corpus import CorpusError
+from data_prep.corpus.byte_ranges import plan_byte_ranges
+from data_prep.corpus.errors import CorpusError
+from data_prep.corpus.inputs import expand_inputs, inspect_inputs
 from electra_tf.text.manifest import sha256_file, shard_name
 from electra_tf.text.tokenization import validate_vocab
 
@@ -73,8 +74,8 @@ class BuildPlan:
     options: BuildOptions
     vocab: tuple
     vocab_sha256: str
-    files: tuple            # corpus.InputFile, empty for TFDS
-    shard_ranges: tuple     # per shard: tuple of corpus.ByteRange, or (lo, hi) for TFDS
+    files: tuple            # corpus.inputs.InputFile, empty for TFDS
+    shard_ranges: tuple     # per shard: tuple of corpus.byte_ranges.ByteRange, or (lo, hi) for TFDS
     num_shards: int
     fingerprint: str
 
@@ -137,13 +138,13 @@ def make_plan(options: BuildOptions) -> BuildPlan:
         from data_prep.tfds_input import plan_tfds
         files, shard_ranges = (), plan_tfds(options, MIN_SHARDS)
     else:
-        paths = corpus.expand_inputs(options.inputs, exclude_dir=options.output_dir)
-        files = tuple(corpus.inspect_inputs(paths, options.input_format))
+        paths = expand_inputs(options.inputs, exclude_dir=options.output_dir)
+        files = tuple(inspect_inputs(paths, options.input_format))
         total = sum(f.size for f in files)
         num_shards = options.num_shards or default_num_shards(total)
         if not options.num_shards and all(f.compressed for f in files):
             num_shards = min(num_shards, len(files))  # a compressed file is never split
-        shard_ranges = tuple(tuple(r) for r in corpus.plan_byte_ranges(list(files), num_shards))
+        shard_ranges = tuple(tuple(r) for r in plan_byte_ranges(list(files), num_shards))
     fingerprint = _fingerprint(options, vocab_sha, files, shard_ranges)
     return BuildPlan(options, tuple(vocab), vocab_sha, files, shard_ranges, len(shard_ranges),
                      fingerprint)

@@ -2,7 +2,7 @@
 
 Each shard depends only on the plan and its index:
 
-* its documents are a fixed set of byte ranges (``corpus.plan_byte_ranges``)
+* its documents are a fixed set of byte ranges (``corpus.byte_ranges.plan_byte_ranges``)
   or TFDS example ranges;
 * its RNG is ``random.Random("<seed>:<shard>")``;
 * it is written to ``<shard>.tmp-<pid>`` and renamed, then a sidecar
@@ -43,7 +43,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from data_prep import corpus
+from data_prep.corpus.documents import RangeStats, iter_documents
+from data_prep.corpus.sentences import document_sentences
 from data_prep.packing import ExamplePacker, ExampleSerializer, SpecialIds, assemble
 from electra_tf.text.manifest import sha256_file, write_json_atomic
 
@@ -138,7 +139,7 @@ class ShardWriter:
         """Pack ``docs`` (lists of paragraphs) and ``write`` each serialised example."""
         sentences, counts = [], []
         for paragraphs in docs:
-            doc_sentences = corpus.document_sentences(paragraphs)
+            doc_sentences = document_sentences(paragraphs)
             sentences.extend(doc_sentences)
             counts.append(len(doc_sentences))
         flat, lengths = self.tokenizer.tokenize_flat(sentences)
@@ -174,7 +175,7 @@ class ShardWriter:
         stats.num_single_segment += int((batch.segment_ids.max(axis=1) == 0).sum())
 
 
-def iter_shard_documents(plan, shard: int, stats: corpus.RangeStats):
+def iter_shard_documents(plan, shard: int, stats: RangeStats):
     """Batches of documents of shard ``shard`` (files or TFDS)."""
     if plan.options.tfds_name:
         from data_prep.tfds_input import iter_tfds_documents
@@ -182,7 +183,7 @@ def iter_shard_documents(plan, shard: int, stats: corpus.RangeStats):
         return
     for byte_range in plan.shard_ranges[shard]:
         file = plan.files[byte_range.file_index]
-        yield from corpus.iter_documents(file, byte_range, stats, plan.options.text_field)
+        yield from iter_documents(file, byte_range, stats, plan.options.text_field)
 
 
 # --------------------------------------------------------------------------
@@ -209,7 +210,7 @@ def _build_shard(plan, shard: int) -> dict:
     path = plan.shard_path(shard)
     tmp = f"{path}.tmp-{os.getpid()}"
     shard_writer = ShardWriter(plan, shard)
-    range_stats = corpus.RangeStats()
+    range_stats = RangeStats()
     reported = [0, 0, 0]
 
     def report():

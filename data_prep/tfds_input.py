@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from data_prep import corpus
-from data_prep.corpus import CorpusError
+from data_prep.corpus.cleaning import remove_nuls
+from data_prep.corpus.documents import RangeStats, batched, text_to_paragraphs
+from data_prep.corpus.errors import CorpusError
 
 BATCH_DOCUMENTS = 2000
 EXAMPLES_PER_SHARD = 200_000
@@ -62,7 +63,7 @@ def plan_tfds(options, min_shards: int) -> tuple:
     return slice_ranges(total, options.num_shards, min_shards)
 
 
-def iter_tfds_documents(plan, shard: int, stats: corpus.RangeStats):
+def iter_tfds_documents(plan, shard: int, stats: RangeStats):
     """Batches of documents (lists of paragraphs) of shard ``shard`` of ``plan``."""
     import tensorflow_datasets as tfds
     options = plan.options
@@ -79,23 +80,22 @@ def iter_tfds_documents(plan, shard: int, stats: corpus.RangeStats):
         raise CorpusError(f"TFDS dataset {options.tfds_name} split {options.tfds_split}: "
                           f"{str(e).splitlines()[0]} (this tool never downloads: prepare the "
                           "data first)") from None
-    yield from corpus.batched(_documents(tfds.as_numpy(dataset), options.tfds_text_field, stats),
-                              BATCH_DOCUMENTS)
+    yield from batched(_documents(tfds.as_numpy(dataset), options.tfds_text_field, stats), BATCH_DOCUMENTS)
 
 
-def _documents(records, text_field: str, stats: corpus.RangeStats):
+def _documents(records, text_field: str, stats: RangeStats):
     """Documents (lists of paragraphs) of TFDS records; cleaning counted in ``stats``."""
     for record in records:
         raw = record[text_field]
         stats.bytes_read += len(raw)
         if isinstance(raw, bytes):
-            raw, nuls = corpus.remove_nuls(raw)
+            raw, nuls = remove_nuls(raw)
             stats.nul_bytes += nuls
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
         except UnicodeDecodeError:
             stats.skipped_lines += 1
             continue
-        paragraphs = corpus.text_to_paragraphs(text)
+        paragraphs = text_to_paragraphs(text)
         if paragraphs:
             yield paragraphs

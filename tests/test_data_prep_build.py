@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from data_prep.builder import BuildOptions, make_plan, run_build
-from data_prep.corpus import CorpusError
-from data_prep.corpus import split_sentences
+from data_prep.corpus.errors import CorpusError
+from data_prep.corpus.sentences import split_sentences
 from electra_tf.text.manifest import FEATURE_NAMES, FORMAT_VERSION, load_manifest, validate_manifest
 from electra_tf.text.reference_tokenizer import BasicTokenizer, ReferenceTokenizer
 

@@ -7,7 +7,7 @@ import pytest
 
 from data_prep.build_vocab import build_vocab
 from data_prep.builder import BuildOptions, make_plan, run_build
-from data_prep.corpus import CorpusError
+from data_prep.corpus.errors import CorpusError
 from electra_tf.text.manifest import load_manifest, validate_manifest
 from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab, validate_vocab
 

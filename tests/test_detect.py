@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from electra_tf import detect
+from electra_tf.detect import cli, loading, rendering, scoring
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [c + v for c in "bcdfghjklmnprstvwxz" for v in "aeiou"]  # 95 two-letter words
@@ -90,7 +90,7 @@ def trained_export(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def detector(trained_export):
-    return detect.load_detector(trained_export["export"])
+    return loading.load_detector(trained_export["export"])
 
 
 def test_discriminator_scores_replaced_tokens_higher(detector, trained_export):
@@ -100,7 +100,7 @@ def test_discriminator_scores_replaced_tokens_higher(detector, trained_export):
         words, replaced = replace_some(rng, motif_words(rng))
         texts.append(" ".join(words).upper() if not texts else " ".join(words))  # one upper-case: lower-cased
         flags.append(replaced)
-    results = detect.score_texts(detector.pretrainer, detector.tokenizer, texts)
+    results = scoring.score_texts(detector.pretrainer, detector.tokenizer, texts)
     assert len(results) == len(texts)
     on_replaced, on_original = [], []
     for text, replaced, scores in zip(texts, flags, results):
@@ -115,16 +115,16 @@ def test_discriminator_scores_replaced_tokens_higher(detector, trained_export):
     assert replaced_mean > original_mean + 0.3, (replaced_mean, original_mean)
     assert original_mean < 0.2
     # The score of a text does not depend on the batch it is scored in (padding is masked).
-    alone = detect.score_texts(detector.pretrainer, detector.tokenizer, texts[3:4])[0]
+    alone = scoring.score_texts(detector.pretrainer, detector.tokenizer, texts[3:4])[0]
     np.testing.assert_allclose(alone.probs, results[3].probs, atol=1e-5)
 
 
 def test_corrupt_uses_the_generator_reproducibly(detector):
     rng = np.random.RandomState(7)
     texts = [" ".join(motif_words(rng, max_words=28)) for _ in range(12)]
-    first = detect.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=3)
-    again = detect.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=3, batch_size=5)
-    other = detect.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=4)
+    first = scoring.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=3)
+    again = scoring.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=3, batch_size=5)
+    other = scoring.score_texts(detector.pretrainer, detector.tokenizer, texts, corrupt=True, seed=4)
     assert [(s.tokens, s.originals) for s in first] == [(s.tokens, s.originals) for s in again]
     assert [s.tokens for s in first] != [s.tokens for s in other]
     num_replaced = num_tokens = 0
@@ -186,7 +186,7 @@ def test_cli_corrupt_marks_replaced_tokens(trained_export, tmp_path):
     html_file = tmp_path / "corrupt.html"
     text = "da de di do da de di do da de di do da de di do da de di do"
     argv = [f"--init_checkpoint={trained_export['export']}", "--corrupt", "--seed=1", f"--html={html_file}", text]
-    assert detect.main(argv, stdout=stdout) == 0
+    assert cli.main(argv, stdout=stdout) == 0
     out = stdout.getvalue()
     marks = re.findall(r"(\S+?)\((\d\.\d\d)\)\[was:(\S+?)\]", out)
     assert marks, out
@@ -198,7 +198,7 @@ def test_cli_corrupt_marks_replaced_tokens(trained_export, tmp_path):
     for token, _, original in marks:
         assert f"original: {original}" in page
     table = io.StringIO()
-    assert detect.main(argv[:-2] + ["--table", text], stdout=table) == 0
+    assert cli.main(argv[:-2] + ["--table", text], stdout=table) == 0
     rows = [line.split() for line in table.getvalue().splitlines()[2:]]
     assert len(rows) == len(text.split())
     assert sum("yes" in row for row in rows) == len(marks)
@@ -207,20 +207,20 @@ def test_cli_corrupt_marks_replaced_tokens(trained_export, tmp_path):
 def test_cli_colour_and_truncation(trained_export):
     stdout = io.StringIO()
     long_text = " ".join(["fa", "fe", "fi"] * 30)
-    assert detect.main([f"--init_checkpoint={trained_export['export']}", "--color=always", long_text],
-                       stdout=stdout) == 0
+    assert cli.main([f"--init_checkpoint={trained_export['export']}", "--color=always", long_text],
+                    stdout=stdout) == 0
     out = stdout.getvalue()
     assert "\x1b[48;5;" in out and "\x1b[0m" in out
     assert "60 wordpieces truncated" in out  # capped at max_position_embeddings = 32: 30 wordpieces shown
     plain = io.StringIO()
-    assert detect.main([f"--init_checkpoint={trained_export['export']}", "--max_seq_length=8", long_text],
-                       stdout=plain) == 0
+    assert cli.main([f"--init_checkpoint={trained_export['export']}", "--max_seq_length=8", long_text],
+                    stdout=plain) == 0
     assert len(re.findall(r"\(\d\.\d\d\)", plain.getvalue())) == 6
 
 
 def test_bad_input_exits_2_naming_the_flag(trained_export, tmp_path, capsys):
     def run(*argv):
-        code = detect.main(list(argv), stdout=io.StringIO())
+        code = cli.main(list(argv), stdout=io.StringIO())
         return code, capsys.readouterr().err.strip()
 
     code, err = run("--init_checkpoint=/no/such/export", "ba be")
@@ -244,8 +244,8 @@ def test_bad_input_exits_2_naming_the_flag(trained_export, tmp_path, capsys):
     code, err = run(f"--init_checkpoint={trained_export['export']}", f"--vocab_file={short_vocab}", "ba be")
     assert code == 2 and err.startswith("detect: error: --vocab_file:") and "15 tokens" in err
     # With --vocab_file the export without one works.
-    assert detect.main([f"--init_checkpoint={no_vocab}", f"--vocab_file={trained_export['vocab']}", "ba be"],
-                       stdout=io.StringIO()) == 0
+    assert cli.main([f"--init_checkpoint={no_vocab}", f"--vocab_file={trained_export['vocab']}", "ba be"],
+                    stdout=io.StringIO()) == 0
 
 
 def test_bad_checkpoint_exit_code_from_the_shell(tmp_path):
@@ -258,7 +258,7 @@ def test_bad_checkpoint_exit_code_from_the_shell(tmp_path):
 
 def test_hugging_face_checkpoint():
     """Any format the converter loads: the Hugging Face fixture (discriminator/ + generator/)."""
-    loaded = detect.load_detector(str(REPO / "tests" / "fixtures" / "hf_electra"))
+    loaded = loading.load_detector(str(REPO / "tests" / "fixtures" / "hf_electra"))
     assert loaded.checkpoint_format == "hf" and "generator_head" in loaded.parts
     results = loaded.score(["The quick brown fox"], corrupt=True, seed=0)
     assert results[0].tokens and len(results[0].probs) == len(results[0].tokens)
@@ -266,13 +266,13 @@ def test_hugging_face_checkpoint():
 
 
 def test_rendering_of_wordpieces_without_a_model():
-    scores = detect.TokenScores(text="Unbelievable <b>", tokens=["un", "##believ", "##able", "<", "b", ">"],
-                                probs=[0.1, 0.6, 0.2, 0.0, 1.0, 0.5])
-    assert detect.render_terminal([scores], color=False).splitlines()[1] == \
+    scores = scoring.TokenScores(text="Unbelievable <b>", tokens=["un", "##believ", "##able", "<", "b", ">"],
+                                 probs=[0.1, 0.6, 0.2, 0.0, 1.0, 0.5])
+    assert rendering.render_terminal([scores], color=False).splitlines()[1] == \
         "un(0.10) ##believ(0.60) ##able(0.20) <(0.00) b(1.00) >(0.50)"
-    page = detect.render_html([scores])
+    page = rendering.render_html([scores])
     # Continuation pieces are glued to the word (no space, no ##) and keep their own shade and tooltip.
     assert re.search(r">un</span><span class=\"tok piece\" style=\"background:rgb\(\d+,\d+,\d+\)\" "
                      r"title=\"p\(replaced\) = 0\.600  \(##believ\)\">believ</span><span", page)
     assert "&lt;b&gt;" in page and "<b>" not in page  # escaped
-    assert detect.shade_rgb(0.0) == (255, 255, 255) and detect.shade_rgb(1.0) == (220, 30, 30)
+    assert rendering.shade_rgb(0.0) == (255, 255, 255) and rendering.shade_rgb(1.0) == (220, 30, 30)

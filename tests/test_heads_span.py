@@ -11,8 +11,9 @@ import tensorflow as tf
 from scipy.special import erf, log_softmax
 
 from electra_tf.config import get_config
-from electra_tf.finetuning import squad
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
+from electra_tf.finetuning.squad.examples import read_examples
+from electra_tf.finetuning.squad.features import convert_examples_to_features
 from electra_tf.finetuning.tasks import get_task
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_squad_features import VOCAB, squad_json
@@ -159,9 +160,9 @@ def _squad_v1_features(tmp_path):
     """Real SQuAD 1.1 training features (every is_impossible is 0)."""
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    examples, _ = squad.read_examples(squad_json()["data"], is_training=True, v2=False)
-    features, _ = squad.convert_examples_to_features(examples, WordPieceTokenizer(str(path)), 24, 6, 8,
-                                                     is_training=True)
+    examples, _ = read_examples(squad_json()["data"], is_training=True, v2=False)
+    features, _ = convert_examples_to_features(examples, WordPieceTokenizer(str(path)), 24, 6, 8,
+                                               is_training=True)
     return features
 
 

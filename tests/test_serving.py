@@ -67,7 +67,7 @@ def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, 
 
 
 def test_span_tasks_are_refused(tmp_path):
-    from electra_tf.finetuning.squad import SquadTask
+    from electra_tf.finetuning.squad.task import SquadTask
     from electra_tf.finetuning.export import export_serving
     from electra_tf.options import RunOptions
 

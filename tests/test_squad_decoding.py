@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from electra_tf.finetuning import squad
 from electra_tf.finetuning.heads import SpanHead
 from electra_tf.finetuning.metrics import squad_v2_evaluate
+from electra_tf.finetuning.squad.decoding import decode_predictions, get_final_text
+from electra_tf.finetuning.squad.examples import read_examples
+from electra_tf.finetuning.squad.features import convert_examples_to_features
+from electra_tf.finetuning.squad.task import SquadTask
+from electra_tf.finetuning.task import EvalSet
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_squad_features import VOCAB, squad_json
 
@@ -25,8 +29,8 @@ def tokenizer(tmp_path):
 
 
 def _features(tokenizer, data, seq=64, stride=128, training=False, v2=False):
-    examples, _ = squad.read_examples(data, is_training=training, v2=v2)
-    features, meta = squad.convert_examples_to_features(examples, tokenizer, seq, stride, 8, is_training=training)
+    examples, _ = read_examples(data, is_training=training, v2=v2)
+    features, meta = convert_examples_to_features(examples, tokenizer, seq, stride, 8, is_training=training)
     return examples, features, meta
 
 
@@ -56,7 +60,7 @@ def test_joint_beam_hand_made(tokenizer):
         "end_top_log_probs": np.array([[[-0.01, -0.02, -0.03], [-0.05, -0.2, -0.9], [-0.1, -0.6, -0.7]]],
                                       np.float32),
     }
-    _, nbest, _ = squad.decode_predictions(examples, meta, outputs, tokenizer)
+    _, nbest, _ = decode_predictions(examples, meta, outputs, tokenizer)
     got = [(e["text"], e["start_logit"], e["end_logit"]) for e in nbest["q3"]]
     expected = [("Paris", -0.5, -0.2), ("Paris is the capital of France", -0.5, -0.9),
                 ("Gustave Eiffel", -1.5, -0.1), ("Gustave", -1.5, -0.6)]
@@ -66,8 +70,8 @@ def test_joint_beam_hand_made(tokenizer):
     np.testing.assert_allclose([e["probability"] for e in nbest["q3"]],
                                np.exp(scores) / np.exp(scores).sum(), rtol=1e-6)
     # A 6-token span is longer than max_answer_length=5; n_best_size cuts the list, not the beam.
-    predictions, nbest, _ = squad.decode_predictions(examples, meta, outputs, tokenizer, n_best_size=2,
-                                                     max_answer_length=5)
+    predictions, nbest, _ = decode_predictions(examples, meta, outputs, tokenizer, n_best_size=2,
+                                               max_answer_length=5)
     assert predictions == {"q3": "Paris"} and [e["text"] for e in nbest["q3"]] == ["Paris", "Gustave Eiffel"]
 
 
@@ -94,7 +98,7 @@ def _reference_nbest(examples, meta, outputs, tokenizer, n_best_size, max_answer
             m = meta[f]
             pieces = " ".join(tokenizer.convert_ids_to_tokens(m["tokens"][s:e + 1])).replace(" ##", "")
             words = " ".join(example.doc_tokens[m["token_to_orig"][s]:m["token_to_orig"][e] + 1])
-            text = squad.get_final_text(pieces, words)
+            text = get_final_text(pieces, words)
             if text not in [t for t, _, _ in nbest] and len(nbest) < n_best_size:
                 nbest.append((text, start_score, end_score))
         result[example.qas_id] = nbest
@@ -111,8 +115,8 @@ def test_joint_beam_matches_brute_force(tokenizer):
     outputs = {"start_top_index": rng.randint(0, seq + 2, size=(n, k)), "start_top_log_probs": start_scores,
                "end_top_index": rng.randint(0, seq + 2, size=(n, k, k)), "end_top_log_probs": end_scores}
     for n_best_size, max_answer_length in ((20, 30), (3, 2)):
-        predictions, nbest, _ = squad.decode_predictions(examples, meta, outputs, tokenizer, n_best_size,
-                                                         max_answer_length)
+        predictions, nbest, _ = decode_predictions(examples, meta, outputs, tokenizer, n_best_size,
+                                                   max_answer_length)
         reference = _reference_nbest(examples, meta, outputs, tokenizer, n_best_size, max_answer_length)
         for qid, expected in reference.items():
             expected = expected or [("empty", 0.0, 0.0)]
@@ -129,7 +133,7 @@ def test_head_beam_and_decoder_find_the_exhaustive_best_span(tokenizer):
     head = SpanHead(beam_size=seq, joint_hidden_size=16, answerable=False)
     hidden = np.random.RandomState(5).normal(size=(len(meta), seq, hidden_size)).astype("float32")
     outputs = {k: np.asarray(v) for k, v in head(hidden, features).items()}
-    _, nbest, _ = squad.decode_predictions(examples, meta, outputs, tokenizer, max_answer_length=4)
+    _, nbest, _ = decode_predictions(examples, meta, outputs, tokenizer, max_answer_length=4)
     start_log_probs = log_softmax(np.asarray(outputs["start_logits"], np.float64), axis=-1)
     best = {}
     for f, m in enumerate(meta):
@@ -168,9 +172,9 @@ def test_v2_headline_at_the_official_threshold_with_best_beside(tokenizer, tmp_p
     by_question = {"q1": -2.5, "q5": -2.0}
     logits = [by_question.get(examples[m["example_index"]].qas_id, -3.0) for m in meta]
     outputs = _oracle_beam(features, logits)
-    task = squad.SquadTask(v2=True)
+    task = SquadTask(v2=True)
     assert task.main_metric_key() == "exact" and task.null_score_threshold == -2.75
-    eval_set = squad.EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
+    eval_set = EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
     result = task.score(eval_set, outputs, str(tmp_path))
     assert result["exact"] == pytest.approx(80.0) and result["f1"] == pytest.approx(80.0)  # q1 wrongly ""
     assert result["best_exact"] == pytest.approx(100.0) and result["best_f1"] == pytest.approx(100.0)
@@ -181,7 +185,7 @@ def test_v2_headline_at_the_official_threshold_with_best_beside(tokenizer, tmp_p
     assert squad_v2_evaluate(data, written)["exact"] == pytest.approx(result["exact"])  # the file scores the headline
     null_odds = json.loads((tmp_path / "null_odds.json").read_text())
     assert null_odds == pytest.approx({q: by_question.get(q, -3.0) for q in ("q1", "q2", "q3", "q4", "q5")})
-    relaxed = squad.SquadTask(v2=True, null_score_threshold=-2.4).score(eval_set, outputs)
+    relaxed = SquadTask(v2=True, null_score_threshold=-2.4).score(eval_set, outputs)
     assert relaxed["exact"] == pytest.approx(100.0)
 
 
@@ -189,9 +193,9 @@ def test_v1_ignores_the_answerability_logit(tokenizer):
     data = squad_json()["data"]
     examples, features, meta = _features(tokenizer, data, seq=32, stride=8, training=True)
     outputs = _oracle_beam(features, np.full(len(meta), 5.0))
-    task = squad.SquadTask(v2=False)
+    task = SquadTask(v2=False)
     assert task.main_metric_key() == "exact_match"
-    eval_set = squad.EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
+    eval_set = EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
     assert task.score(eval_set, outputs) == {"exact_match": 100.0, "f1": 100.0}
 
 
@@ -212,5 +216,5 @@ def test_v2_null_odds_without_the_answerability_classifier(tokenizer, joint):
         end_logits[0, 0] = 0.5
         outputs = {"start_logits": start_logits, "end_logits": end_logits}
         expected = (1.0 + 0.5) - (2.0 + 2.0)
-    predictions, _, null_odds = squad.decode_predictions(examples, meta, outputs, tokenizer, v2=True)
+    predictions, _, null_odds = decode_predictions(examples, meta, outputs, tokenizer, v2=True)
     assert predictions == {"q3": "Paris"} and null_odds["q3"] == pytest.approx(expected)

@@ -5,7 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from electra_tf.finetuning import squad
+from electra_tf.finetuning.squad.decoding import decode_predictions, get_final_text
+from electra_tf.finetuning.squad.examples import load_squad, read_examples
+from electra_tf.finetuning.squad.features import convert_examples_to_features
+from electra_tf.finetuning.squad.task import SquadTask
+from electra_tf.finetuning.task import EvalSet
 from electra_tf.text.tokenization import WordPieceTokenizer
 
 WORDS = ("the cat sat on mat who where did what is capital of france paris steve smith s born in year "
@@ -46,14 +50,14 @@ def tokenizer(tmp_path):
 
 
 def test_read_examples_maps_characters_to_words():
-    examples, failures = squad.read_examples(squad_json()["data"], is_training=True, v2=False)
+    examples, failures = read_examples(squad_json()["data"], is_training=True, v2=False)
     assert failures == 0 and len(examples) == 4
     q2 = examples[1]
     assert q2.doc_tokens[q2.start_position] == "(1895-1943)."  # whitespace word holding the answer
     assert examples[0].doc_tokens is examples[1].doc_tokens  # shared per paragraph
     broken = squad_json()
     broken["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = 20
-    examples, failures = squad.read_examples(broken["data"], is_training=True, v2=False)
+    examples, failures = read_examples(broken["data"], is_training=True, v2=False)
     assert failures == 1 and len(examples) == 3
 
 
@@ -62,9 +66,9 @@ def _tokens(tokenizer, ids):
 
 
 def test_features_windows_and_improved_span(tokenizer):
-    examples, _ = squad.read_examples(squad_json()["data"], is_training=True, v2=False)
-    features, meta = squad.convert_examples_to_features(examples, tokenizer, max_seq_length=24, doc_stride=6,
-                                                        max_query_length=8, is_training=True)
+    examples, _ = read_examples(squad_json()["data"], is_training=True, v2=False)
+    features, meta = convert_examples_to_features(examples, tokenizer, max_seq_length=24, doc_stride=6,
+                                                  max_query_length=8, is_training=True)
     assert features["input_ids"].shape[1] == 24 and len(meta) == len(features["input_ids"])
     by_example = {}
     for i, m in enumerate(meta):
@@ -104,10 +108,10 @@ def _oracle_outputs(examples, meta, features, with_answer=True):
 
 def test_oracle_decoding_scores_100(tokenizer):
     data = squad_json()["data"]
-    examples, _ = squad.read_examples(data, is_training=True, v2=False)
-    features, meta = squad.convert_examples_to_features(examples, tokenizer, 24, 6, 8, is_training=True)
+    examples, _ = read_examples(data, is_training=True, v2=False)
+    features, meta = convert_examples_to_features(examples, tokenizer, 24, 6, 8, is_training=True)
     outputs = _oracle_outputs(examples, meta, features)
-    predictions, nbest, null_odds = squad.decode_predictions(examples, meta, outputs, tokenizer, v2=False)
+    predictions, nbest, null_odds = decode_predictions(examples, meta, outputs, tokenizer, v2=False)
     # Original casing/punctuation is restored from the context.
     assert predictions == {"q1": "Steve Smith", "q2": "1895", "q3": "Paris", "q4": "Gustave Eiffel"}
     assert null_odds == {}
@@ -119,12 +123,12 @@ def test_oracle_decoding_scores_100(tokenizer):
 
 def test_v2_null_odds_and_prediction_files(tokenizer, tmp_path):
     data = squad_json(v2=True)["data"]
-    examples, _ = squad.read_examples(data, is_training=True, v2=True)
+    examples, _ = read_examples(data, is_training=True, v2=True)
     assert examples[-1].is_impossible
-    features, meta = squad.convert_examples_to_features(examples, tokenizer, 32, 8, 8, is_training=True)
+    features, meta = convert_examples_to_features(examples, tokenizer, 32, 8, 8, is_training=True)
     outputs = _oracle_outputs(examples, meta, features)
-    task = squad.SquadTask(v2=True)
-    eval_set = squad.EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
+    task = SquadTask(v2=True)
+    eval_set = EvalSet("dev", examples, features, extra={"data": data, "meta": meta, "tokenizer": tokenizer})
     result = task.score(eval_set, outputs, str(tmp_path))
     # Headline numbers at the official -2.75 threshold: null odds 3.0 (q5) and -3.0 (the others) split right.
     assert result["exact"] == pytest.approx(100.0) and result["f1"] == pytest.approx(100.0)
@@ -139,14 +143,14 @@ def test_v2_null_odds_and_prediction_files(tokenizer, tmp_path):
 
 
 def test_get_final_text():
-    assert squad.get_final_text("steve smith", "Steve Smith's") == "Steve Smith"
-    assert squad.get_final_text("1895", "(1895-1943).") == "1895"
-    assert squad.get_final_text("nothing", "Paris") == "Paris"  # fallback: the original words
+    assert get_final_text("steve smith", "Steve Smith's") == "Steve Smith"
+    assert get_final_text("1895", "(1895-1943).") == "1895"
+    assert get_final_text("nothing", "Paris") == "Paris"  # fallback: the original words
 
 
 @pytest.mark.data
 def test_real_squad_dev_question_count(shared_data):
-    data = squad.load_squad(str(shared_data / "squad" / "dev-v1.1.json"))
-    examples, failures = squad.read_examples(data, is_training=False, v2=False)
+    data = load_squad(str(shared_data / "squad" / "dev-v1.1.json"))
+    examples, failures = read_examples(data, is_training=False, v2=False)
     assert len(data) == 48 and len(examples) == 10570 and failures == 0
-    assert len(squad.load_squad(str(shared_data / "squad" / "dev-v1.1.json"), "40:48")) == 8
+    assert len(load_squad(str(shared_data / "squad" / "dev-v1.1.json"), "40:48")) == 8

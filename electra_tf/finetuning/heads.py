@@ -18,7 +18,7 @@ Glorot-uniform kernels and zero biases, so that is the default here too
   GELU) → dense(1). Training conditions on the *gold* start; inference keeps
   the `beam_size` best start log-probs and, for each, the `beam_size` best end
   log-probs (`start_top_log_probs/index` `[B, K]`, `end_top_log_probs/index`
-  `[B, K, K]`), which `squad.decode_predictions` turns into spans. With
+  `[B, K, K]`), which `squad.decoding.decode_predictions` turns into spans. With
   `joint_prediction=False` start and end are two independent linear maps.
   The `answerable` classifier (official `answerable_classifier` with
   `answerable_uses_start_logits`): concat([CLS], softmax(start)·hidden) →

@@ -8,7 +8,7 @@ share a rank). F1 is the usual binary F1 of label 1 (the official
 `F1Scorer` counts predicted positives as gold ones, so its "F1" is the
 precision; the official code uses it for no GLUE task, and F1 is never a
 main metric here). Which metric is a task's main one lives in `tasks.py`
-and `squad.py`.
+and `squad/task.py`.
 
 The SQuAD part re-implements the official v1.1 / v2.0 evaluation scripts:
 answer normalisation (lower-case, drop punctuation, drop the articles

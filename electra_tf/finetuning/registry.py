@@ -25,7 +25,7 @@ import inspect
 from typing import Callable, Optional
 
 from electra_tf.finetuning.glue import GLUE_SPECS, TASK_ALIASES, GlueTask
-from electra_tf.finetuning.squad import SquadTask
+from electra_tf.finetuning.squad.task import SquadTask
 from electra_tf.finetuning.task import Task
 from electra_tf.finetuning.text_classification import TextClassificationTask
 

@@ -13,7 +13,7 @@ its defaults, so the run never asks which kind of task it runs:
   text-in SavedModel returns; only sentence tasks have one).
 
 Implementations: `sentence.SentenceTask` (`glue.GlueTask`,
-`text_classification.TextClassificationTask`) and `squad.SquadTask`;
+`text_classification.TextClassificationTask`) and `squad.task.SquadTask`;
 `registry.get_task` finds them by name.
 
 Example:

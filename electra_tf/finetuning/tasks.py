@@ -2,7 +2,7 @@
 
 `task` (the `Task` interface, `InputExample`, `EvalSet`), `sentence`
 (`SentenceTask`), `glue` (GLUE specs and `GlueTask`), `text_classification`,
-`squad` (`SquadTask`), `encoding`, `readers`, `tfds_input` and `registry`
+`squad.task` (`SquadTask`), `encoding`, `readers`, `tfds_input` and `registry`
 (`get_task`, `register_task`).
 
 Example:
@@ -22,7 +22,7 @@ from electra_tf.finetuning.glue import GLUE_SPECS, GLUE_TASKS, Columns, GlueSpec
 from electra_tf.finetuning.readers import read_delimited, read_tsv_rows, resolve_column
 from electra_tf.finetuning.registry import get_task, register_task, task_names
 from electra_tf.finetuning.sentence import SentenceTask
-from electra_tf.finetuning.squad import SquadTask
+from electra_tf.finetuning.squad.task import SquadTask
 from electra_tf.finetuning.task import EvalSet, InputExample, Task
 from electra_tf.finetuning.text_classification import TextClassificationTask
 from electra_tf.finetuning.tfds_input import read_tfds_examples, tfds_split_name

@@ -9,7 +9,7 @@ original) and exists for three things:
 * tests: ``electra_tf.text.tokenization.WordPieceTokenizer`` must give the same ids;
 * the benchmark's "official-style pure Python" baseline;
 * SQuAD's projection of a predicted answer back onto the original text
-  (``electra_tf.finetuning.squad.get_final_text`` runs ``BasicTokenizer``).
+  (``electra_tf.finetuning.squad.decoding.get_final_text`` runs ``BasicTokenizer``).
 
 It also owns BERT's CJK ranges (``_CJK_RANGES``), which ``tokenization.py`` builds its
 character classes from.
