@@ -112,8 +112,10 @@ def test_finished_seeds_are_not_trained_again(tmp_path, vocab_file, glue_dir, mo
     run_main(args)
     assert trained == [1]
     assert _metrics(out) == first and [r["seed"] for r in first["runs"]] == [0, 1]
-    run_main(args)
+    run_main(args + ["--do_predict"])  # predictions from the finished seeds' weights, no training
     assert trained == [1]
+    assert (out / "seed_0" / "SST-2.tsv").exists() and (out / "seed_1" / "SST-2.tsv").exists()
+    assert {k: v for k, v in _metrics(out).items() if k != "runs"} == {k: v for k, v in first.items() if k != "runs"}
 
 
 def test_a_changed_command_is_refused_until_overwrite(tmp_path, vocab_file, glue_dir, monkeypatch):

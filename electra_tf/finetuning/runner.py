@@ -7,6 +7,8 @@ epoch and at the end (`evaluate`), then exports and predicts with the selected
 weights. Tasks are known only through the `task.Task` interface. `run_seeds`
 repeats it with seeds seed, seed+1, ... and writes `metrics.json` with every
 run and the median of each metric (the official README reports medians).
+A killed run resumes from its checkpoints and finished seeds are not trained
+again (`checkpointing`).
 
 Example:
 
