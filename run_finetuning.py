@@ -31,6 +31,11 @@ training batches are drawn from similar lengths (`--length_bucketing`).
 
 `--num_seeds=N` trains N times and reports every run and the median of each metric in
 `<output_dir>/metrics.json` ("median": of the selected evaluations, "selection" says which).
+
+A killed run resumes when the same command is run again: each seed checkpoints every
+`--save_checkpoints_steps` (default: once per epoch) and at each epoch end, seeds that finished
+are not trained again, and a different command against the same `--output_dir` is refused
+(`--overwrite_output_dir` starts over). See docs/finetuning.md, "Resuming".
 """
 
 from __future__ import annotations
@@ -100,6 +105,12 @@ flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logi
 flags.DEFINE_enum("mixed_precision", default(RunOptions, "mixed_precision"), list(PRECISIONS), "Compute precision.")
 define_execution_flags(flags)
 flags.DEFINE_integer("log_steps", default(RunOptions, "log_steps"), "Log train loss/LR every this many steps.")
+flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint every this many steps (default: once per epoch; "
+                     "there is always one at each epoch end); a killed run re-run with the same command "
+                     "resumes from the newest.")
+flags.DEFINE_boolean("overwrite_output_dir", False, "Start over: remove the checkpoints, weights, logs and "
+                     "results a previous run left in --output_dir (and its seed_N/ folders) instead of "
+                     "resuming it or refusing a changed command.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "
                     "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/.")
@@ -177,7 +188,7 @@ def check_flags():
         raise UsageError(f"--num_seeds must be >= 1, got {FLAGS.num_seeds}")
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
         raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false")
-    for name in ("train_batch_size", "eval_batch_size", "max_train_steps"):
+    for name in ("train_batch_size", "eval_batch_size", "max_train_steps", "save_checkpoints_steps"):
         value = getattr(FLAGS, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name} must be >= 1, got {value}")
@@ -201,7 +212,8 @@ def run_options(task, config, strategy, execution) -> RunOptions:
         select_best_epoch=FLAGS.select_best_epoch, dynamic_padding=dynamic_padding,
         export_saved_model=FLAGS.export_saved_model,
         length_bucketing=FLAGS.length_bucketing,
-        mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps, execution=execution)
+        mixed_precision=FLAGS.mixed_precision, log_steps=FLAGS.log_steps,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps, execution=execution)
 
 
 def setup():
@@ -222,7 +234,30 @@ def setup():
     execution = resolve_execution(requested, strategy, config.hidden_act)
     set_default_execution(requested, device_types(strategy))  # for the encoder and heads built later
     options = run_options(task, config, strategy, execution)
-    return task, config, encoder_fn, tokenizer, strategy, options, prepare.load_data(task, tokenizer, options)
+    data = prepare.load_data(task, tokenizer, options)
+    check_output_dir(task, config, options, data)
+    return task, config, encoder_fn, tokenizer, strategy, options, data
+
+
+def check_output_dir(task, config, options, data):
+    """Before any work: --overwrite_output_dir clears the previous run; otherwise a previous run in
+    --output_dir must be this one (same settings), which then resumes."""
+    from electra_tf.finetuning import checkpointing
+    from electra_tf.finetuning.runner import seed_options, seed_run_dir
+
+    if not options.do_train:
+        return  # scoring / predicting with the weights there, whatever trained them
+    num_train = len(data["train"]["input_ids"])
+    for k in range(FLAGS.num_seeds):
+        seeded = seed_options(options, k, FLAGS.num_seeds)
+        run_dir = seed_run_dir(options.output_dir, seeded.seed, FLAGS.num_seeds)
+        if FLAGS.overwrite_output_dir:
+            checkpointing.remove_run_state(run_dir)
+        else:
+            checkpointing.check_settings(run_dir, checkpointing.run_settings(
+                task.name, config, seeded, FLAGS.init_checkpoint, num_train))
+    if FLAGS.overwrite_output_dir:
+        checkpointing.remove_run_state(options.output_dir, ("metrics.json", "finetune_config.json"))
 
 
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:

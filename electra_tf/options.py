@@ -187,6 +187,7 @@ class RunOptions:
     mixed_precision: str = "none"
     log_steps: int = 50
     steps_per_loop: int = 50
+    save_checkpoints_steps: Optional[int] = None  # None: once per epoch (there is one at each epoch end anyway)
     execution: ExecutionOptions = ExecutionOptions()
 
 

@@ -5,7 +5,9 @@ cut to its longest real example, rounded up to a multiple of 16 per 128 tokens
 (`Padding`), and training draws its batches from length buckets, so short
 tasks (STS-B pairs average about 30 tokens) do not pay for 128-token attention.
 Results are unchanged: padded positions are masked out of attention and carry
-no loss.
+no loss. The order of the training batches is drawn per epoch from the seed
+(`batch_plan`), so a resumed run goes on with exactly the batches an
+uninterrupted one would have drawn.
 
 Example:
 
@@ -90,37 +92,78 @@ def trim_batch(batch: dict, length) -> dict:
     return {k: v[:, :length] if v.shape.rank >= 2 and v.shape[1] == seq else v for k, v in batch.items()}
 
 
+def length_keys(lengths: np.ndarray, padding: Optional[Padding], bucketing: bool) -> np.ndarray:
+    """Each example's bucket: its padded length with `bucketing` (and a dynamic padding), else one bucket."""
+    if not bucketing or padding is None or padding.is_fixed:
+        return np.zeros(len(lengths), np.int64)
+    return np.array([padding.length(n) for n in lengths], np.int64)
+
+
+def _epoch_batches(perm: np.ndarray, keys: np.ndarray, batch_size: int, carry: dict) -> np.ndarray:
+    """The batches one pass over `perm` completes: per bucket, examples in order, a batch whenever one
+    has `batch_size`, ordered by where they were completed. A bucket's unfinished batch goes on in the
+    next epoch (`carry`, updated), as if epochs were one stream, so no example is dropped."""
+    batches, ends = [], []
+    epoch_keys = keys[perm]
+    for key in np.unique(keys):
+        positions = np.flatnonzero(epoch_keys == key)
+        pending = carry.get(key, perm[:0])
+        items = np.concatenate([pending, perm[positions]])
+        full = len(items) // batch_size
+        if full:
+            batches.append(items[:full * batch_size].reshape(full, batch_size))
+            ends.append(positions[np.arange(1, full + 1) * batch_size - 1 - len(pending)])
+        carry[key] = items[full * batch_size:]
+    if not batches:
+        return np.zeros((0, batch_size), np.int64)
+    return np.concatenate(batches)[np.argsort(np.concatenate(ends), kind="stable")]
+
+
+def batch_plan(keys: np.ndarray, batch_size: int, seed: int, start_step: int = 0, num_shards: int = 1,
+               shard_index: int = 0):
+    """Endless example-index batches from batch `start_step` on.
+
+    Epoch e's order is a permutation drawn from (seed, e), so the batches are a
+    function of the seed alone: a resumed run recomputes the earlier epochs'
+    orders (cheap, no data is read) and skips the batches it already consumed.
+    """
+    indices = np.arange(shard_index, len(keys), num_shards)
+    carry, step, epoch = {}, 0, 0
+    while True:
+        rng = np.random.default_rng([epoch, seed & 0xFFFFFFFF])
+        batches = _epoch_batches(rng.permutation(indices), keys, batch_size, carry)
+        for batch in batches[max(0, start_step - step):]:
+            yield batch
+        step, epoch = step + len(batches), epoch + 1
+
+
 def train_dataset(features: dict, batch_size: int, seed: int, num_shards: int = 1, shard_index: int = 0,
-                  padding: Optional[Padding] = None, bucketing: bool = False) -> tf.data.Dataset:
-    """Shuffled, repeated batches of `batch_size` (drop_remainder keeps replicas even).
+                  padding: Optional[Padding] = None, bucketing: bool = False, start_step: int = 0) -> tf.data.Dataset:
+    """Shuffled, endless batches of `batch_size` from batch `start_step` on (see `batch_plan`).
 
     With a dynamic `padding` each batch is cut to its longest example; with
-    `bucketing` a batch is filled from examples of one padded length
-    (`group_by_window`), so little padding is left. Both are deterministic for
-    a seed. With several workers each reads its own shard and `batch_size` is
-    its share.
+    `bucketing` a batch is filled from examples of one padded length, so little
+    padding is left. Both are deterministic for a seed. With several workers
+    each reads its own shard and `batch_size` is its share.
     """
     lengths = sequence_lengths(features["input_mask"])
-    dataset = tf.data.Dataset.from_tensor_slices((features, lengths))
-    if num_shards > 1:
-        dataset = dataset.shard(num_shards, shard_index)
-    dataset = dataset.shuffle(len(lengths), seed=seed, reshuffle_each_iteration=True).repeat()
+    keys = length_keys(lengths, padding, bucketing)
+    plan = tf.data.Dataset.from_generator(
+        lambda: batch_plan(keys, batch_size, seed, start_step, num_shards, shard_index),
+        output_signature=tf.TensorSpec([batch_size], tf.int64))
+    tensors = {k: tf.constant(v) for k, v in features.items()}
+    lengths = tf.constant(lengths)
+    dataset = plan.map(lambda idx: ({k: tf.gather(v, idx) for k, v in tensors.items()}, tf.gather(lengths, idx)))
     if padding is None or padding.is_fixed:
-        dataset = dataset.batch(batch_size, drop_remainder=True).map(lambda batch, _: batch)
-        return dataset.prefetch(tf.data.AUTOTUNE)
-    if bucketing:
-        dataset = dataset.group_by_window(
-            key_func=lambda _, length: tf.cast(padding.tf_length(length), tf.int64),
-            reduce_func=lambda _, window: window.batch(batch_size, drop_remainder=True),
-            window_size=batch_size)
+        dataset = dataset.map(lambda batch, _: batch)
     else:
-        dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(lambda batch, n: trim_batch(batch, padding.tf_length(tf.reduce_max(n))))
+        dataset = dataset.map(lambda batch, n: trim_batch(batch, padding.tf_length(tf.reduce_max(n))))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def worker_train_dataset(strategy, features: dict, global_batch_size: int, seed: int,
-                         padding: Optional[Padding] = None, bucketing: bool = False) -> tf.data.Dataset:
+                         padding: Optional[Padding] = None, bucketing: bool = False,
+                         start_step: int = 0) -> tf.data.Dataset:
     """This worker's batches; `split_for_replicas` hands each local replica its slice.
 
     A plain iterator, not `experimental_distribute_dataset`, whose multi-device
@@ -129,4 +172,4 @@ def worker_train_dataset(strategy, features: dict, global_batch_size: int, seed:
     """
     workers = distribution.num_workers(strategy)
     return train_dataset(features, global_batch_size // workers, seed, workers,
-                         distribution.worker_index(strategy), padding, bucketing)
+                         distribution.worker_index(strategy), padding, bucketing, start_step)

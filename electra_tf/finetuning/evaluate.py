@@ -79,7 +79,21 @@ class BestTracker:
         if metrics.get(self.main_key, -math.inf) > self.best_value:
             self.best_value, self.best, self.best_step = metrics[self.main_key], dict(metrics), step
             if self.keep_best_weights:
-                self.model.save_weights(os.path.join(self.run_dir, BEST_WEIGHTS))
+                self._save_best_weights()
+
+    def _save_best_weights(self):
+        # Written aside then renamed: a kill mid-write must not leave a broken best.weights.h5 behind.
+        tmp = os.path.join(self.run_dir, "best.tmp.weights.h5")
+        self.model.save_weights(tmp)
+        os.replace(tmp, os.path.join(self.run_dir, BEST_WEIGHTS))
+
+    def state(self) -> dict:
+        """What a checkpoint keeps, so a resumed run selects the same best evaluation."""
+        return {"best_value": self.best_value, "best": self.best, "best_step": self.best_step, "last": self.last}
+
+    def load_state(self, state: dict):
+        self.best_value, self.best, self.best_step, self.last = (
+            state["best_value"], state["best"], state["best_step"], state["last"])
 
     def summary(self) -> dict:
         if self.best is None:

@@ -7,6 +7,8 @@ epoch and at the end (`evaluate`), then exports and predicts with the selected
 weights. Tasks are known only through the `task.Task` interface. `run_seeds`
 repeats it with seeds seed, seed+1, ... and writes `metrics.json` with every
 run and the median of each metric (the official README reports medians).
+A killed run resumes from its checkpoints and finished seeds are not trained
+again (`checkpointing`).
 
 Example:
 
@@ -28,6 +30,8 @@ import numpy as np
 from absl import logging
 
 from electra_tf.training import distribution
+from electra_tf.finetuning import checkpointing
+from electra_tf.finetuning.checkpointing import write_json_atomic
 from electra_tf.finetuning.data import padding_for
 from electra_tf.finetuning.evaluate import (FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
                                             selected_metrics)
@@ -75,8 +79,7 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     if "final" in result:  # after --do_train=false, "final" scores the restored weights
         result["selected"] = selected_metrics(result)
     result.update(_export_and_predict(model, tokenizer, context, data_cache))
-    with open(os.path.join(run_dir, "run_metrics.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    write_json_atomic(os.path.join(run_dir, "run_metrics.json"), result)
     return result
 
 
@@ -100,6 +103,28 @@ def _export_and_predict(model, tokenizer, context: EvalContext, data_cache: dict
         predict_sets = _cached(data_cache, "predict", lambda: task.predict_sets(tokenizer, options.max_seq_length))
         result["predictions"] = write_predictions(model, task, predict_sets, options.eval_batch_size,
                                                   context.strategy, context.padding, context.run_dir)
+    return result
+
+
+def _run_seed(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
+              data: dict, settings: dict) -> dict:
+    """One seed, resuming from its checkpoints; a seed whose training finished before is not trained again
+    (only the predictions / SavedModel asked for are written from its weights)."""
+    finished = checkpointing.finished_result(run_dir) if options.do_train else None
+    if finished is None:
+        if options.do_train:
+            checkpointing.start_run(run_dir, settings)
+        result = run_single(task, config, encoder_fn, tokenizer, options, strategy, run_dir, data)
+        if options.do_train:
+            checkpointing.finish_run(run_dir, result)
+        return result
+    logging.info("seed %d: training finished before (%s), not trained again", options.seed, run_dir)
+    if not (options.do_predict or options.export_saved_model):
+        return finished
+    outputs = run_single(task, config, encoder_fn, tokenizer, checkpointing.options_without_training(options),
+                         strategy, run_dir, data)
+    result = {**finished, **{k: outputs[k] for k in ("predictions", "saved_model") if k in outputs}}
+    write_json_atomic(os.path.join(run_dir, "run_metrics.json"), result)
     return result
 
 
@@ -136,19 +161,20 @@ def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunO
               num_seeds: int = 1, init_checkpoint=None) -> dict:
     """All seeds; writes `finetune_config.json` and `metrics.json` to `options.output_dir`, returns the latter."""
     os.makedirs(options.output_dir, exist_ok=True)
-    with open(os.path.join(options.output_dir, "finetune_config.json"), "w") as f:
-        json.dump({"task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
-                   "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file}, f, indent=2)
+    write_json_atomic(os.path.join(options.output_dir, "finetune_config.json"), {
+        "task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
+        "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file})
     runs = []
+    num_train = len(data["train"]["input_ids"]) if "train" in data else None
     for k in range(num_seeds):
         seeded = seed_options(options, k, num_seeds)
         run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)
-        result = run_single(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data)
+        settings = checkpointing.run_settings(task.name, config, seeded, init_checkpoint, num_train)
+        result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings)
         logging.info("seed %d: %s", seeded.seed, json.dumps(result.get("selected", {})))
         runs.append(result)
     summary = summarize(task, runs)
-    with open(os.path.join(options.output_dir, "metrics.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_json_atomic(os.path.join(options.output_dir, "metrics.json"), summary)
     if summary["median"]:
         what = "best dev epoch (--select_best_epoch)" if summary["selection"] == "best_epoch" else "final weights"
         logging.info("median over %d run(s), %s: %s", len(runs), what,

@@ -4,7 +4,8 @@
 layer-wise multipliers), draws batches from `worker_train_dataset`, runs the
 multi-step driver of `loop` and scores the dev sets after every epoch and at
 the end. It writes TensorBoard scalars (`tensorboard/`: train loss, learning
-rate, gradient norm, dev metrics) and `log.jsonl` through `ScalarWriter`.
+rate, gradient norm, dev metrics) and `log.jsonl` through `ScalarWriter`, and
+keeps the checkpoints a killed run resumes from (`checkpointing`).
 
 Example:
 
@@ -26,6 +27,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.training import loop
+from electra_tf.finetuning import checkpointing
 from electra_tf.finetuning.data import Padding, worker_train_dataset
 from electra_tf.finetuning.evaluate import evaluate
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
@@ -88,31 +90,45 @@ def _check_finite(outputs, optimizer):
 
 def train(model, task: Task, config, features, options: RunOptions, strategy, eval_context, tracker, writer,
           padding: Optional[Padding] = None) -> dict:
-    """The training loop: evaluates after every epoch and at the end (when `eval_context` has sets)."""
+    """The training loop: evaluates after every epoch and at the end (when `eval_context` has sets).
+
+    With a `run_dir` in `eval_context`, it checkpoints every `save_checkpoints_steps` (default: per
+    epoch), at each epoch end and at the end, and resumes from the newest checkpoint there.
+    """
     num_examples = len(features["input_ids"])
     total_steps, steps_per_epoch = train_schedule(num_examples, options)
     optimizer = _compile(model, options, config, total_steps, strategy)
+    checkpoints = None
+    if eval_context.run_dir:
+        checkpoints = checkpointing.TrainingCheckpoints(eval_context.run_dir, model, optimizer, tracker)
+    step = first_step = checkpoints.restore() if checkpoints else 0
     iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed, padding,
-                                         options.length_bucketing))
+                                         options.length_bucketing, start_step=step))
     train_steps = make_train_fn(strategy, model, options.execution.jit_compile, options.execution.graph_optimizer)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
-                 "loss %s over the batch, clip %g; %s", task.name, num_examples, total_steps,
+                 "loss %s over the batch, clip %g%s; %s", task.name, num_examples, total_steps,
                  steps_per_epoch, options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
-                 model.loss_reduction, model.clip_norm, loop.runtime_summary(train_steps))
-    step, start = 0, time.time()
-    progress = loop.ProgressReporter(total_steps, 0, options.train_batch_size, keys=("loss",))
+                 model.loss_reduction, model.clip_norm, f"; resumed at step {step}" if step else "",
+                 loop.runtime_summary(train_steps))
+    save_every = options.save_checkpoints_steps or steps_per_epoch
+    start = time.time()
+    progress = loop.ProgressReporter(total_steps, step, options.train_batch_size, keys=("loss",))
     while step < total_steps:
-        stop = loop.next_stop(step, total_steps, options.steps_per_loop, steps_per_epoch, options.log_steps)
+        stop = loop.next_stop(step, total_steps, options.steps_per_loop, steps_per_epoch, options.log_steps,
+                              save_every)
         outputs = train_steps(iterator, tf.constant(stop - step))
         _check_finite(outputs, optimizer)
         step = stop
         log_now = step % options.log_steps == 0 or step == total_steps
         scalars = {"loss": float(outputs["loss"]), "learning_rate": loop.learning_rate_at(optimizer, step),
                    "grad_norm": float(outputs["grad_norm"]),
-                   "steps_per_second": step / max(time.time() - start, 1e-9)}
+                   "steps_per_second": (step - first_step) / max(time.time() - start, 1e-9)}
         if log_now:
             writer.write(step, scalars, "train", nested=True)
         progress.update(step, scalars, log=log_now)
-        if eval_context.eval_sets and (step % steps_per_epoch == 0 or step == total_steps):
+        epoch_end = step % steps_per_epoch == 0 or step == total_steps
+        if eval_context.eval_sets and epoch_end:
             tracker(step, evaluate(model, eval_context))
+        if checkpoints and (epoch_end or step % save_every == 0):  # after the evaluation, which it records
+            checkpoints.save(step)
     return {"train_steps": total_steps, "train_seconds": time.time() - start}

@@ -1,0 +1,190 @@
+"""Resuming fine-tuning: checkpoints, the settings they belong to, and finished seeds.
+
+A run directory (the output dir, or `seed_<n>/` with several seeds) holds
+`checkpoints/` (a `tf.train.CheckpointManager`: model, optimizer, dropout RNG
+state and `TrainProgress`: the batches consumed and the best-evaluation
+tracking) and `run_settings.json`, the settings that must not change under a
+resumed run. `train_result.json` marks a finished
+seed (`train_result.json` holds its result; `run_metrics.json` is the latest
+invocation's, which may be a --do_train=false one); its checkpoints are then
+removed (the weights stay in `final.weights.h5`).
+The batch order is a function of the seed (`data.batch_plan`), so the number of
+batches consumed is the whole data position.
+
+Example:
+
+>>> differing_settings({"task": "RTE", "learning_rate": 1e-4}, {"task": "RTE", "learning_rate": 2e-4})
+['learning_rate: 0.0001 there vs 0.0002 now']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf.options import RunOptions
+
+CHECKPOINT_DIR = "checkpoints"
+SETTINGS = "run_settings.json"
+TRAIN_RESULT = "train_result.json"
+# What a run writes to its directory, removed by --overwrite_output_dir (nothing else is touched).
+RUN_FILES = (CHECKPOINT_DIR, SETTINGS, TRAIN_RESULT, "run_metrics.json", "final.weights.h5", "best.weights.h5",
+             "log.jsonl", "tensorboard")
+
+# The options that shape the trained weights; the others (evaluation, prediction, export, logging,
+# kernels) may change between invocations of one run.
+TRAINING_OPTIONS = ("learning_rate", "train_batch_size", "num_train_epochs", "warmup_fraction", "weight_decay",
+                    "layerwise_lr_decay", "max_seq_length", "seed", "official_layerwise_lr_bug", "max_train_steps",
+                    "select_best_epoch", "dynamic_padding", "length_bucketing", "mixed_precision")
+# Config values the options above already hold (the flags override them), so a change is named once.
+CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_epochs", "finetune_warmup_fraction",
+                     "finetune_weight_decay", "finetune_layerwise_lr_decay", "finetune_official_layerwise_lr_bug")
+
+
+def write_json_atomic(path: str, content):
+    """Writes to a temporary file first, so a kill leaves the old file or the new one, never half of one."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(content, f, indent=2)
+    os.replace(tmp, path)
+
+
+def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None) -> dict:
+    """What identifies a fine-tuning run: task, model, initial weights, data size and training options."""
+    settings = {"task": task_name, "init_checkpoint": init_checkpoint, "train_examples": num_train_examples}
+    settings.update({name: getattr(options, name) for name in TRAINING_OPTIONS})
+    model = {k: v for k, v in config.to_dict().items() if k not in CONFIG_AS_OPTIONS}
+    settings.update(_flat(model, "config."))
+    return json.loads(json.dumps(settings))  # tuples as lists, as they come back from the file
+
+
+def _flat(values: dict, prefix: str) -> dict:
+    """Nested dicts as dotted names, so a change names the one field that differs."""
+    flat = {}
+    for key, value in values.items():
+        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def differing_settings(stored: dict, current: dict) -> list[str]:
+    return [f"{k}: {stored.get(k)} there vs {current.get(k)} now" for k in sorted(set(stored) | set(current))
+            if stored.get(k) != current.get(k)]
+
+
+def check_settings(run_dir: str, settings: dict):
+    """Refuses (ValueError) to go on with a run directory that holds another run's state."""
+    path = os.path.join(run_dir, SETTINGS)
+    if not os.path.exists(path):
+        if os.path.isdir(os.path.join(run_dir, CHECKPOINT_DIR)):
+            raise ValueError(f"--output_dir: {run_dir} holds checkpoints but no {SETTINGS}; use a new "
+                             "--output_dir or --overwrite_output_dir")
+        return
+    with open(path) as f:
+        diff = differing_settings(json.load(f), settings)
+    if diff:
+        raise ValueError(f"--output_dir: {run_dir} holds a fine-tuning run with other settings "
+                         f"({'; '.join(diff)}); re-run with the same flags to resume, or use a new --output_dir "
+                         "or --overwrite_output_dir")
+
+
+def start_run(run_dir: str, settings: dict):
+    """Checks `run_dir` holds nothing of another run, then records `settings` there."""
+    check_settings(run_dir, settings)
+    os.makedirs(run_dir, exist_ok=True)
+    write_json_atomic(os.path.join(run_dir, SETTINGS), settings)
+
+
+def finish_run(run_dir: str, result: dict):
+    """Marks the seed finished (its result) and removes its checkpoints: the weights are in final.weights.h5."""
+    write_json_atomic(os.path.join(run_dir, TRAIN_RESULT), result)
+    shutil.rmtree(os.path.join(run_dir, CHECKPOINT_DIR), ignore_errors=True)
+
+
+def finished_result(run_dir: str):
+    """The stored result of a seed whose training finished, else None."""
+    path = os.path.join(run_dir, TRAIN_RESULT)
+    if not (os.path.exists(path) and os.path.exists(os.path.join(run_dir, SETTINGS))):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def remove_run_state(run_dir: str, names=RUN_FILES):
+    """--overwrite_output_dir: removes what a run wrote to `run_dir` (only those names, nothing else)."""
+    for name in names:
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def rng_states(model) -> list:
+    """The dropout RNG state variables, which Keras keeps outside TF's object graph.
+
+    Without them a resumed run would draw different dropout masks than an uninterrupted one.
+    """
+    generators = [g for layer in model._flatten_layers() for g in getattr(layer, "_seed_generators", [])]
+    return [g.state.value for g in generators]
+
+
+class TrainProgress(tf.train.experimental.PythonState):
+    """The batches consumed (the data position; the optimizer's counter can lag behind under fp16
+    loss scaling) and the best-evaluation tracking, saved inside each checkpoint."""
+
+    def __init__(self, tracker):
+        self.step, self.tracker = 0, tracker
+
+    def serialize(self):
+        return json.dumps({"step": self.step, "tracker": self.tracker.state()})
+
+    def deserialize(self, string_value):
+        content = json.loads(string_value.numpy() if hasattr(string_value, "numpy") else string_value)
+        self.step = content["step"]
+        self.tracker.load_state(content["tracker"])
+
+
+class TrainingCheckpoints:
+    """The run's `tf.train.CheckpointManager` over model, optimizer, dropout RNG state and progress."""
+
+    def __init__(self, run_dir: str, model, optimizer, tracker, max_to_keep: int = 2):
+        self.progress = TrainProgress(tracker)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, dropout_rng=rng_states(model),
+                                              progress=self.progress)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(run_dir, CHECKPOINT_DIR),
+                                                  max_to_keep=max_to_keep)
+
+    def restore(self) -> int:
+        """Restores the newest readable checkpoint (past truncated ones); returns its step (0: none)."""
+        for path in reversed(self.manager.checkpoints):
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError, RuntimeError) as e:
+                logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
+                                path, type(e).__name__, str(e).splitlines()[0][:200])
+                continue
+            logging.info("Resuming fine-tuning from %s at step %d", path, self.progress.step)
+            return self.progress.step
+        if self.manager.checkpoints:
+            raise ValueError(f"no checkpoint in {self.manager.directory} can be read; use "
+                             "--overwrite_output_dir to start over")
+        return 0
+
+    def save(self, step: int):
+        self.progress.step = step
+        self.manager.save(checkpoint_number=step)
+        # Test hook: a pause after each checkpoint, so a test can SIGKILL the run mid-way.
+        pause = float(os.environ.get("ELECTRA_TEST_PAUSE_AFTER_CHECKPOINT", "0") or 0)
+        if pause:
+            time.sleep(pause)
+
+
+def options_without_training(options: RunOptions) -> RunOptions:
+    """For a finished seed: only the prediction / export its stored result may lack."""
+    return dataclasses.replace(options, do_train=False, do_eval=False)
