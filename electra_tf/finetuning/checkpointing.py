@@ -29,6 +29,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.options import RunOptions
+from electra_tf.training.pretraining import rng_states
 
 CHECKPOINT_DIR = "checkpoints"
 SETTINGS = "run_settings.json"
@@ -123,15 +124,6 @@ def remove_run_state(run_dir: str, names=RUN_FILES):
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
-
-
-def rng_states(model) -> list:
-    """The dropout RNG state variables, which Keras keeps outside TF's object graph.
-
-    Without them a resumed run would draw different dropout masks than an uninterrupted one.
-    """
-    generators = [g for layer in model._flatten_layers() for g in getattr(layer, "_seed_generators", [])]
-    return [g.state.value for g in generators]
 
 
 class TrainProgress(tf.train.experimental.PythonState):
