@@ -6,7 +6,8 @@ skipped. The word and the tag are columns chosen by index: for CoNLL-2003
 (`word POS chunk NER`) the word is column 0, NER column 3 (`NER_COLUMN`),
 chunk column 2 (`CHUNK_COLUMN`). Every token line of a file has as many
 columns as its first one, and every tag is IOB (`O`, `B-TYPE` or
-`I-TYPE`; IOB1 and IOB2 both qualify, `E-`/`S-` do not). Bad input raises
+`I-TYPE`; IOB1 and IOB2 both qualify, `E-`/`S-` do not; `tags="iob2"` also
+requires each chunk to start with `B-`, `tags="none"` accepts any tag). Bad input raises
 one `ValueError` line naming the file and line.
 
 Prediction files have `word gold predicted` per token line and a blank
