@@ -7,11 +7,11 @@ the run to `docs/results/conll/<name>.json`: the command, commit, machine, wall 
 (median over seeds) and the data counts (sentences split into windows). `python -m tools.render_docs`
 turns the records into the table of docs/finetuning.md.
 
-    # (a) random init, tiny (about 5 minutes on 2 CPU cores):
-    python -m experiments.conll_ner --name=tiny_random --model_size=tiny
+    # (a) random init, tiny, 3 seeds (about 5 minutes on 2 CPU cores):
+    python -m experiments.conll_ner --name=tiny_random --model_size=tiny --num_seeds=3
 
     # (b) a pre-trained mini export (its size, vocabulary and fine-tuning defaults come from it):
-    python -m experiments.conll_ner --name=mini_pretrained --init_checkpoint=PATH/TO/mini/export
+    python -m experiments.conll_ner --name=mini_pretrained --init_checkpoint=PATH/TO/mini/export --num_seeds=3
 
 Other run_finetuning flags go after `--`, e.g. `-- --num_train_epochs=1 --max_train_steps=300`
 (a shortened run says so in its record). `--task=chunk` scores the chunk column instead.
@@ -67,7 +67,7 @@ def command_for(args, extra: list[str]) -> list[str]:
     return command + extra
 
 
-def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str]) -> dict:
+def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str], commit: str) -> dict:
     median = summary["median"]
     shortened = [flag for flag in extra if flag.startswith(("--max_train_steps", "--num_train_epochs"))]
     return {
@@ -76,7 +76,7 @@ def record(args, command: list[str], summary: dict, wall_seconds: float, extra: 
         "model": (f"pre-trained {args.init_checkpoint}" if args.init_checkpoint
                   else f"{args.model_size}, random init"),
         "command": " ".join(shlex.quote(c) for c in command),
-        "commit": git_commit(),
+        "commit": commit,
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine_line(),
         "wall_seconds": round(wall_seconds),
@@ -84,6 +84,7 @@ def record(args, command: list[str], summary: dict, wall_seconds: float, extra: 
         "train_steps": summary["runs"][0].get("train_steps"),
         "recipe": "shortened: " + " ".join(shortened) if shortened else "full (the size's epochs and learning rate)",
         "dev": {key: round(median[key], 2) for key in REPORTED if key in median},
+        "f1_per_seed": [round(run["selected"]["f1"], 2) for run in summary["runs"] if "f1" in run.get("selected", {})],
         "dev_all": {key: round(value, 4) for key, value in median.items()},
         "data": summary.get("data", {}),
     }
@@ -105,14 +106,14 @@ def main(argv=None) -> int:
     args.output_dir = args.output_dir or f"/tmp/conll/{args.name}"
     command = command_for(args, args.extra)
     print("+", " ".join(shlex.quote(c) for c in command), flush=True)
-    start = time.time()
+    start, commit = time.time(), git_commit()  # the code that ran
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     result = subprocess.run([sys.executable] + command[1:], cwd=ROOT, env=env)
     if result.returncode:
         return result.returncode
     summary = json.loads((Path(args.output_dir if os.path.isabs(args.output_dir) else ROOT / args.output_dir)
                           / "metrics.json").read_text())
-    entry = record(args, command, summary, time.time() - start, args.extra)
+    entry = record(args, command, summary, time.time() - start, args.extra, commit)
     os.makedirs(args.results_dir, exist_ok=True)
     path = Path(args.results_dir) / f"{args.name}.json"
     path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")

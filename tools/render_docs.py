@@ -380,13 +380,16 @@ def conll_ner(ctx: Context) -> str:
         dev = run["dev"]
         per_type = ", ".join(f"{t} {number(dev[t + '_f1'], 1)}" for t in ("PER", "LOC", "ORG", "MISC")
                              if t + "_f1" in dev)
-        split = sum(counts.get("split_sentences", 0) for counts in run["data"].values())
+        dev_counts = run["data"].get("dev", {})
+        seeds = (f"; F1 per seed {', '.join(number(f) for f in run['f1_per_seed'])}"
+                 if len(run.get("f1_per_seed", [])) > 1 else "")
         rows.append([i, f"{run['task']}: {run['model']}", number(dev["f1"]), number(dev["precision"]),
                      number(dev["recall"]), number(dev["accuracy"]), per_type, run["train_steps"], run["seeds"],
                      minutes(run["wall_seconds"])])
         commands.append(f"{i}. {code(run['command'])} ({ctx.source('conll/' + name)}; commit {run['commit']}, "
-                        f"{run['date']}, {run['machine']}; {run['recipe']}; {split} sentence(s) longer than "
-                        f"max_seq_length split into windows)")
+                        f"{run['date']}, {run['machine']}; {run['recipe']}{seeds}; dev: "
+                        f"{dev_counts.get('split_sentences', 0)} of {dev_counts.get('sentences', 0)} sentences "
+                        "longer than max_seq_length, split into windows)")
     head = ("CoNLL-2003 English dev set, `conlleval` entity scores in percent (median over the seeds), from "
             "`python -m experiments.conll_ner`, whose records are the JSON files under "
             f"{ctx.source('conll')}.")
