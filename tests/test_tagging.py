@@ -201,12 +201,12 @@ def test_gold_logits_score_100_and_write_the_gold_file(tmp_path, tokenizer, sche
 def test_generic_tagging_without_chunks_scores_token_accuracy(tmp_path, tokenizer):
     (tmp_path / "train.txt").write_text(conll_text(SENTENCES, docstart=False), encoding="utf-8")
     task = get_task("tagging", data_dir=str(tmp_path), tagging_label_column=1, tagging_scheme="none")
-    assert task.labels == ["O", ".", "CD", "JJ", "NN", "NNP", "TO", "VB", "VBZ"] and task.main_metric_key() == "accuracy"
+    assert task.labels == [".", "CD", "JJ", "NN", "NNP", "TO", "VB", "VBZ"] and task.main_metric_key() == "accuracy"
     sentences = task.sentences("train")
     eval_set = EvalSet("dev", sentences, {}, extra={"meta": tagging.align_features(tokenizer, sentences, 32)[1],
                                                     "prefix": "dev_"})
     logits = perfect_logits(task, eval_set, tokenizer, sentences, 32)
-    logits[0, 1] = 0.0  # the first word ("EU", NNP) predicted as label 0, "O"
+    logits[0, 1] = 0.0  # the first word ("EU", NNP) predicted as label 0, "."
     assert task.score(eval_set, {"logits": logits}) == {"accuracy": pytest.approx(100 * 14 / 15)}
 
 

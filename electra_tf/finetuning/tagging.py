@@ -14,7 +14,8 @@ Follows the official ELECTRA `finetune/tagging/tagging_tasks.py`:
   opens a chunk) and written in the file's own scheme, so the prediction
   file and the token accuracy compare like with like. `--tagging_scheme=none`
   trains the file's tags as they are (e.g. POS) and scores token accuracy only;
-* the label list is that of the training file (`O` first, then sorted), kept
+* the label list is that of the training file (`O` first, then sorted; without
+  chunks only the tags that occur, sorted), kept
   in `<output_dir>/tagging_labels.json` so a `--do_train=false` run predicts
   with the same ids.
 
@@ -257,7 +258,8 @@ class TaggingTask(Task):
 
     @property
     def labels(self) -> list[str]:
-        """The training labels: `O` first, then sorted (saved ones for a run without training)."""
+        """The training labels: `O` first, then sorted (without chunks: sorted); saved ones for a run without
+        training."""
         if self._labels is None:
             saved = os.path.join(self.output_dir, LABELS_FILE) if self.output_dir else None
             if not self.do_train and saved and os.path.isfile(saved):
@@ -270,7 +272,8 @@ class TaggingTask(Task):
                 logging.info("%s: %d labels from %s", self.name, len(self._labels), saved)
             else:
                 encoded = [(words, self.encode_tags(tags)) for words, tags in self.sentences("train")]
-                self._labels = conll.label_list(encoded)
+                self._labels = (conll.label_list(encoded) if self.chunked
+                                else sorted({tag for _, tags in encoded for tag in tags}))
         return self._labels
 
     def save_labels(self) -> Optional[str]:
