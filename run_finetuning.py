@@ -1,4 +1,4 @@
-"""Fine-tune ELECTRA on GLUE, SQuAD 1.1/2.0 or any tsv/csv text classification task.
+"""Fine-tune ELECTRA on GLUE, SQuAD 1.1/2.0, any tsv/csv text classification task or CoNLL tagging.
 
 Examples:
 
@@ -9,6 +9,10 @@ Examples:
     # A tiny model from random init, capped at 300 steps:
     python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --model_size=tiny \\
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/sst2 --max_train_steps=300
+
+    # CoNLL-2003 NER (entity F1 by conlleval; chunking: --task=chunk; other columns: --task=tagging):
+    python run_finetuning.py --task=ner --data_dir=../shared/data/conll2003 --model_size=tiny \\
+        --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/ner --do_predict
 
     # Chinese sentiment, generic task:
     python run_finetuning.py --task=text_classification --data_dir=../shared/data/chinese/ChnSentiCorp \\
@@ -57,7 +61,7 @@ from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("task", None, "GLUE task (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI), "
-                    "squad, squad_v2 or text_classification.")
+                    "squad, squad_v2, text_classification, ner, chunk (CoNLL-2003 columns) or tagging (any CoNLL columns).")
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (a GLUE root or task folder works).")
 flags.DEFINE_string("output_dir", None, "Where metrics, logs, checkpoints and predictions go.")
 flags.DEFINE_string("init_checkpoint", None, "Pre-trained model (export dir of run_pretraining.py, or "
@@ -137,6 +141,12 @@ flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: null-odds threshold
                    "their thresholds are reported beside.")
 flags.DEFINE_string("squad_train_articles", None, "SQuAD: slice 'start:end' of the train file's articles.")
 flags.DEFINE_string("squad_dev_articles", None, "SQuAD: slice 'start:end' of the dev file's articles.")
+flags.DEFINE_integer("tagging_word_column", None, "ner/chunk/tagging: 0-based column of the words in the "
+                     "CoNLL files (default 0).")
+flags.DEFINE_integer("tagging_label_column", None, "ner/chunk/tagging: 0-based column of the tags, negative "
+                     "from the end (default: ner 3, chunk 2, tagging -1, the last).")
+flags.DEFINE_enum("tagging_scheme", None, ["iob1", "iob2", "none"], "ner/chunk/tagging: the files' tags "
+                  "(default iob2); iob1/iob2 are scored by entity F1 (conlleval), none (e.g. POS) by token accuracy.")
 
 
 def model_options():
@@ -171,7 +181,9 @@ def make_task():
         max_query_length=FLAGS.max_query_length, doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size,
         max_answer_length=FLAGS.max_answer_length, train_articles=FLAGS.squad_train_articles,
         dev_articles=FLAGS.squad_dev_articles, null_score_threshold=FLAGS.null_score_threshold,
-        do_lower_case=FLAGS.do_lower_case)
+        do_lower_case=FLAGS.do_lower_case, tagging_word_column=FLAGS.tagging_word_column,
+        tagging_label_column=FLAGS.tagging_label_column, tagging_scheme=FLAGS.tagging_scheme,
+        output_dir=FLAGS.output_dir, do_train=FLAGS.do_train)
 
 
 def make_strategy():

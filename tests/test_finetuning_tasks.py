@@ -36,12 +36,14 @@ HEAD_OUTPUTS = {
     "QNLI": ("logits", (BATCH, 2)), "RTE": ("logits", (BATCH, 2)), "WNLI": ("logits", (BATCH, 2)),
     "text_classification": ("logits", (BATCH, 4)),  # with labels=("a", "b", "c", "d")
     "squad": ("start_logits", (BATCH, SEQ)), "squad_v2": ("start_logits", (BATCH, SEQ)),
+    "ner": ("logits", (BATCH, SEQ, 4)), "chunk": ("logits", (BATCH, SEQ, 4)),  # tagging tasks take labels too
+    "tagging": ("logits", (BATCH, SEQ, 4)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(HEAD_OUTPUTS))
 def test_every_registered_task_builds_its_own_head(name):
-    task = get_task(name, labels=("a", "b", "c", "d"))  # only text_classification takes labels
+    task = get_task(name, labels=("a", "b", "c", "d"))  # text_classification and the tagging tasks take labels
     head = task.build_head(get_config("tiny", squad_beam_size=4))
     hidden = np.random.RandomState(0).normal(size=(BATCH, SEQ, HIDDEN)).astype("float32")
     batch = {"input_mask": np.ones((BATCH, SEQ), "int32"), "segment_ids": np.array([[0] * 3 + [1] * 5] * BATCH)}

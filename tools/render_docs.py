@@ -16,6 +16,7 @@ command that produced the numbers. The pages scanned are `README.md`, `CHANGELOG
 
 * `docs/results/compare_objectives.json`: written by `python -m experiments.compare_objectives
   --stage=report` (which also writes `docs/results/compare_objectives.md` itself; that page has no markers).
+* `docs/results/conll/*.json`: one per run of `python -m experiments.conll_ner --name=NAME`.
 * `docs/results/demo_curve.json`, `finetuning_smoke.json`, `data_prep.json`, `step_bench_latest.json`:
   the numbers of runs recorded before this tool existed, each with its command, commit and machine.
 
@@ -370,6 +371,35 @@ def step_bench_ablations(ctx: Context) -> str:
         rows, "lrrrrr") + tail
 
 
+def conll_ner(ctx: Context) -> str:
+    """Every record of `experiments/conll_ner.py` under docs/results/conll/, one row each."""
+    names = sorted(p.name for p in (ctx.root / RESULTS / "conll").glob("*.json"))
+    rows, commands = [], []
+    for i, name in enumerate(names, 1):
+        run = ctx.load(f"conll/{name}")
+        dev = run["dev"]
+        per_type = ", ".join(f"{t} {number(dev[t + '_f1'], 1)}" for t in ("PER", "LOC", "ORG", "MISC")
+                             if t + "_f1" in dev)
+        dev_counts = run["data"].get("dev", {})
+        seeds = (f"; F1 per seed {', '.join(number(f) for f in run['f1_per_seed'])}"
+                 if len(run.get("f1_per_seed", [])) > 1 else "")
+        rows.append([i, f"{run['task']}: {run['model']}", number(dev["f1"]), number(dev["precision"]),
+                     number(dev["recall"]), number(dev["accuracy"]), per_type, run["train_steps"], run["seeds"],
+                     minutes(run["wall_seconds"])])
+        commands.append(f"{i}. {code(run['command'])} ({ctx.source('conll/' + name)}; commit {run['commit']}, "
+                        f"{run['date']}, {run['machine']}; {run['recipe']}{seeds}; dev: "
+                        f"{dev_counts.get('split_sentences', 0)} of {dev_counts.get('sentences', 0)} sentences "
+                        "longer than max_seq_length, split into windows)")
+    head = ("CoNLL-2003 English dev set, `conlleval` entity scores in percent (median over the seeds), from "
+            "`python -m experiments.conll_ner`, whose records are the JSON files under "
+            f"{ctx.source('conll')}.")
+    if not rows:
+        return paragraph(head + " No run recorded yet.")
+    return (paragraph(head) + "\n\n" + table(["#", "run", "F1", "precision", "recall", "token acc.", "F1 per type",
+                                              "steps", "seeds", "wall"], rows, "rlrrrrlrrr")
+            + "\n\nCommands:\n\n" + "\n".join(item(c) for c in commands))
+
+
 RENDERERS: dict[str, Callable[[Context], str]] = {
     "objectives_headline": objectives_headline,
     "objectives_summary": objectives_summary,
@@ -380,6 +410,7 @@ RENDERERS: dict[str, Callable[[Context], str]] = {
     "step_bench_summary": step_bench_summary,
     "step_bench_full": step_bench_full,
     "step_bench_ablations": step_bench_ablations,
+    "conll_ner": conll_ner,
 }
 
 

@@ -6,7 +6,8 @@ skipped. The word and the tag are columns chosen by index: for CoNLL-2003
 (`word POS chunk NER`) the word is column 0, NER column 3 (`NER_COLUMN`),
 chunk column 2 (`CHUNK_COLUMN`). Every token line of a file has as many
 columns as its first one, and every tag is IOB (`O`, `B-TYPE` or
-`I-TYPE`; IOB1 and IOB2 both qualify, `E-`/`S-` do not). Bad input raises
+`I-TYPE`; IOB1 and IOB2 both qualify, `E-`/`S-` do not; `tags="iob2"` also
+requires each chunk to start with `B-`, `tags="none"` accepts any tag). Bad input raises
 one `ValueError` line naming the file and line.
 
 Prediction files have `word gold predicted` per token line and a blank
@@ -56,22 +57,31 @@ def is_iob_tag(tag: str) -> bool:
     return tag == "O" or (tag[:2] in ("B-", "I-") and len(tag) > 2)
 
 
+TAG_CHECKS = ("iob", "iob1", "iob2", "none")
+
+
 def read_conll(path: str, word_column: int = WORD_COLUMN, label_column: int = NER_COLUMN,
-               encoding: str = "utf-8-sig") -> list[Sentence]:
-    """Sentences of `path` as (words, tags); blank-line runs and `-DOCSTART-` lines separate them."""
+               encoding: str = "utf-8-sig", tags: str = "iob") -> list[Sentence]:
+    """Sentences of `path` as (words, tags); blank-line runs and `-DOCSTART-` lines separate them.
+
+    `tags`: "iob" or "iob1" accept any IOB tag; "iob2" also requires every chunk
+    to start with `B-` (an `I-X` only after `B-X` or `I-X`); "none" accepts any tag.
+    """
+    if tags not in TAG_CHECKS:
+        raise ValueError(f"tags must be one of {TAG_CHECKS}, got {tags!r}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
     sentences: list[Sentence] = []
     words: list[str] = []
-    tags: list[str] = []
+    sentence_tags: list[str] = []
     num_columns = first_line = None
     with open(path, encoding=encoding) as f:  # universal newlines: '\r\n' and '\r' end lines too
         for lineno, line in enumerate(f, start=1):
             fields = line.split()
             if not fields or fields[0] == DOCSTART:
                 if words:
-                    sentences.append((words, tags))
-                    words, tags = [], []
+                    sentences.append((words, sentence_tags))
+                    words, sentence_tags = [], []
                 continue
             if num_columns is None:
                 num_columns, first_line = len(fields), lineno
@@ -83,12 +93,16 @@ def read_conll(path: str, word_column: int = WORD_COLUMN, label_column: int = NE
                 raise ValueError(f"{path}:{lineno}: {len(fields)} columns, expected {num_columns} "
                                  f"(as on line {first_line})")
             tag = fields[label_column]
-            if not is_iob_tag(tag):
+            if tags != "none" and not is_iob_tag(tag):
                 raise ValueError(f"{path}:{lineno}: tag {tag!r} is not IOB (O, B-TYPE or I-TYPE)")
+            if tags == "iob2" and tag.startswith("I-") and (not words or sentence_tags[-1][2:] != tag[2:]):
+                after = f"after {sentence_tags[-1]!r}" if words else "at the start of a sentence"
+                raise ValueError(f"{path}:{lineno}: tag {tag!r} {after} is not IOB2 (a chunk starts with B-; "
+                                 "IOB1 files need --tagging_scheme=iob1)")
             words.append(fields[word_column])
-            tags.append(tag)
+            sentence_tags.append(tag)
     if words:
-        sentences.append((words, tags))
+        sentences.append((words, sentence_tags))
     return sentences
 
 

@@ -25,6 +25,12 @@ Glorot-uniform kernels and zero biases, so that is the default here too
   dense(512, GELU) → dense(1), sigmoid cross-entropy on `is_impossible`,
   weight 0.5; as in the official code it is on by default and trained on
   SQuAD 1.1 too (where every label is 0).
+* `TokenClassificationHead`: tagging (NER, chunking). A linear map of every
+  position → `logits` `[B, L, num_labels]`; the loss is the softmax
+  cross-entropy of each position weighted by `label_weights` (1 on the first
+  WordPiece of every word, 0 elsewhere) and summed over the sequence, as the
+  official `tagging_tasks.py` (which gathers the first pieces and has no
+  dropout: `dropout_rate` defaults to 0).
 
 Heads return float32 outputs whatever the compute dtype.
 
@@ -45,6 +51,12 @@ Example:
 >>> batch.update(start_positions=np.array([2, 0]), end_positions=np.array([3, 0]), is_impossible=np.array([0, 1]))
 >>> tuple(span.per_example_loss(batch, span(hidden, batch, training=True)).shape)
 (2,)
+>>> tagger = TokenClassificationHead(num_labels=4)
+>>> tuple(tagger(hidden, {})["logits"].shape)
+(2, 5, 4)
+>>> labels = {"label_ids": np.zeros((2, 5), "int32"), "label_weights": np.zeros((2, 5), "float32")}
+>>> tagger.per_example_loss(labels, tagger(hidden, {})).numpy().tolist()  # no word weighted: no loss
+[0.0, 0.0]
 """
 
 from __future__ import annotations
@@ -284,3 +296,45 @@ class SpanHead(layers.Layer):
                       hidden_act=self.hidden_act, kernel_initializer=self.kernel_initializer)
         return config
 
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TokenClassificationHead(layers.Layer):
+    """Every position → (dropout) → dense(num_labels): `logits` `[B, L, num_labels]` (float32).
+
+    `per_example_loss` needs `label_ids` and `label_weights` `[B, L]`: the
+    weighted softmax cross-entropy summed over positions (the official
+    `losses *= labels_mask; reduce_sum`), so only first WordPieces count.
+    """
+
+    output_length = None  # every position
+
+    def __init__(self, num_labels, dropout_rate=0.0, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_labels = int(num_labels)
+        self.dropout_rate = dropout_rate
+        self.kernel_initializer = _initializer_config(kernel_initializer)
+        self.dropout = layers.Dropout(dropout_rate, name="dropout")
+        self.dense = ElectraDense(self.num_labels, kernel_initializer=_new_initializer(self.kernel_initializer),
+                                  dtype=self.dtype_policy, name="logits")
+
+    def build(self, sequence_shape, batch_shape=None):
+        self.dense.build(tuple(sequence_shape))
+        self.built = True
+
+    def call(self, sequence, batch=None, training=None):
+        if self.dropout_rate:
+            sequence = self.dropout(sequence, training=training)
+        return {"logits": ops.cast(self.dense(sequence), "float32")}
+
+    def per_example_loss(self, batch, outputs):
+        log_probs = ops.log_softmax(outputs["logits"], axis=-1)
+        labels = ops.one_hot(ops.cast(batch["label_ids"], "int32"), self.num_labels)
+        token_loss = -ops.sum(labels * log_probs, axis=-1)
+        return ops.sum(token_loss * ops.cast(batch["label_weights"], "float32"), axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate,
+                      kernel_initializer=self.kernel_initializer)
+        return config

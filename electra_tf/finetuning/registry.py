@@ -3,7 +3,8 @@
 `get_task` takes one set of keyword arguments for every task (the flags of
 `run_finetuning.py`) and hands each task's factory the ones its signature
 names. Built in: the nine GLUE tasks (case-insensitive, with aliases such as
-`sst2`), `text_classification`, `squad` and `squad_v2`.
+`sst2`), `text_classification`, `squad`, `squad_v2`, and the CoNLL tagging
+tasks `ner`, `chunk` and `tagging`.
 
 Example:
 
@@ -15,7 +16,7 @@ Example:
 >>> get_task("imdb")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: --task: unknown task 'imdb'; choose from CoLA, MNLI, ..., squad, squad_v2, text_classification
+ValueError: --task: unknown task 'imdb'; choose from CoLA, MNLI, ..., squad_v2, tagging, text_classification
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 
 from electra_tf.finetuning.glue import GLUE_SPECS, TASK_ALIASES, GlueTask
 from electra_tf.finetuning.squad.task import SquadTask
+from electra_tf.finetuning.tagging import conll2003_task, generic_task
 from electra_tf.finetuning.task import Task
 from electra_tf.finetuning.text_classification import TextClassificationTask
 
@@ -66,3 +68,6 @@ for _name, _spec in GLUE_SPECS.items():
 register_task("text_classification", TextClassificationTask, aliases=("classification",))
 register_task("squad", functools.partial(SquadTask, v2=False), aliases=("squad_v1", "squad1.1", "squad_v1.1"))
 register_task("squad_v2", functools.partial(SquadTask, v2=True), aliases=("squad2", "squad2.0", "squadv2"))
+register_task("ner", conll2003_task("ner", label_column=3), aliases=("conll2003", "conll_ner"))
+register_task("chunk", conll2003_task("chunk", label_column=2), aliases=("chunking",))
+register_task("tagging", generic_task, aliases=("token_classification",))

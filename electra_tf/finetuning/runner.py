@@ -152,9 +152,12 @@ def seed_options(options: RunOptions, k: int, num_seeds: int) -> RunOptions:
 def summarize(task: Task, runs: list[dict]) -> dict:
     """The metrics.json content: every run and the medians of the selected, final and best evaluations."""
     selection = "best_epoch" if any(r.get("selection") == "best_epoch" for r in runs) else "final"
-    return {"task": task.name, "main_metric": task.main_metric_key(), "selection": selection, "runs": runs,
-            "median": median_metrics(runs, "selected"), "median_final": median_metrics(runs, "final"),
-            "median_best": median_metrics(runs, "best")}
+    summary = {"task": task.name, "main_metric": task.main_metric_key(), "selection": selection, "runs": runs,
+               "median": median_metrics(runs, "selected"), "median_final": median_metrics(runs, "final"),
+               "median_best": median_metrics(runs, "best")}
+    if task.data_summary():
+        summary["data"] = task.data_summary()
+    return summary
 
 
 def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunOptions, data: dict,

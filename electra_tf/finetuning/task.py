@@ -9,11 +9,13 @@ its defaults, so the run never asks which kind of task it runs:
 * `score` / `main_metric_key` / `write_predictions`: dev metrics in percent,
   the one that picks the best evaluation, and the prediction files;
 * `default_epochs`, `default_max_seq_length`, `min_sequence_length(config)`
-  (the shortest a batch may be cut to) and `serving_labels()` (what the
-  text-in SavedModel returns; only sentence tasks have one).
+  (the shortest a batch may be cut to), `serving_labels()` (what the
+  text-in SavedModel returns; only sentence tasks have one) and
+  `data_summary()` (counts about the inputs, reported in `metrics.json`).
 
 Implementations: `sentence.SentenceTask` (`glue.GlueTask`,
-`text_classification.TextClassificationTask`) and `squad.task.SquadTask`;
+`text_classification.TextClassificationTask`), `squad.task.SquadTask` and
+`tagging.TaggingTask`;
 `registry.get_task` finds them by name.
 
 Example:
@@ -96,6 +98,10 @@ class Task(abc.ABC):
     def min_sequence_length(self, config) -> int:
         """The shortest length dynamic padding may cut a batch to."""
         return 1
+
+    def data_summary(self) -> dict:
+        """Counts about the task's inputs (e.g. sentences split into windows), for `metrics.json`."""
+        return {}
 
     def serving_labels(self) -> Optional[list[str]]:
         """Label names of the text-in SavedModel of `electra_tf.serving` (None: regression)."""

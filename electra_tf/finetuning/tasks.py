@@ -2,7 +2,7 @@
 
 `task` (the `Task` interface, `InputExample`, `EvalSet`), `sentence`
 (`SentenceTask`), `glue` (GLUE specs and `GlueTask`), `text_classification`,
-`squad.task` (`SquadTask`), `encoding`, `readers`, `tfds_input` and `registry`
+`squad.task` (`SquadTask`), `tagging` (`TaggingTask`), `encoding`, `readers`, `tfds_input` and `registry`
 (`get_task`, `register_task`).
 
 Example:
@@ -23,11 +23,12 @@ from electra_tf.finetuning.readers import read_delimited, read_tsv_rows, resolve
 from electra_tf.finetuning.registry import get_task, register_task, task_names
 from electra_tf.finetuning.sentence import SentenceTask
 from electra_tf.finetuning.squad.task import SquadTask
+from electra_tf.finetuning.tagging import TaggingTask
 from electra_tf.finetuning.task import EvalSet, InputExample, Task
 from electra_tf.finetuning.text_classification import TextClassificationTask
 from electra_tf.finetuning.tfds_input import read_tfds_examples, tfds_split_name
 
 __all__ = ["Columns", "EvalSet", "GLUE_SPECS", "GLUE_TASKS", "GlueSpec", "GlueTask", "InputExample", "SentenceTask",
-           "SquadTask", "Task", "TextClassificationTask", "encode_pairs", "get_task", "parse_glue_rows",
+           "SquadTask", "TaggingTask", "Task", "TextClassificationTask", "encode_pairs", "get_task", "parse_glue_rows",
            "read_delimited", "read_tfds_examples", "read_tsv_rows", "register_task", "resolve_column",
            "task_names", "tfds_split_name", "truncate_pair"]

@@ -1,0 +1,126 @@
+"""CoNLL-2003 English NER (or chunking): fine-tune, score dev entity F1, record the result.
+
+Runs `run_finetuning.py --task=ner` on `../shared/data/conll2003` (train → dev, `conlleval` entity
+precision/recall/F1 overall and per type, token accuracy) with the official recipe of the model size
+(3 epochs, the size's learning rate and layer-wise decay, max_seq_length 128) and writes a record of
+the run to `docs/results/conll/<name>.json`: the command, commit, machine, wall time, the dev scores
+(median over seeds) and the data counts (sentences split into windows). `python -m tools.render_docs`
+turns the records into the table of docs/finetuning.md.
+
+    # (a) random init, tiny, 3 seeds (about 5 minutes on 2 CPU cores):
+    python -m experiments.conll_ner --name=tiny_random --model_size=tiny --num_seeds=3
+
+    # (b) a pre-trained mini export (its size, vocabulary and fine-tuning defaults come from it):
+    python -m experiments.conll_ner --name=mini_pretrained --init_checkpoint=PATH/TO/mini/export --num_seeds=3
+
+Other run_finetuning flags go after `--`, e.g. `-- --num_train_epochs=1 --max_train_steps=300`
+(a shortened run says so in its record). `--task=chunk` scores the chunk column instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+CONLL = DATA / "conll2003"
+EN_VOCAB = DATA / "vocab" / "en_uncased" / "vocab.txt"
+RESULTS = ROOT / "docs" / "results" / "conll"
+REPORTED = ("f1", "precision", "recall", "accuracy", "PER_f1", "LOC_f1", "ORG_f1", "MISC_f1")
+
+
+def machine_line() -> str:
+    """The CPU model and core count of this machine."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command_for(args, extra: list[str]) -> list[str]:
+    """The run_finetuning command line (paths as given, relative to the repository root)."""
+    command = ["python", "run_finetuning.py", f"--task={args.task}", f"--data_dir={args.data_dir}",
+               f"--output_dir={args.output_dir}", f"--num_seeds={args.num_seeds}", "--do_predict", "--log_steps=100"]
+    if args.init_checkpoint:
+        command.append(f"--init_checkpoint={args.init_checkpoint}")
+    else:
+        command += [f"--model_size={args.model_size}", f"--vocab_file={args.vocab_file}"]
+    return command + extra
+
+
+def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str], commit: str) -> dict:
+    median = summary["median"]
+    shortened = [flag for flag in extra if flag.startswith(("--max_train_steps", "--num_train_epochs"))]
+    return {
+        "name": args.name,
+        "task": args.task,
+        "model": (f"pre-trained {args.init_checkpoint}" if args.init_checkpoint
+                  else f"{args.model_size}, random init"),
+        "command": " ".join(shlex.quote(c) for c in command),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_line(),
+        "wall_seconds": round(wall_seconds),
+        "seeds": len(summary["runs"]),
+        "train_steps": summary["runs"][0].get("train_steps"),
+        "recipe": "shortened: " + " ".join(shortened) if shortened else "full (the size's epochs and learning rate)",
+        "dev": {key: round(median[key], 2) for key in REPORTED if key in median},
+        "f1_per_seed": [round(run["selected"]["f1"], 2) for run in summary["runs"] if "f1" in run.get("selected", {})],
+        "dev_all": {key: round(value, 4) for key, value in median.items()},
+        "data": summary.get("data", {}),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.conll_ner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", required=True, help="the record's name: docs/results/conll/<name>.json")
+    parser.add_argument("--task", default="ner", choices=["ner", "chunk"])
+    parser.add_argument("--model_size", default="tiny", help="without --init_checkpoint")
+    parser.add_argument("--init_checkpoint", default=None, help="a pre-trained export (e.g. mini)")
+    parser.add_argument("--data_dir", default=os.path.relpath(CONLL, ROOT))
+    parser.add_argument("--vocab_file", default=os.path.relpath(EN_VOCAB, ROOT), help="without --init_checkpoint")
+    parser.add_argument("--num_seeds", type=int, default=1)
+    parser.add_argument("--output_dir", default=None, help="default /tmp/conll/<name>")
+    parser.add_argument("--results_dir", default=str(RESULTS))
+    parser.add_argument("extra", nargs="*", help="more run_finetuning flags (after --)")
+    args = parser.parse_args(argv)
+    args.output_dir = args.output_dir or f"/tmp/conll/{args.name}"
+    command = command_for(args, args.extra)
+    print("+", " ".join(shlex.quote(c) for c in command), flush=True)
+    start, commit = time.time(), git_commit()  # the code that ran
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    result = subprocess.run([sys.executable] + command[1:], cwd=ROOT, env=env)
+    if result.returncode:
+        return result.returncode
+    summary = json.loads((Path(args.output_dir if os.path.isabs(args.output_dir) else ROOT / args.output_dir)
+                          / "metrics.json").read_text())
+    entry = record(args, command, summary, time.time() - start, args.extra, commit)
+    os.makedirs(args.results_dir, exist_ok=True)
+    path = Path(args.results_dir) / f"{args.name}.json"
+    path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+    print(f"dev entity F1 {entry['dev'].get('f1')} (P {entry['dev'].get('precision')}, "
+          f"R {entry['dev'].get('recall')}); wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
