@@ -31,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RSS_REFERENCE_STEP = 1000  # well past tracing and the first checkpoints: the run's warm footprint
 RSS_TOLERANCE = 0.10
+STOP = {"requested": False}  # set by SIGTERM/Ctrl-C: no further piece starts
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -206,6 +207,7 @@ def run_piece(args, result: dict, result_path: str, deadline: float) -> int:
         process = subprocess.Popen(training_command(args, stop_at), cwd=args.work_dir, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
     result["pieces"].append({"piece": piece, "from_step": start, "to_step": stop_at, "started": time.time()})
+    forward_stop_signals(process)
     batch_size, stopping = None, False
     while process.poll() is None:
         time.sleep(1.0)
@@ -221,6 +223,19 @@ def run_piece(args, result: dict, result_path: str, deadline: float) -> int:
     result["pieces"][-1].update(ended=time.time(), exit_status=process.returncode, reached=logged_step(model_dir))
     save_result(result_path, result)
     return process.returncode
+
+
+def forward_stop_signals(process) -> None:
+    """SIGTERM or Ctrl-C to the soak stops the training piece the same way (a checkpoint, exit 0), so no
+    orphaned run keeps writing to the model dir."""
+
+    def forward(signum, frame):
+        STOP["requested"] = True
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
 
 
 def run_batch_size(model_dir: str) -> int:
@@ -259,7 +274,7 @@ def main(argv=None) -> int:
     result = load_result(result_path, settings)
     deadline = time.time() + 60 * args.max_minutes if args.max_minutes else float("inf")
     model_dir = os.path.join(args.work_dir, "model")
-    while logged_step(model_dir) < args.steps and time.time() < deadline:
+    while logged_step(model_dir) < args.steps and time.time() < deadline and not STOP["requested"]:
         status = run_piece(args, result, result_path, deadline)
         if status != 0:
             print(f"soak: run_pretraining.py exited {status}; see {args.work_dir}/piece-*.log", file=sys.stderr)
