@@ -149,6 +149,7 @@ def summarize(samples: list[dict]) -> dict:
         summary.update(rss_reference_step=reference["step"], rss_reference_mib=round(reference["rss_bytes"] / 2**20, 1),
                        rss_last_mib=round(last["rss_bytes"] / 2**20, 1), rss_change=round(change, 4),
                        rss_within_tolerance=abs(change) <= RSS_TOLERANCE)
+    summary["rss_by_piece"] = rss_by_piece(samples)
     fds = [s["open_fds"] for s in samples if s["open_fds"] is not None and s["step"] >= RSS_REFERENCE_STEP]
     if fds:
         summary.update(fds_min=min(fds), fds_max=max(fds))
@@ -162,6 +163,21 @@ def summarize(samples: list[dict]) -> dict:
     return summary
 
 
+def rss_by_piece(samples: list[dict]) -> list[dict]:
+    """Each piece's (process's) RSS at its first and last sample: growth within one process, which a
+    comparison across pieces (each a new process) could hide."""
+    pieces = []
+    for piece in sorted({s["piece"] for s in samples}):
+        own = [s for s in samples if s["piece"] == piece and s["rss_bytes"]]
+        if len(own) >= 2:
+            first, last = own[0], own[-1]
+            pieces.append({"piece": piece, "first_step": first["step"], "last_step": last["step"],
+                           "first_mib": round(first["rss_bytes"] / 2**20, 1),
+                           "last_mib": round(last["rss_bytes"] / 2**20, 1),
+                           "change": round(last["rss_bytes"] / first["rss_bytes"] - 1, 4)})
+    return pieces
+
+
 def summary_lines(summary: dict) -> list[str]:
     if not summary:
         return ["soak: fewer than two samples so far"]
@@ -171,6 +187,9 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"RSS: {summary['rss_reference_mib']} MiB at step {summary['rss_reference_step']}, "
                      f"{summary['rss_last_mib']} MiB at step {summary['last_step']} ({summary['rss_change']:+.1%}): "
                      f"{verdict}")
+    for piece in summary.get("rss_by_piece", []):
+        lines.append(f"  piece {piece['piece']} (one process): {piece['first_mib']} MiB at step {piece['first_step']}, "
+                     f"{piece['last_mib']} MiB at step {piece['last_step']} ({piece['change']:+.1%})")
     if "fds_min" in summary:
         lines.append(f"open fds from step {RSS_REFERENCE_STEP}: {summary['fds_min']}-{summary['fds_max']}"
                      f" ({'flat' if summary['fds_max'] == summary['fds_min'] else 'varies'})")
