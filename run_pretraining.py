@@ -97,6 +97,11 @@ flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model
 flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"),
                   "Skip (and count) steps whose loss or gradient norm is "
                   "NaN/Inf instead of stopping there.")
+flags.DEFINE_bool("skip_corrupt_records", default(TrainOptions, "skip_corrupt_records"),
+                  "Go on past a corrupt input record instead of stopping there. The reader gives up on the rest "
+                  "of that shard; every skipped record is counted (a warning naming the shard and record, the "
+                  "skipped_records scalar, one line at the end). Needs the shards' record counts (data_prep "
+                  "records them).")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 
 
@@ -158,7 +163,7 @@ def main(argv):
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
     data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
     # The chief is the only writer of checkpoints and the export, so it alone holds the lock.
-    lock = run_lock.lock_run_dir(model_dir) if strategy is None or distribution.is_chief(strategy) else None
+    lock = run_lock.lock_for_worker(model_dir, chief=strategy is None or distribution.is_chief(strategy))
     try:
         train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size)
     finally:
@@ -205,7 +210,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, execution=execution_from_flags(FLAGS),
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
-        skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, input_sharding=FLAGS.input_sharding,
+        skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, skip_corrupt_records=FLAGS.skip_corrupt_records,
+        input_sharding=FLAGS.input_sharding,
         stop_signals=(signal.SIGTERM,),
     )
     logging.info("Config (%s): %s", precision, config.to_json())

@@ -154,6 +154,7 @@ class TrainOptions:
     stop_after_steps: int | None = None  # stop this invocation early (like a pre-emption)
     export: bool = True
     skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm
+    skip_corrupt_records: bool = False  # False: stop at a corrupt input record; True: count it and go on
     input_sharding: str = "batch"  # one of INPUT_SHARDINGS
     stop_signals: tuple = ()  # e.g. (signal.SIGTERM,): checkpoint at the step reached and return
 

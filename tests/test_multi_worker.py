@@ -109,6 +109,8 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
     try:
         # 1. SIGTERM to the non-chief only: both stop after the same step, exit 0, checkpoint there.
         wait_for_step(model_dir, 3, workers, timeout=150)
+        with open(os.path.join(model_dir, "run.lock")) as f:  # the chief holds it; worker 1 runs beside it
+            assert json.load(f)["pid"] == workers[0].pid
         workers[1].send_signal(signal.SIGTERM)
         (out0, err0), (out1, err1) = finish(workers, timeout=60)  # a hang fails here
         assert [w.returncode for w in workers] == [0, 0], (err0[-2000:], err1[-2000:])

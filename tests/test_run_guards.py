@@ -128,3 +128,26 @@ def test_another_hosts_lock_is_refused_and_object_stores_are_not_locked(tmp_path
         RunLock(model_dir).acquire()
     assert lock_run_dir("gs://bucket/run") is None
     assert "not locked (run.lock protects local and NFS directories only)" in caplog.text
+
+
+def test_in_a_multi_worker_run_the_chief_takes_the_lock_and_the_other_workers_do_not(tmp_path):
+    from types import SimpleNamespace
+
+    from electra_tf.training import distribution
+    from electra_tf.training.run_lock import lock_for_worker
+
+    def worker(index):  # what distribution reads of a MultiWorkerMirroredStrategy
+        return SimpleNamespace(extended=SimpleNamespace(_id_in_cluster=index, _num_workers=2))
+
+    model_dir = str(tmp_path / "run")
+    other = lock_for_worker(model_dir, chief=distribution.is_chief(worker(1)))
+    assert other is None and not os.path.exists(model_dir)  # nothing taken, nothing written
+    chief = lock_for_worker(model_dir, chief=distribution.is_chief(worker(0)))
+    try:
+        with open(os.path.join(model_dir, "run.lock")) as f:
+            assert json.load(f)["pid"] == os.getpid()
+        # A non-chief started while the chief holds the lock is not refused.
+        assert lock_for_worker(model_dir, chief=distribution.is_chief(worker(1))) is None
+    finally:
+        chief.release()
+    assert not os.path.exists(os.path.join(model_dir, "run.lock"))

@@ -10,6 +10,16 @@ the batches an uninterrupted one would.
 
 The feature names are `electra_tf.text.manifest.FEATURE_NAMES`, the contract's.
 
+With `skip_corrupt=True` a corrupt record does not end the run. TensorFlow's
+TFRecord reader cannot re-frame a file after a bad record, so it gives up on the
+rest of that shard (a corrupt frame at byte 5000 of a 100-record shard loses
+records 28-99). Each shard is read with `ignore_errors` and followed by a marker
+holding its expected count (`examples_per_shard`) minus the records read; the
+marker's loss rides on the next record through the shuffle and the batch
+(`skipped_records`, `skipped_shard`), so the count reaches the training loop
+exactly when the records it replaces would have, and it is part of the
+checkpointed iterator state. `SkipReport` takes those fields off the batch.
+
 Example (a two-example shard in the format `data_prep` writes, and its manifest):
 
 >>> import tempfile
@@ -28,7 +38,9 @@ Example (a two-example shard in the format `data_prep` writes, and its manifest)
 (['input_ids', 'input_mask', 'segment_ids'], TensorShape([2, 16]), 'int32')
 """
 
+import json
 import os
+import struct
 
 import tensorflow as tf
 from absl import logging
@@ -37,6 +49,8 @@ from electra_tf.training import distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
+
+SKIP_FIELDS = ("skipped_records", "skipped_shard")  # in-band with each example under skip_corrupt
 
 
 def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
@@ -53,33 +67,144 @@ def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
 def _parser(seq_length: int):
     spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in FEATURE_NAMES}
 
-    def parse(serialized):
+    def parse(element):
+        serialized = element["record"] if isinstance(element, dict) else element
         parsed = tf.io.parse_example(serialized, spec)
-        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
+        batch = {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
+        if isinstance(element, dict):
+            batch.update({name: element[name] for name in SKIP_FIELDS})
+        return batch
 
     return parse
 
 
+def shard_record_counts(data_dir: str, manifest: dict) -> list[int]:
+    """Each shard's record count as its build recorded it (manifest, else `<shard>.done.json`);
+    ValueError if a shard has none (skipped records could not be counted)."""
+    counts = manifest.get("examples_per_shard") or [None] * len(manifest["shards"])
+    result = []
+    for name, count in zip(manifest["shards"], counts):
+        if count is None:
+            count = _sidecar_count(os.path.join(data_dir, name))
+        if count is None:
+            raise ValueError(f"--skip_corrupt_records needs each shard's record count, and {data_dir}/manifest.json "
+                             f"(examples_per_shard) and {name}.done.json record none for {name}: rebuild the data "
+                             "with `python -m data_prep.build_pretraining_dataset`")
+        result.append(int(count))
+    return result
+
+
+def _sidecar_count(shard_path: str):
+    try:
+        with open(shard_path + ".done.json", encoding="utf-8") as f:
+            return json.load(f).get("num_examples")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def record_offset(path: str, index: int):
+    """The byte offset of record `index` of a TFRecord file, walking the length headers (None if unreadable)."""
+    offset = 0
+    try:
+        with open(path, "rb") as f:
+            for _ in range(index):
+                f.seek(offset)
+                header = f.read(8)
+                if len(header) < 8:
+                    return None
+                offset += 16 + struct.unpack("<Q", header)[0]
+    except OSError:
+        return None
+    return offset
+
+
+def _read_shard_skipping(path, index, expected):
+    """The shard's records, each `{"record", "end": False, ...}`, then, if the reader gave up early
+    (a corrupt or unreadable record), one marker `{"end": True, "lost": expected - read}`."""
+    records = tf.data.TFRecordDataset(path).ignore_errors()
+    marked = records.map(lambda record: (record, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(""), True)))
+
+    def count(read, item):
+        record, end = item
+        lost = tf.where(end, expected - read, tf.constant(0, tf.int64))
+        return read + 1, {"record": record, "end": end, "lost": lost, "shard": index}
+
+    return marked.scan(tf.constant(0, tf.int64), count).filter(
+        lambda item: tf.logical_or(tf.logical_not(item["end"]), item["lost"] > 0))
+
+
+def _attach_markers(dataset):
+    """Moves each marker's loss onto the next record (`skipped_records`, `skipped_shard`), drops the markers.
+
+    Two markers with no record between them (rare) add up under the second's shard: the total stays exact.
+    """
+    zero = tf.constant(0, tf.int64)
+
+    def attach(pending, item):
+        lost = pending["lost"] + item["lost"]
+        shard = tf.where(item["end"], item["shard"], pending["shard"])
+        out = {"record": item["record"], "skipped_records": tf.where(item["end"], zero, lost),
+               "skipped_shard": shard}
+        return {"lost": tf.where(item["end"], lost, zero), "shard": shard}, (item["end"], out)
+
+    def is_record(end, out):
+        return tf.logical_not(end)
+
+    def record(end, out):
+        return out
+
+    return dataset.scan({"lost": zero, "shard": zero}, attach).filter(is_record).map(record)
+
+
+class SkipReport:
+    """Takes the in-band skip fields off a batch, summed per shard (for `loop.make_step_driver`)."""
+
+    def __init__(self, num_shards: int):
+        self.num_shards = num_shards
+
+    def zeros(self) -> dict:
+        return {name: tf.zeros([self.num_shards], tf.int64) for name in ("skipped_by_shard", "skip_events_by_shard")}
+
+    def split(self, element: dict) -> tuple[dict, dict]:
+        batch = {name: value for name, value in element.items() if name not in SKIP_FIELDS}
+        lost, shard = element["skipped_records"], element["skipped_shard"]
+        events = tf.cast(lost > 0, tf.int64)
+        return batch, {"skipped_by_shard": tf.math.unsorted_segment_sum(lost, shard, self.num_shards),
+                       "skip_events_by_shard": tf.math.unsorted_segment_sum(events, shard, self.num_shards)}
+
+
 def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed: int = 0,
                         input_context: tf.distribute.InputContext | None = None,
-                        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, repeat: bool = True) -> tf.data.Dataset:
+                        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, repeat: bool = True,
+                        skip_corrupt: bool = False) -> tf.data.Dataset:
     """Batches of `{input_ids, input_mask, segment_ids}` (int32 `[batch, seq]`).
 
     `batch_size` is per input pipeline: with a strategy pass the per-replica
-    size and an `input_context` (see `distributed_dataset`).
+    size and an `input_context` (see `distributed_dataset`). `skip_corrupt`: go on
+    past corrupt records, adding the `SKIP_FIELDS` (int64 `[batch]`) to each batch.
+    Without skipped records both pipelines give the same examples in the same order.
     """
     files = [os.path.join(data_dir, shard) for shard in manifest["shards"]]
-    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if skip_corrupt:
+        counts = shard_record_counts(data_dir, manifest)
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (files, tf.range(len(files), dtype=tf.int64), tf.constant(counts, tf.int64)))
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     shard_files = num_pipelines > 1 and len(files) >= num_pipelines
     if shard_files:
         dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
     if repeat:
         dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    read = _read_shard_skipping if skip_corrupt else tf.data.TFRecordDataset
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), block_length=16,
+        read, cycle_length=min(len(files), 8), block_length=16,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
     )
+    if skip_corrupt:
+        dataset = _attach_markers(dataset)
     if num_pipelines > 1 and not shard_files:
         dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
     if shuffle_buffer > 1:
@@ -90,11 +215,9 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-
-
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
                    *, seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-                   sharding: str = "batch") -> tf.data.Dataset:
+                   sharding: str = "batch", skip_corrupt: bool = False) -> tf.data.Dataset:
     """This worker's input; `distribution.split_for_replicas` hands each replica its slice.
 
     With several workers (MultiWorkerMirroredStrategy), `sharding`:
@@ -122,7 +245,8 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
             rows = global_batch_size // workers
             logging.info("Input of worker %d/%d: all %d shard(s); rows %d-%d of every global batch of %d", worker,
                          workers, len(manifest["shards"]), worker * rows, (worker + 1) * rows - 1, global_batch_size)
-        return pretraining_dataset(data_dir, manifest, global_batch_size, seed=seed, shuffle_buffer=shuffle_buffer)
+        return pretraining_dataset(data_dir, manifest, global_batch_size, seed=seed, shuffle_buffer=shuffle_buffer,
+                                   skip_corrupt=skip_corrupt)
     shards = manifest["shards"]
     logging.info("Input of worker %d/%d: %s", worker, workers,
                  f"shards {shards[worker::workers]}" if len(shards) >= workers else
@@ -130,4 +254,4 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
     context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
                                          num_replicas_in_sync=replicas)
     return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
-                               input_context=context, shuffle_buffer=shuffle_buffer)
+                               input_context=context, shuffle_buffer=shuffle_buffer, skip_corrupt=skip_corrupt)

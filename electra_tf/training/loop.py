@@ -193,7 +193,7 @@ def grappler(enabled: bool):
 
 
 def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True,
-                     stop_requested=None, graph_optimizer="auto"):
+                     stop_requested=None, graph_optimizer="auto", input_report=None):
     """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
     step's outputs summed over replicas (step functions return replica partials) and
     `nonfinite_steps`, the number of steps not applied because they were not finite.
@@ -206,6 +206,9 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress. `graph_optimizer`
     ("auto", "on", "off") says whether grappler optimises the loop (`grappler_enabled`).
+    `input_report` (e.g. `input_pipeline.SkipReport`) takes fields that are not the model's off
+    each input element (`split`); they are summed over the call's steps into the outputs, from
+    its `zeros()`.
     """
     use_grappler = grappler_enabled(graph_optimizer, strategy)
     step_fn = tf.autograph.experimental.do_not_convert(step_fn)
@@ -213,26 +216,32 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     output_names = [name for name in output_names if name != "nonfinite"]
 
     def one_step(iterator):
-        batch = distribution.split_for_replicas(strategy, next(iterator))
+        element = next(iterator)
+        report = {}
+        if input_report is not None:
+            element, report = input_report.split(element)
+        batch = distribution.split_for_replicas(strategy, element)
         per_replica = strategy.run(step_fn, args=(batch,))
         outputs = {name: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
                    for name in output_names}
         # The same on every replica (decided on all-reduced values): take one replica's.
         nonfinite = strategy.experimental_local_results(per_replica["nonfinite"])[0]
-        return outputs, nonfinite
+        return outputs, nonfinite, report
 
     @tf.function
     def run(iterator, num_steps):
         outputs = {name: tf.constant(0.0) for name in output_names}
         skipped = tf.constant(0.0)
+        reported = input_report.zeros() if input_report is not None else {}
         for _ in tf.range(num_steps):
-            outputs, nonfinite = one_step(iterator)
+            outputs, nonfinite, report = one_step(iterator)
             skipped += nonfinite
+            reported = {name: reported[name] + report[name] for name in reported}
             if stop_on_nonfinite and nonfinite > 0:
                 break
             if stop_requested is not None and stop_requested:
                 break
-        return {**outputs, "nonfinite_steps": skipped}
+        return {**outputs, **reported, "nonfinite_steps": skipped}
 
     def run_with_graph_options(iterator, num_steps):
         with grappler(use_grappler):

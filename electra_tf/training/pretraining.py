@@ -37,6 +37,7 @@ from electra_tf.training.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
+from electra_tf.text.manifest import FEATURE_NAMES
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
@@ -82,7 +83,7 @@ def rng_states(model) -> list:
 
 
 def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, stop_request=None,
-                  graph_optimizer="auto"):
+                  graph_optimizer="auto", input_report=None):
     """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`).
 
     With a `preemption.StopRequest`, the loop ends after the step in progress once a stop
@@ -90,11 +91,12 @@ def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, st
     """
     if stop_request is None:
         return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
-                                     stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer)
+                                     stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer,
+                                     input_report=input_report)
     step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
     return loop.make_step_driver(strategy, stop_request.wrap_step(step_fn), model.step_output_names,
                                  stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed,
-                                 graph_optimizer=graph_optimizer)
+                                 graph_optimizer=graph_optimizer, input_report=input_report)
 
 
 def initialize_from(model, init_checkpoint):
@@ -165,21 +167,104 @@ def _read_vocab(vocab_file) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint):
-    """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises."""
+INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records
+
+
+def _saves(path: str, key: str) -> bool:
+    return any(name.split("/")[0] == key for name, _ in tf.train.list_variables(path))
+
+
+def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint, input_key=None,
+                           without_input=None) -> bool:
+    """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises.
+
+    The two input pipelines (`--skip_corrupt_records` or not) save different iterator states, under
+    different keys. A checkpoint holding the other one is restored through `without_input` (the
+    checkpoint less the iterator), and True is returned: the caller replays the input to that step.
+    """
     for path in reversed(manager.checkpoints):
         try:
-            checkpoint.restore(path).assert_existing_objects_matched()
+            replay = without_input is not None and not _saves(path, input_key)
+            status = (without_input if replay else checkpoint).restore(path)
+            if replay:
+                status.expect_partial()
+            status.assert_existing_objects_matched()
         except (tf.errors.OpError, ValueError, AssertionError, IndexError, RuntimeError) as e:  # truncated files
             logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
                             path, type(e).__name__, str(e).splitlines()[0][:200])
             continue
         logging.info("Resumed from %s at step %d", path, loop.current_step(optimizer))
-        return
+        return replay
     if manager.checkpoints:
         raise ValueError(f"no checkpoint in {manager.directory} can be read; move them away to start over")
     if init_checkpoint:
         initialize_from(model, init_checkpoint)
+    return False
+
+
+def _replay_input(iterator, steps: int, report, skip_corrupt: bool, path: str) -> dict:
+    """Advances `iterator` by `steps` batches, for a checkpoint whose input position was saved by the
+    other pipeline: both read the same examples in the same order up to the first skipped record,
+    which a run that stops at corrupt records has not passed. Returns the skip report of those batches."""
+    logging.warning("Checkpoint %s holds the input position of a run %s --skip_corrupt_records: reading the "
+                    "input's first %d batches again to reach it", path, "without" if skip_corrupt else "with", steps)
+
+    @tf.function
+    def advance(num_steps):
+        total = report.zeros() if report is not None else {}
+        for _ in tf.range(num_steps):
+            element = next(iterator)
+            if report is not None:
+                _, counts = report.split(element)
+                total = {name: total[name] + counts[name] for name in total}
+        return total
+
+    return advance(tf.constant(steps))
+
+
+class SkippedRecords:
+    """`--skip_corrupt_records`: records skipped per shard (a checkpointed variable), their log lines and
+    the run's summary line."""
+
+    def __init__(self, data_dir: str, manifest: dict):
+        self.paths = [os.path.join(data_dir, name) for name in manifest["shards"]]
+        self.data_dir = data_dir
+        self.expected = input_pipeline.shard_record_counts(data_dir, manifest)
+        self.report = input_pipeline.SkipReport(len(self.paths))
+        self.by_shard = tf.Variable(tf.zeros([len(self.paths)], tf.int64), trainable=False, name="skipped_records")
+
+    @property
+    def total(self) -> int:
+        return int(tf.reduce_sum(self.by_shard))
+
+    def add(self, outputs: dict, step: int) -> None:
+        """Counts and logs the skips a call of the step driver (or a replay) reported."""
+        lost = outputs["skipped_by_shard"].numpy()
+        if not lost.any():
+            return
+        self.by_shard.assign_add(lost)
+        events = outputs["skip_events_by_shard"].numpy()
+        for index in np.flatnonzero(lost):
+            logging.warning("%s", self.event_line(index, int(lost[index]), int(events[index]), step))
+
+    def event_line(self, index: int, lost: int, events: int, step: int) -> str:
+        # The shard is the same file each pass, so it gives up at the same record every time.
+        at = self.expected[index] - lost // max(events, 1)
+        offset = input_pipeline.record_offset(self.paths[index], at)
+        where = f"record {at}" + (f", byte offset {offset}" if offset is not None else "")
+        passes = f" ({events} passes)" if events > 1 else ""
+        return (f"skipped corrupt data by step {step}: {self.paths[index]}: {where}: not readable, the reader "
+                f"gave up on the rest of the shard: {lost} of its {self.expected[index]} records not read{passes}; "
+                f"{self.total} skipped so far")
+
+    def summary(self) -> str:
+        lost = self.by_shard.numpy()
+        if not lost.any():
+            return "--skip_corrupt_records: no corrupt records met; none skipped"
+        shards = ", ".join(f"{self.paths[i]} ({lost[i]})" for i in np.flatnonzero(lost))
+        return (f"--skip_corrupt_records: skipped {lost.sum()} record(s) not readable in "
+                f"{np.count_nonzero(lost)} shard(s): {shards}; check them with `python -m data_prep.inspect_shards "
+                f"--verify {self.data_dir}`")
 
 
 def check_writable(model_dir: str, probe_name: str = ".write_test"):
@@ -198,7 +283,9 @@ def _make_preview(model, options, manifest):
     if "disc_loss" not in model.step_output_names:
         return None
     dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=8, seed=options.seed,
-                                                 shuffle_buffer=0, repeat=False)
+                                                 shuffle_buffer=0, repeat=False,
+                                                 skip_corrupt=options.skip_corrupt_records)
+    dataset = dataset.map(lambda batch: {name: batch[name] for name in FEATURE_NAMES})
     return DetectionPreview(model, dataset, manifest.get("vocab_file"), seed=options.seed)
 
 
@@ -218,6 +305,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
+    skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
+    report = skipping.report if skipping else None
     check_run_config(options.model_dir, config, write=chief)
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
@@ -225,27 +314,37 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                                    options.mixed_precision, execution)
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
-                                            sharding=options.input_sharding)
+                                            sharding=options.input_sharding,
+                                            skip_corrupt=options.skip_corrupt_records)
     iterator = iter(dataset)
     state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
-    checkpoint = tf.train.Checkpoint(**state, **({} if own_input else {"iterator": iterator}))
+    input_key = INPUT_KEYS[options.skip_corrupt_records]
+    input_state = {input_key: iterator, **({"skipped_records": skipping.by_shard} if skipping else {})}
+    checkpoint = tf.train.Checkpoint(**state, **({} if own_input else input_state))
     checkpoint_dir = os.path.join(options.model_dir, "checkpoints")
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=options.keep_checkpoint_max,
                                          step_counter=optimizer.iterations)
-    _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint)
+    replay = _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint, input_key,
+                                    None if own_input else tf.train.Checkpoint(**state))
     input_saver = None
     if own_input:
         input_saver = tf.train.CheckpointManager(
-            tf.train.Checkpoint(iterator=iterator), os.path.join(checkpoint_dir, f"input-worker{worker}-of-{workers}"),
+            tf.train.Checkpoint(**input_state), os.path.join(checkpoint_dir, f"input-worker{worker}-of-{workers}"),
             max_to_keep=options.keep_checkpoint_max, step_counter=optimizer.iterations)
-        _restore_worker_input(input_saver, loop.current_step(optimizer), worker)
+        replay = _restore_worker_input(input_saver, loop.current_step(optimizer), worker, input_key)
+    latest_checkpoint = lambda: manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)  # noqa: E731
+    if replay:
+        with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
+            replayed = _replay_input(iterator, loop.current_step(optimizer), report, options.skip_corrupt_records,
+                                     manager.latest_checkpoint)
+        if skipping is not None:
+            skipping.add(replayed, loop.current_step(optimizer))
     stop_request = preemption.StopRequest(strategy, options.stop_signals)
     train_steps = make_train_fn(strategy, model, execution.jit_compile,
                                 stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request,
-                                graph_optimizer=execution.graph_optimizer)
+                                graph_optimizer=execution.graph_optimizer, input_report=report)
     skipped_total = 0
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
-    latest_checkpoint = lambda: manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)  # noqa: E731
     with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
         preview = _make_preview(model, options, manifest) if chief else None
     history = []
@@ -279,6 +378,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             previous, step = step, loop.current_step(optimizer)
             if chief:
                 timer.observe(step)
+            if skipping is not None:
+                skipping.add(outputs, step)
             skipped = int(outputs["nonfinite_steps"])
             if skipped and not options.skip_nonfinite_steps:
                 latest = latest_checkpoint()
@@ -297,6 +398,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
                 elapsed = time.time() - window_start
                 scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
                                nonfinite_steps_skipped=float(skipped_total),
+                               **({"skipped_records": float(skipping.total)} if skipping else {}),
                                examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
                 if logger is not None:  # the chief
                     logger.write(step, scalars)
@@ -323,6 +425,9 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             loop.check_finite_weights(model, step, "export")
             ours.save_ours(model, os.path.join(options.model_dir, "export"),
                            vocab_file=manifest.get("vocab_file"), step=step)
+        if skipping is not None and chief:  # the run's one line on skipped records, however it ended
+            logging.warning("%s", skipping.summary())
+            print(skipping.summary(), flush=True)
         distribution.barrier(strategy)  # the other workers end after the chief's export
         return history
 
@@ -360,15 +465,19 @@ def _scratch_dir(chief: bool, worker: int):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _restore_worker_input(input_saver, step: int, worker: int):
-    """`--input_sharding=file`: this worker's iterator state at `step`, if it was saved."""
+def _restore_worker_input(input_saver, step: int, worker: int, input_key: str) -> bool:
+    """`--input_sharding=file`: this worker's iterator state at `step`, if it was saved; True when it
+    was saved by the other `--skip_corrupt_records` pipeline (the caller replays the input)."""
     path = os.path.join(input_saver.directory, f"ckpt-{step}")
     if tf.io.gfile.exists(path + ".index"):
+        if not _saves(path, input_key):
+            return True
         input_saver.checkpoint.restore(path).assert_consumed()
-        return
+        return False
     if step > 0:
         logging.warning("Worker %d has no saved input position at step %d (a different number of workers?): "
                         "its data starts over, so some examples are seen again early", worker, step)
+    return False
 
 
 def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict, vocab_file=None) -> str:

@@ -167,6 +167,15 @@ def release_all() -> None:
         lock.release()
 
 
+def lock_for_worker(model_dir: str, chief: bool) -> Optional[RunLock]:
+    """``lock_run_dir`` on the chief; None on the other workers of a multi-worker run.
+
+    They share ``model_dir`` with the chief but write nothing there (their checkpoint saves go to a
+    temporary directory), and the chief's lock must not refuse them.
+    """
+    return lock_run_dir(model_dir) if chief else None
+
+
 def lock_run_dir(model_dir: str) -> Optional[RunLock]:
     """The held lock of ``model_dir``, or None (with a warning) where it cannot protect (object stores)."""
     if "://" in model_dir:
