@@ -129,6 +129,11 @@ def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: 
         archive.add_endpoint("serving_default", lambda text, text_b: server.predict(text, text_b), [text, text_b])
     else:
         archive.add_endpoint("serving_default", lambda text: server.predict(text), [text])
+    return write_archive(archive, path)
+
+
+def write_archive(archive, path: str) -> str:
+    """Writes `archive` to `path` through a temporary sibling directory, so `path` is never half-written."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".saved_model_", dir=parent)

@@ -1,0 +1,97 @@
+"""Ask a SQuAD SavedModel (`run_finetuning --task=squad --export_saved_model=DIR`) a question.
+
+    python -m electra_tf.ask --model DIR --question "Who built the tower?" --context "..."
+    python -m electra_tf.ask --model DIR --question "..." --context_file paragraph.txt --json
+
+Prints the answer and its score on one line (`--json`: every output of the SavedModel's signature, with
+the character offsets of the span and, for SQuAD 2.0, `best_span` and `null_odds`). Bad input (no
+SavedModel, not a SQuAD export, an unreadable context file) gets one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+from electra_tf import runtime
+
+INPUT_NAMES = ("question", "context")  # the signature of electra_tf.squad_serving
+
+
+class UsageError(Exception):
+    """Bad input: one line for the user, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m electra_tf.ask",
+                                     description="Answer a question from a context with a SQuAD SavedModel.")
+    parser.add_argument("--model", required=True, help="the SavedModel directory (--export_saved_model of a SQuAD run)")
+    parser.add_argument("--question", required=True)
+    parser.add_argument("--context", help="the paragraph to answer from")
+    parser.add_argument("--context_file", help="a UTF-8 file holding the paragraph")
+    parser.add_argument("--json", action="store_true", help="print every output as one JSON object")
+    return parser
+
+
+def read_context(args) -> str:
+    if (args.context is None) == (args.context_file is None):
+        raise UsageError("give one of --context or --context_file")
+    if args.context is not None:
+        return args.context
+    try:
+        with open(args.context_file, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--context_file: cannot read {args.context_file} ({e})") from None
+
+
+def load_signature(path: str):
+    """The `serving_default` signature of a SQuAD SavedModel at `path`."""
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise UsageError(f"--model: no SavedModel at {path} (saved_model.pb is missing)")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
+
+    signature = tf.saved_model.load(path).signatures.get("serving_default")
+    inputs = set(signature.structured_input_signature[1]) if signature is not None else set()
+    if inputs != set(INPUT_NAMES):
+        raise UsageError(f"--model: {path} is not a SQuAD export (its signature takes {sorted(inputs)}, "
+                         f"not question and context)")
+    return signature
+
+
+def ask(signature, question: str, context: str) -> dict:
+    """The signature's outputs for one question, as Python values."""
+    import tensorflow as tf
+
+    outputs = signature(question=tf.constant([question]), context=tf.constant([context]))
+    return {name: (value.numpy()[0].decode("utf-8") if value.dtype == tf.string else value.numpy()[0].item())
+            for name, value in sorted(outputs.items())}
+
+
+def render(result: dict, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(result, ensure_ascii=False)
+    if result["answer"] == "" and "null_odds" in result:
+        return f"(no answer)\tnull_odds={result['null_odds']:.4f}\tbest_span={result['best_span']!r}"
+    return f"{result['answer']}\tscore={result['score']:.4f}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        context = read_context(args)
+        runtime.use_onednn_kernels()
+        signature = load_signature(args.model)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(render(ask(signature, args.question, context), args.json))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
