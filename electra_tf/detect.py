@@ -13,7 +13,7 @@ probability that the discriminator gives to "this token was replaced":
   token a `<span>` whose tooltip holds its probability).
 
 `--corrupt` first lets the checkpoint's generator replace tokens the way
-pre-training does (`electra_tf.masking`: `mask_inputs` picks `--mask_prob` of
+pre-training does (`electra_tf.model.masking`: `mask_inputs` picks `--mask_prob` of
 the tokens, 85 % of them shown as [MASK]; `sample_tokens` draws from the
 generator at `--temperature`; `corrupt` writes the samples in), reproducibly
 from `--seed`. Tokens that really changed are marked, with the original shown.
@@ -125,8 +125,8 @@ def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, specia
     """The pre-training corruption: mask → generator → sample (`pretrainer.execution.sampling`) → write samples in."""
     import tensorflow as tf
 
-    from electra_tf import masking
-    from electra_tf.modeling import gather_positions
+    from electra_tf.model import masking
+    from electra_tf.model.heads import gather_positions
 
     length = int(input_ids.shape[1])
     max_predictions = min(length, max(1, math.ceil(mask_prob * length)))
@@ -157,7 +157,7 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
     import numpy as np
     import tensorflow as tf
 
-    from electra_tf import masking
+    from electra_tf.model import masking
 
     if pretrainer.discriminator is None or pretrainer.discriminator_head is None:
         raise ValueError("the model has no replaced-token discriminator (objective "
