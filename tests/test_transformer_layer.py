@@ -1,4 +1,4 @@
-"""`TransformerLayer` (`electra_tf.model.transformer_layer`) in an encoder: keras-hub's weight layout,
+"""`ElectraTransformerEncoder` (`electra_tf.model.transformer_layer`) in an encoder: keras-hub's weight layout,
 the sub-layers each kernel choice uses, the [CLS]-only last layer and the dropout layers."""
 
 import keras
@@ -142,3 +142,25 @@ def test_keras_dropout_masks_keep_keras_dropout_and_stay_out_of_the_config():
         ExecutionOptions(dropout_masks="8bit")
     with pytest.raises(ValueError, match="an execution option now"):
         get_config("small", hparams={"dropout_masks": "keras"})
+
+
+def test_keras_files_keep_the_transformer_layers_weight_paths(tmp_path):
+    """`.keras` files key a model's layers by class name and sub-layers by attribute: these paths are what
+    encoders saved before hold, so they still load."""
+    import h5py
+    import zipfile
+
+    encoder = ElectraEncoder.from_config_object(
+        get_config("tiny", vocab_size=100, hparams={"discriminator.num_layers": 1}), "discriminator")
+    encoder.build()
+    encoder.save(tmp_path / "encoder.keras")
+    with zipfile.ZipFile(tmp_path / "encoder.keras") as archive:
+        archive.extract("model.weights.h5", tmp_path)
+    paths = []
+    with h5py.File(tmp_path / "model.weights.h5") as weights:
+        weights.visititems(lambda name, item: paths.append(name) if isinstance(item, h5py.Dataset) else None)
+    sublayers = ["_feedforward_intermediate_dense", "_feedforward_layer_norm", "_feedforward_output_dense",
+                 "_self_attention_layer/key_dense", "_self_attention_layer/output_dense",
+                 "_self_attention_layer/query_dense", "_self_attention_layer/value_dense", "_self_attention_layer_norm"]
+    expected = [f"layers/electra_transformer_encoder/{name}/vars/{i}" for name in sublayers for i in (0, 1)]
+    assert [path for path in paths if path.startswith("layers/")] == expected

@@ -11,7 +11,7 @@ from electra_tf.config import get_config
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.heads import DiscriminatorHead
 from electra_tf.model.layers import ElectraDense, ElectraEinsumDense
-from electra_tf.model.transformer_layer import TransformerLayer
+from electra_tf.model.transformer_layer import ElectraTransformerEncoder
 from electra_tf.ops.reference import add_bias, dropout16, gelu_exact
 from electra_tf.options import ExecutionOptions
 
@@ -139,7 +139,7 @@ def test_bias_dropout_add_norm_matches_layer_norm_and_its_gradients(dtype, tol):
 # --------------------------------------------------------------------------
 
 def _layer(policy="float32", **kwargs):
-    layer = TransformerLayer(intermediate_dim=48, num_heads=4, dropout=0.1, activation=gelu_exact,
+    layer = ElectraTransformerEncoder(intermediate_dim=48, num_heads=4, dropout=0.1, activation=gelu_exact,
                                       layer_norm_epsilon=1e-12, dtype=policy,
                                       kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.2), **kwargs)
     layer.build((None, None, 32))
@@ -232,7 +232,7 @@ def test_xla_cpu_kernels_raise_where_they_cannot_compute_instead_of_falling_back
     with pytest.raises(ValueError, match="16-bit dropout masks"):
         _layer(kernels="xla_cpu", dropout_masks="keras")
     with pytest.raises(ValueError, match="the exact GELU"):
-        TransformerLayer(intermediate_dim=8, num_heads=2, activation="gelu", kernels="xla_cpu")
+        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu", kernels="xla_cpu")
     layer = _layer()
     with pytest.raises(ValueError, match="padding mask only"):
         layer(X, attention_mask=tf.ones((3, 7, 7), tf.bool))

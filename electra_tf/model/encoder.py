@@ -34,7 +34,7 @@ from electra_tf.config import ElectraConfig
 from electra_tf.model.embeddings import ElectraEmbeddings
 from electra_tf.model.execution import resolve_execution, without_legacy_fields
 from electra_tf.model.layers import ElectraDense, get_activation, truncated_normal
-from electra_tf.model.transformer_layer import TransformerLayer
+from electra_tf.model.transformer_layer import ElectraTransformerEncoder
 from electra_tf.options import ExecutionOptions
 from electra_tf.ops.reference import PACKAGE
 
@@ -85,7 +85,7 @@ class ElectraEncoder(keras.Model):
         # Named attributes, not a list: TF's object-based checkpoints cannot see
         # inside Keras' TrackedList, so listed layers would silently not be saved.
         for i in range(num_layers):
-            setattr(self, f"transformer_layer_{i}", TransformerLayer(
+            setattr(self, f"transformer_layer_{i}", ElectraTransformerEncoder(
                 intermediate_dim=intermediate_size,
                 num_heads=num_heads,
                 dropout=dropout_rate,

@@ -1,4 +1,4 @@
-"""`TransformerLayer`: the post-LayerNorm BERT transformer layer, computed by the chosen kernels.
+"""`ElectraTransformerEncoder`: the post-LayerNorm BERT transformer layer, computed by the chosen kernels.
 
 Its weights are `keras_hub.layers.TransformerEncoder`'s (post-LN) — the same sub-layer names,
 shapes and order — so checkpoints, the converters and keras-hub's `ElectraBackbone` read them
@@ -19,8 +19,8 @@ Example:
 
 >>> import numpy as np
 >>> from electra_tf.ops.reference import gelu_exact
->>> layer = TransformerLayer(intermediate_dim=16, num_heads=2, activation=gelu_exact, kernels="xla_cpu",
-...                          dropout_masks="16bit")
+>>> layer = ElectraTransformerEncoder(intermediate_dim=16, num_heads=2, activation=gelu_exact,
+...                                   kernels="xla_cpu", dropout_masks="16bit")
 >>> x = np.random.RandomState(0).normal(size=(2, 5, 8)).astype("float32")
 >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
 >>> fused = layer(x, padding_mask=mask)
@@ -54,12 +54,13 @@ def _dropout_bits(dropout, training):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class TransformerLayer(layers.Layer):
+class ElectraTransformerEncoder(layers.Layer):
     """Self-attention → dropout → residual → LayerNorm → dense(I) → activation → dense(H) → dropout →
     residual → LayerNorm, on `[batch, seq, H]` with a `[batch, seq]` padding mask (1 = real token).
 
     `kernels` / `dropout_masks`: how it computes (see the module); default: the devices' choice
-    for its activation. Neither is part of the config.
+    for its activation. Neither is part of the config. The class name is part of `.keras` files'
+    weight paths (Keras keys a model's layers by class name): renaming it breaks loading them.
     """
 
     def __init__(self, intermediate_dim, num_heads, dropout=0.0, activation="relu", layer_norm_epsilon=1e-5,
@@ -203,7 +204,7 @@ class TransformerLayer(layers.Layer):
     def from_config(cls, config):
         config = without_legacy_fields(config)
         if config.pop("normalize_first", False):
-            raise ValueError("TransformerLayer is post-LayerNorm; normalize_first=True is not supported")
+            raise ValueError("ElectraTransformerEncoder is post-LayerNorm; normalize_first=True is not supported")
         return cls(**config)
 
     def compute_output_shape(self, inputs_shape):

@@ -427,7 +427,7 @@ class LayerDropout(NamedTuple):
 
 
 def transformer_layer(x, key_mask, weights: LayerWeights, dropout: LayerDropout, query_length=None):
-    """A post-LN BERT transformer layer (`model.transformer_layer.TransformerLayer`, exact GELU) on `x` `[B, S, H]`.
+    """A post-LN BERT transformer layer (`model.transformer_layer`, exact GELU) on `x` `[B, S, H]`.
 
     `key_mask`: bool `[B, 1, 1, S]` (False = padding key). With `query_length=n` only the first n
     positions are computed after the attention's keys and values (output `[B, n, H]`).
