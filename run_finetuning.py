@@ -240,7 +240,7 @@ def setup():
     config, encoder_fn, tokenizer = prepare.prepare_model(task, model_options())
     strategy = make_strategy()
     from electra_tf.training.distribution import device_types, resolve_execution
-    from electra_tf.modeling import set_default_execution
+    from electra_tf.model.execution import set_default_execution
 
     requested = execution_from_flags(FLAGS)
     execution = resolve_execution(requested, strategy, config.hidden_act)

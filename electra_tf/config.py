@@ -29,7 +29,7 @@ from absl import logging
 
 from electra_tf.options import LEGACY_EXECUTION_FIELDS
 
-# What the pre-training loss covers (see `electra_tf/pretrainer.py` and the ELECTRA paper, section 3.2):
+# What the pre-training loss covers (see `electra_tf/model/pretrainer.py` and the ELECTRA paper, section 3.2):
 #   rtd              generator MLM + discriminator sigmoid CE over every real token (ELECTRA)
 #   mlm              masked LM alone (BERT); `mlm_encoder` picks its size
 #   rtd_masked_only  ELECTRA 15 %: the discriminator loss covers only the masked positions
@@ -41,7 +41,7 @@ OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 # Objectives with a generator that corrupts the main model's input.
 GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
 # The encoders' activation: the exact (erf) GELU of the official code and HF, or its tanh
-# approximation (keras-hub's ElectraBackbone). `modeling.get_activation` maps each name.
+# approximation (keras-hub's ElectraBackbone). `model.layers.get_activation` maps each name.
 ACTIVATIONS = ("gelu", "gelu_approximate")
 
 

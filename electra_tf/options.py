@@ -32,7 +32,7 @@ ADAM_KERNELS = ("auto", "fused", "ops")
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
 EXECUTION_HELP = {
     "kernels": "Encoder layers' element-wise chains and the MLM loss: xla_cpu = XLA-compiled kernels with "
-               "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras/keras-hub "
+               "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras "
                "ops. auto = xla_cpu where every device is a CPU (TensorFlow backend), else reference.",
     "dropout_masks": "16bit = two 16-bit keep decisions per 32-bit random number; keras = Keras' masks. "
                      "auto = 16bit where every device is a CPU, else keras.",

@@ -13,7 +13,7 @@ one run of the report.
 Every arm pre-trains the `mini` shape on the English Wikipedia shards built from
 `../shared/data/pretrain/enwiki` with the shared English-uncased vocab. Compute: the `rtd` arm
 runs the budget's steps; every other arm runs the steps that spend the same training FLOPs
-(`electra_tf/flops.py`), but never fewer than rtd's, so no arm sees fewer examples (arms that are
+(`electra_tf/model/flops.py`), but never fewer than rtd's, so no arm sees fewer examples (arms that are
 costlier than rtd per step therefore get more compute than rtd, and the table says so).
 
 Fine-tuning per arm: STS-B and MRPC at each learning rate of the grid, several seeds; the arm's
@@ -187,7 +187,7 @@ def arm_config(budget: Budget, arm: str, num_train_steps: Optional[int] = None):
 
 def arm_steps(budget: Budget, arm: str) -> int:
     """rtd's steps, or the steps that spend rtd's FLOPs if that is more (never fewer examples)."""
-    from electra_tf.flops import steps_for_flops, train_flops_per_step
+    from electra_tf.model.flops import steps_for_flops, train_flops_per_step
 
     if arm == "rtd" or arm in EQUAL_STEP_ARMS:
         return budget.rtd_steps
@@ -196,7 +196,7 @@ def arm_steps(budget: Budget, arm: str) -> int:
 
 
 def arm_compute(budget: Budget, arm: str) -> dict:
-    from electra_tf.flops import train_flops_per_step
+    from electra_tf.model.flops import train_flops_per_step
 
     if ARMS[arm] is None:
         return {"steps": 0, "examples": 0, "pretrain_flops": 0, "flops_per_step": 0}
@@ -568,7 +568,7 @@ def run_label(record: dict) -> str:
 def build_results(budget: Budget, records: list[dict], command: str) -> dict:
     """The report's data: each run with its chosen lr, and per arm the median over pre-training seeds."""
     from electra_tf.config import get_config
-    from electra_tf.flops import train_flops_per_step
+    from electra_tf.model.flops import train_flops_per_step
 
     small = get_config("small")
     small_flops = train_flops_per_step(small) * small.num_train_steps
@@ -663,7 +663,7 @@ def markdown(results: dict) -> str:
             cells = [f"{statistics.median(by_lr[lr]):.1f} [{', '.join(f'{v:.1f}' for v in by_lr[lr])}]"
                      if lr in by_lr else "–" for lr in _grid(results)]
             lines.append(f"| {name} | {task} | " + " | ".join(cells) + " |")
-    lines += ["", "Pre-training FLOPs: forward matmul FLOPs × 3, generator included (`electra_tf/flops.py`); "
+    lines += ["", "Pre-training FLOPs: forward matmul FLOPs × 3, generator included (`electra_tf/model/flops.py`); "
               f"ELECTRA-Small (1M steps × 128 × 128) is {results['electra_small_pretrain_flops']:.3g} by the same "
               "formula. The rtd arm runs the budget's steps; the generator-size arms the same steps; every other "
               "arm the steps that spend rtd's FLOPs, but never fewer than rtd's.", "",
@@ -855,5 +855,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    use_onednn_kernels()  # before TensorFlow is imported (electra_tf.flops imports it)
+    use_onednn_kernels()  # before TensorFlow is imported (electra_tf.model.flops imports it)
     main()

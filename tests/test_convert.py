@@ -182,7 +182,7 @@ def test_config_json_completes_and_checks_our_export(from_hf, tmp_path):
 
 def test_read_config_builds_no_model_and_agrees_with_loading(from_hf, official_dir, tmp_path, monkeypatch):
     from electra_tf.convert import api, ours
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
 
     config, pretrainer, vocab = from_hf
     export_dir = save_ours(pretrainer, str(tmp_path / "export"), vocab, keras_hub=False)

@@ -65,7 +65,7 @@ def trained_export(tmp_path_factory):
     from electra_tf.config import get_config
     from electra_tf.convert.ours import save_ours
     from electra_tf.training.optimization import create_optimizer
-    from electra_tf.pretrainer import ElectraPretrainer
+    from electra_tf.model.pretrainer import ElectraPretrainer
 
     root = tmp_path_factory.mktemp("detect")
     vocab_file = root / "vocab.txt"

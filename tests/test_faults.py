@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.training import loop, pretraining
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from pretrain_testutil import tiny_config, write_shards
 from test_training import checkpoint_values, run, small
 

@@ -12,7 +12,7 @@ from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.model import FinetuningModel, new_encoder_fn
 from electra_tf.finetuning.runner import run_single
 from electra_tf.finetuning.tasks import get_task
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.options import RunOptions
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, glue_dir, run_main, vocab_file, _common  # noqa: F401

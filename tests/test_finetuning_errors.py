@@ -51,7 +51,7 @@ def test_a_missing_text_column(tmp_path, vocab_file):
 def test_an_init_checkpoint_whose_vocab_disagrees_with_vocab_file(tmp_path, vocab_file, glue_dir):
     from electra_tf.convert import ours
     from electra_tf.config import get_config
-    from electra_tf.pretrainer import ElectraPretrainer
+    from electra_tf.model.pretrainer import ElectraPretrainer
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB), generator_num_layers=1, generator_hidden_size=8,
                         generator_num_heads=1, generator_intermediate_size=16, max_seq_length=16)

@@ -27,7 +27,7 @@ def _run(tmp_path, glue_dir, checkpoint, out, extra=()):
 
 
 def _pretrainer(config):
-    from electra_tf.pretrainer import ElectraPretrainer
+    from electra_tf.model.pretrainer import ElectraPretrainer
 
     pretrainer = ElectraPretrainer(config, special_token_ids=SPECIAL)
     pretrainer.build_all()

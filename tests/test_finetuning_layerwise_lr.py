@@ -10,7 +10,7 @@ from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead, SpanHead
 from electra_tf.finetuning.layerwise_lr import layer_depth_exponents, layerwise_lr_multipliers
 from electra_tf.finetuning.model import FinetuningModel
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.training.optimization import ElectraAdamW
 
 DECAY = 0.7

@@ -18,7 +18,7 @@ import tensorflow as tf
 from electra_tf.config import get_config
 from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.model import FinetuningModel
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.training.optimization import ElectraAdamW
 
 LR, WD, B1, B2, EPS = 1e-2, 0.01, 0.9, 0.999, 1e-6

@@ -13,7 +13,7 @@ from electra_tf.finetuning.model import FinetuningModel, build_model, new_encode
 from electra_tf.finetuning.predict import PADDED_LOGIT, _predict_fn, predict
 from electra_tf.finetuning.runner import run_single
 from electra_tf.finetuning.tasks import get_task
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.options import RunOptions
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, glue_dir, vocab_file  # noqa: F401

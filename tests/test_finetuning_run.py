@@ -177,8 +177,8 @@ def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_d
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
-    from electra_tf.modeling import ElectraEncoder
-    from electra_tf.pretrainer import ElectraPretrainer
+    from electra_tf.model.encoder import ElectraEncoder
+    from electra_tf.model.pretrainer import ElectraPretrainer
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB), generator_num_layers=1, generator_hidden_size=8,
                         generator_num_heads=1, generator_intermediate_size=16, max_seq_length=16)
@@ -207,7 +207,7 @@ def test_model_and_heads_serialise(tmp_path):
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead, SpanHead
     from electra_tf.finetuning.model import FinetuningModel
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB))
     for head in (ClassificationHead(3, dropout_rate=0.2, name="classification_head"),
@@ -271,7 +271,7 @@ def _stsb_predictions(weights_path, features):
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.predict import predict
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
 
     encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))
     model = FinetuningModel(encoder, ClassificationHead(1, name="classification_head")).build_all(16)

@@ -3,7 +3,7 @@
 import pytest
 
 from electra_tf.config import get_config
-from electra_tf.flops import forward_flops_per_sequence, steps_for_flops, train_flops_per_step
+from electra_tf.model.flops import forward_flops_per_sequence, steps_for_flops, train_flops_per_step
 
 
 def hand_count_rtd_tiny():

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import convert, masking
+from electra_tf import convert
+from electra_tf.model import masking
 from electra_tf.convert import ours
-from electra_tf.modeling import ElectraEmbeddings, GdesEmbeddings
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.embeddings import ElectraEmbeddings, GdesEmbeddings
+from electra_tf.model.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 from test_pretrainer import make_batch
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import masking
+from electra_tf.model import masking
 from pretrain_testutil import SPECIAL_IDS, random_example
 
 SPECIALS = (SPECIAL_IDS["pad"], SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["mask"])

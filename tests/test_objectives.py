@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import masking
+from electra_tf.model import masking
 from electra_tf.config import OBJECTIVES
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 from test_pretrainer import log_softmax, make_batch
 

@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf
 
-from electra_tf import masking
+from electra_tf.model import masking
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, random_example, tiny_config
 
 

@@ -36,7 +36,7 @@ def keras_outputs(weights, num_labels, features):
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.predict import predict
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
 
     encoder = ElectraEncoder.from_config_object(get_config("tiny", TINY, vocab_size=len(VOCAB)))
     model = FinetuningModel(encoder, ClassificationHead(num_labels, name="classification_head")).build_all(16)
@@ -101,7 +101,7 @@ def test_chinese_classifier_exports_and_predicts_chinese_text(shared_data, tmp_p
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.predict import predict
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
 
     tokenizer = WordPieceTokenizer(str(vocab))
     encoder = ElectraEncoder.from_config_object(get_config("tiny", hparams, vocab_size=tokenizer.vocab_size))

@@ -106,7 +106,7 @@ def tiny_squad_model(tmp_path, joint):
     from electra_tf.config import get_config
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.squad.task import SquadTask
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     vocab = tmp_path / "vocab.txt"

@@ -16,7 +16,7 @@ from electra_tf import convert
 from electra_tf.training import pretraining
 from electra_tf.convert import ours as export_format
 from electra_tf.options import ExecutionOptions
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

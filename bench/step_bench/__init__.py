@@ -28,7 +28,7 @@ our step under other ``ExecutionOptions``, interleaved with the unchanged one (`
 and a TF-profiler trace summarised by op self time (``--profile``). ``--only=`` (empty) with
 ``--ablations`` runs the ablations alone.
 
-FLOPs: ``electra_tf.flops.train_flops_per_step`` (matmul FLOPs × 3) for every implementation of
+FLOPs: ``electra_tf.model.flops.train_flops_per_step`` (matmul FLOPs × 3) for every implementation of
 the same step. MFU = achieved FLOP/s ÷ the best measured matmul peak of that precision.
 
 Every run writes one JSON document (``report``): the machine, the command line, the commit, every

@@ -12,7 +12,7 @@ import dataclasses
 
 from electra_tf.options import ExecutionOptions
 
-# The defaults where there is a GPU or TPU: Keras/keras-hub ops, Keras dropout, Gumbel-max,
+# The defaults where there is a GPU or TPU: Keras ops, Keras dropout, Gumbel-max,
 # per-op Adam, whole-step XLA, grappler on.
 ACCELERATOR_DEFAULTS = ExecutionOptions().resolve({"CPU", "GPU"})
 

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from bench.step_bench import harness, workload
-from electra_tf import modeling
+from electra_tf.model import execution as model_execution
 from electra_tf.training import distribution, pretraining
 from electra_tf.options import ExecutionOptions, RunOptions
 
@@ -37,11 +37,11 @@ def baseline_execution(strategy) -> ExecutionOptions:
 @contextlib.contextmanager
 def default_execution(execution: ExecutionOptions):
     """Layers built inside take `execution` (as the scripts set it before building); reset after."""
-    modeling.set_default_execution(execution)
+    model_execution.set_default_execution(execution)
     try:
         yield
     finally:
-        modeling.set_default_execution(None)
+        model_execution.set_default_execution(None)
 
 
 def repeated_batch(batch: dict):

@@ -7,7 +7,7 @@ masking draws for it at step 0 (`masked_positions`).
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import flops, masking
+from electra_tf.model import flops, masking
 from electra_tf.training import distribution
 from electra_tf.config import get_config
 

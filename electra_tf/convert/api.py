@@ -29,7 +29,7 @@ import os
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import foreign, hf, keras_model, official, ours, vocab
 from electra_tf.convert.errors import ConversionError
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 
 FORMATS = ("ours", "hf", "official", "ours_checkpoint", "keras_hub")
 

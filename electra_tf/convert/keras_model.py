@@ -23,7 +23,7 @@ from absl import logging
 
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import names
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 
 
 def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = None) -> ElectraPretrainer:

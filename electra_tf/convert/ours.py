@@ -42,7 +42,7 @@ from absl import logging
 from electra_tf.config import BEHAVIOUR_FIELDS, SHAPE_FIELDS, ElectraConfig, flatten, merge_architecture
 from electra_tf.convert import keras_hub_preset, keras_model
 from electra_tf.convert.errors import ConversionError
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 
 CONFIG_FILE = "electra_config.json"
 ENCODER_WEIGHTS = "discriminator.weights.h5"

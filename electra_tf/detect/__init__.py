@@ -13,7 +13,7 @@ probability that the discriminator gives to "this token was replaced":
   token a `<span>` whose tooltip holds its probability).
 
 `--corrupt` first lets the checkpoint's generator replace tokens the way
-pre-training does (`electra_tf.masking`: `mask_inputs` picks `--mask_prob` of
+pre-training does (`electra_tf.model.masking`: `mask_inputs` picks `--mask_prob` of
 the tokens, 85 % of them shown as [MASK]; `sample_tokens` draws from the
 generator at `--temperature`; `corrupt` writes the samples in), reproducibly
 from `--seed`. Tokens that really changed are marked, with the original shown.

@@ -1,7 +1,7 @@
 """The discriminator's p(replaced) for every wordpiece of a text (`score_texts`), as `TokenScores`.
 
 With `corrupt`, the checkpoint's generator first replaces tokens the way pre-training does
-(`electra_tf.masking`), reproducibly from the seed.
+(`electra_tf.model.masking`), reproducibly from the seed.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _corrupt_batch(pretrainer, input_ids, input_mask, segment_ids, seeds, specia
     """The pre-training corruption: mask → generator → sample (`pretrainer.execution.sampling`) → write samples in."""
     import tensorflow as tf
 
-    from electra_tf import masking
-    from electra_tf.modeling import gather_positions
+    from electra_tf.model import masking
+    from electra_tf.model.heads import gather_positions
 
     length = int(input_ids.shape[1])
     max_predictions = min(length, max(1, math.ceil(mask_prob * length)))
@@ -92,7 +92,7 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
     import numpy as np
     import tensorflow as tf
 
-    from electra_tf import masking
+    from electra_tf.model import masking
 
     if pretrainer.discriminator is None or pretrainer.discriminator_head is None:
         raise ValueError("the model has no replaced-token discriminator (objective "

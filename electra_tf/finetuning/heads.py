@@ -66,7 +66,7 @@ import copy
 import keras
 from keras import layers, ops
 
-from electra_tf.modeling import ElectraDense, get_activation
+from electra_tf.model.layers import ElectraDense, get_activation
 
 PACKAGE = "electra_tf"
 # Added to the logits of positions that cannot start or end an answer (official: 1000 · (mask − 1)).

@@ -38,7 +38,7 @@ why it is the default.
 Example:
 
 >>> from electra_tf.config import get_config
->>> from electra_tf.modeling import ElectraEncoder
+>>> from electra_tf.model.encoder import ElectraEncoder
 >>> encoder = ElectraEncoder.from_config_object(get_config("tiny"))
 >>> encoder.build()
 >>> m = layerwise_lr_multipliers(encoder, [], decay=0.5, official_bug=False)

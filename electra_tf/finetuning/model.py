@@ -16,7 +16,7 @@ Example:
 >>> import numpy as np
 >>> from electra_tf.config import get_config
 >>> from electra_tf.finetuning.heads import ClassificationHead
->>> from electra_tf.modeling import ElectraEncoder
+>>> from electra_tf.model.encoder import ElectraEncoder
 >>> config = get_config("tiny", vocab_size=50, num_layers=1)
 >>> model = FinetuningModel(ElectraEncoder.from_config_object(config), ClassificationHead(2))
 >>> batch = {"input_ids": np.ones((2, 8), "int32"), "input_mask": np.ones((2, 8), "int32"),
@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from electra_tf.training import distribution, loop
 from electra_tf.finetuning.task import Task
-from electra_tf.modeling import ElectraEncoder
+from electra_tf.model.encoder import ElectraEncoder
 
 # The model's inputs; a batch also holds the head's targets.
 INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")

@@ -13,7 +13,7 @@ Example:
 >>> from electra_tf.finetuning.data import Padding
 >>> from electra_tf.finetuning.heads import SpanHead
 >>> from electra_tf.finetuning.model import FinetuningModel
->>> from electra_tf.modeling import ElectraEncoder
+>>> from electra_tf.model.encoder import ElectraEncoder
 >>> config = get_config("tiny", vocab_size=50, num_layers=1)
 >>> model = FinetuningModel(ElectraEncoder.from_config_object(config), SpanHead(answerable=False, joint_prediction=False))
 >>> mask = np.zeros((3, 64), "int32"); mask[:, :5] = 1

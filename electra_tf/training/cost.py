@@ -3,7 +3,7 @@
 Used where every device is a CPU, so that a user who types `--model_size=base` on a laptop sees
 the price before paying it: the activations a batch keeps for the backward pass (the batch is then
 split into micro-batches that fit, the same update), a rough step time from the training FLOPs
-(`electra_tf.flops`) and a matmul probe, then the measured time of the first steps.
+(`electra_tf.model.flops`) and a matmul probe, then the measured time of the first steps.
 
 The memory model counts float32 tensors kept for the backward pass per example and per layer:
 attention scores, probabilities and the dropped probabilities (`12·A·S²` bytes), about ten
@@ -29,7 +29,7 @@ import os
 import time
 
 from electra_tf.config import ElectraConfig
-from electra_tf.flops import train_flops_per_step
+from electra_tf.model.flops import train_flops_per_step
 
 FLOAT_BYTES = 4
 # Fraction of the available memory a micro-batch's activations may take: the rest holds the

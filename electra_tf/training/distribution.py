@@ -136,7 +136,7 @@ def device_types(strategy) -> set:
     try:
         devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
     except RuntimeError:  # the default strategy places ops on an accelerator if there is one
-        from electra_tf.modeling import visible_device_types
+        from electra_tf.model.execution import visible_device_types
 
         return visible_device_types()
     return set(devices)

@@ -28,14 +28,14 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf import masking
+from electra_tf.model import masking
 from electra_tf.training import distribution, input_pipeline, loop, preemption
 from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
 from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.options import TrainOptions
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES
 

@@ -1,8 +1,8 @@
-"""Numeric constants the Keras layers (`modeling`) and the fused TensorFlow kernels (`fused`) share.
+"""Numeric constants the reference ops (`ops.reference`) and the XLA:CPU kernels (`ops.xla_cpu`) share.
 
 No framework import: both sides read the same numbers.
 
->>> from electra_tf.numerics import dropout_threshold
+>>> from electra_tf.ops.numerics import dropout_threshold
 >>> dropout_threshold(0.1), round(dropout_threshold(0.1) / DROPOUT_LEVELS, 6)
 (6554, 0.100006)
 """
@@ -15,7 +15,7 @@ DROPOUT_LEVELS = 1 << 16
 
 
 def dropout_threshold(rate: float) -> int:
-    """`modeling.dropout16` drops an element iff its 16-bit random integer is below this."""
+    """`ops.reference.dropout16` drops an element iff its 16-bit random integer is below this."""
     return int(round(rate * DROPOUT_LEVELS))
 
 

@@ -21,12 +21,12 @@ generator is included in full (×3: it is trained by its own MLM loss).
 Example:
 
 >>> from electra_tf.config import get_config
->>> from electra_tf.flops import train_flops_per_step
+>>> from electra_tf.model.flops import train_flops_per_step
 >>> round(train_flops_per_step(get_config("mini")) / 1e12, 2)  # TFLOPs, batch 128 × 128
 0.43
 """
 
-from electra_tf import masking
+from electra_tf.model import masking
 from electra_tf.config import ElectraConfig
 
 BACKWARD_FACTOR = 3  # forward + backward ≈ 3 × forward

@@ -16,7 +16,7 @@ without replacement (its `tf.random.categorical` can pick one twice).
 Example:
 
 >>> import tensorflow as tf
->>> from electra_tf.masking import mask_inputs, example_seeds
+>>> from electra_tf.model.masking import mask_inputs, example_seeds
 >>> ids = tf.constant([[2, 7, 8, 9, 10, 11, 3, 0]])
 >>> seeds = example_seeds(seed=0, step=0, global_indices=tf.constant([0]))
 >>> out = mask_inputs(ids, tf.cast(ids > 0, tf.int32), seeds, mask_id=4,
@@ -29,7 +29,7 @@ from typing import NamedTuple, Sequence
 
 import tensorflow as tf
 
-from electra_tf import fused
+from electra_tf.ops import xla_cpu
 
 # Purposes: independent random streams for one example at one step.
 _MASK_POSITIONS, _MASK_TOKEN, _GUMBEL, _SAMPLE = 0, 1, 2, 3
@@ -143,12 +143,12 @@ def gumbel_sample(logits, seeds, temperature=1.0):
 def inverse_cdf_sample(logits, seeds, temperature=1.0, softmax=None):
     """Samples from `softmax(logits / temperature)`, `[B, N, V]` → `[B, N]`, two uniforms per draw.
 
-    `fused.sample_from_logits`: a block of the vocabulary by its mass, then a token within
+    `xla_cpu.sample_from_logits`: a block of the vocabulary by its mass, then a token within
     it; the same distribution as `gumbel_sample` from 2 instead of V random numbers per draw.
-    `softmax`: the logits' `fused.vocabulary_softmax`, if computed already.
+    `softmax`: the logits' `xla_cpu.vocabulary_softmax`, if computed already.
     """
     uniforms = per_example_uniform(seeds, _SAMPLE, trailing_dims(logits, 1)[:-1] + [2])
-    return fused.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
+    return xla_cpu.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
 
 
 def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf", softmax=None):

@@ -1,4 +1,4 @@
-"""The XLA-fused encoder kernels (`electra_tf.fused`) against float64 references and the unfused layer."""
+"""The XLA:CPU kernels (`electra_tf.ops.xla_cpu`) against float64 references and the reference kernels."""
 
 import keras
 import numpy as np
@@ -6,10 +6,13 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf
 
-from electra_tf import fused
+from electra_tf.ops import xla_cpu
 from electra_tf.config import get_config
-from electra_tf.modeling import (DiscriminatorHead, ElectraDense, ElectraEinsumDense, ElectraEncoder,
-                                 ElectraTransformerEncoder, add_bias, dropout16, gelu_exact)
+from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.model.heads import DiscriminatorHead
+from electra_tf.model.layers import ElectraDense, ElectraEinsumDense
+from electra_tf.model.transformer_layer import ElectraTransformerEncoder
+from electra_tf.ops.reference import add_bias, dropout16, gelu_exact
 from electra_tf.options import ExecutionOptions
 
 RNG = np.random.RandomState(0)
@@ -46,7 +49,7 @@ def test_bias_gelu_and_its_gradients_match_the_erf_formula(dtype, tol):
     x = RNG.normal(0, 2, size=(6, 5, 32))
     bias, upstream = RNG.normal(size=32), RNG.normal(size=(6, 5, 32))
     inputs = [tf.cast(tf.constant(x), dtype), tf.constant(bias, tf.float32)]
-    y, (dx, dbias) = _grads(fused.bias_gelu, inputs, tf.constant(upstream, tf.float32))
+    y, (dx, dbias) = _grads(xla_cpu.bias_gelu, inputs, tf.constant(upstream, tf.float32))
     assert y.dtype == dx.dtype == tf.as_dtype(dtype) and dbias.dtype == tf.float32
     z = _f64(inputs[0]) + _f64(inputs[1])
     cdf = 0.5 * (1 + erf(z / np.sqrt(2)))
@@ -73,7 +76,7 @@ def test_softmax_dropout_matches_masked_softmax_and_its_gradient(with_dropout):
     key_mask[1, ..., 4:] = False
     bits = _bits(shape) if with_dropout else None
     scale = _keep_scale(bits, 0.1) if with_dropout else 1.0
-    y, (ds,) = _grads(lambda s: fused.softmax_dropout(s, tf.constant(key_mask), bits, 0.1),
+    y, (ds,) = _grads(lambda s: xla_cpu.softmax_dropout(s, tf.constant(key_mask), bits, 0.1),
                       [tf.constant(scores, tf.float32)], tf.constant(upstream, tf.float32))
     p, expected = _softmax_reference(scores, key_mask, scale)
     np.testing.assert_allclose(_f64(y), expected, rtol=1e-5, atol=1e-6)
@@ -87,17 +90,17 @@ def test_softmax_dropout_matches_masked_softmax_and_its_gradient(with_dropout):
 
 def test_dropout_rate_one_drops_everything_as_dropout16_does():
     scores, bits = tf.ones((1, 1, 2, 3)), _bits((1, 1, 2, 3))
-    assert np.all(fused.softmax_dropout(scores, None, bits, 1.0).numpy() == 0)
+    assert np.all(xla_cpu.softmax_dropout(scores, None, bits, 1.0).numpy() == 0)
     x, residual = (tf.constant(RNG.normal(size=(2, 3, 4)), tf.float32) for _ in range(2))
     gamma, beta, bias = tf.ones(4), tf.zeros(4), tf.ones(4)
-    dropped = fused.bias_dropout_add_norm(x, bias, residual, gamma, beta, _bits((2, 3, 4)), 1.0)
-    residual_only = fused.bias_dropout_add_norm(tf.zeros_like(x), tf.zeros(4), residual, gamma, beta)
+    dropped = xla_cpu.bias_dropout_add_norm(x, bias, residual, gamma, beta, _bits((2, 3, 4)), 1.0)
+    residual_only = xla_cpu.bias_dropout_add_norm(tf.zeros_like(x), tf.zeros(4), residual, gamma, beta)
     np.testing.assert_allclose(dropped.numpy(), residual_only.numpy(), rtol=1e-6, atol=1e-6)
     assert np.all(dropout16(x, 1.0, tf.constant([1, 2], tf.int64)).numpy() == 0)
 
 
 def test_softmax_dropout_gives_zeros_where_every_key_is_masked():
-    y = fused.softmax_dropout(tf.ones((1, 1, 2, 3)), tf.zeros((1, 1, 1, 3), tf.bool))
+    y = xla_cpu.softmax_dropout(tf.ones((1, 1, 2, 3)), tf.zeros((1, 1, 1, 3), tf.bool))
     assert np.all(y.numpy() == 0)
 
 
@@ -111,7 +114,7 @@ def test_bias_dropout_add_norm_matches_layer_norm_and_its_gradients(dtype, tol):
               tf.constant(gamma, tf.float32), tf.constant(beta, tf.float32)]
 
     def fn(x, bias, residual, gamma, beta):
-        return fused.bias_dropout_add_norm(x, bias, residual, gamma, beta, bits, 0.1, 1e-12)
+        return xla_cpu.bias_dropout_add_norm(x, bias, residual, gamma, beta, bits, 0.1, 1e-12)
 
     y, grads = _grads(fn, inputs, tf.constant(upstream, tf.float32))
     assert y.dtype == tf.as_dtype(dtype) and [g.dtype for g in grads] == [t.dtype for t in inputs]
@@ -132,7 +135,7 @@ def test_bias_dropout_add_norm_matches_layer_norm_and_its_gradients(dtype, tol):
 
 
 # --------------------------------------------------------------------------
-# the fused transformer layer against keras-hub's call
+# the XLA:CPU transformer layer against the reference call
 # --------------------------------------------------------------------------
 
 def _layer(policy="float32", **kwargs):
@@ -172,7 +175,7 @@ MASK = tf.constant(np.array([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], bool))
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_fused_layer_equals_keras_hub_call_with_the_same_dropout_masks(training):
+def test_xla_cpu_layer_equals_the_reference_call_with_the_same_dropout_masks(training):
     layer = _layer()
     assert layer.kernels == "xla_cpu"  # the CPU default
     states = [s.numpy() for s in _dropout_states(layer)]
@@ -191,7 +194,7 @@ def test_fused_layer_equals_keras_hub_call_with_the_same_dropout_masks(training)
         assert not np.allclose(again.numpy(), y.numpy())
 
 
-def test_fused_bfloat16_layer_is_as_close_to_float32_as_keras_hubs():
+def test_xla_cpu_bfloat16_layer_is_as_close_to_float32_as_the_reference():
     layer32, layer16 = _layer(), _layer("mixed_bfloat16")
     layer16.set_weights(layer32.get_weights())
     states = [s.numpy() for s in _dropout_states(layer32)]
@@ -235,7 +238,7 @@ def test_xla_cpu_kernels_raise_where_they_cannot_compute_instead_of_falling_back
         layer(X, attention_mask=tf.ones((3, 7, 7), tf.bool))
     with pytest.raises(ValueError, match="padding mask only"):
         layer(X, padding_mask=MASK, return_attention_scores=True)
-    reference = _layer(kernels="reference", dropout_masks="keras")  # keras-hub's call takes all of these
+    reference = _layer(kernels="reference", dropout_masks="keras")  # the reference call takes all of these
     reference(X, attention_mask=tf.ones((3, 7, 7), tf.bool))
 
 
@@ -282,8 +285,8 @@ def test_vocabulary_softmax_matches_tensorflows_cross_entropy_and_its_gradient(v
     logits = tf.constant(RNG.normal(0, 3, size=(4, 5, vocab)), tf.float32)
     labels = tf.constant(RNG.randint(0, vocab, size=(4, 5)), tf.int32)
     upstream = tf.constant(RNG.normal(size=(4, 5)), tf.float32)
-    softmax = fused.vocabulary_softmax(logits, labels)
-    loss, (grad,) = _grads(lambda t: fused.vocabulary_softmax(t, labels).losses, [logits], upstream)
+    softmax = xla_cpu.vocabulary_softmax(logits, labels)
+    loss, (grad,) = _grads(lambda t: xla_cpu.vocabulary_softmax(t, labels).losses, [logits], upstream)
     reference, (grad_ref,) = _grads(lambda t: tf.nn.sparse_softmax_cross_entropy_with_logits(labels, t),
                                     [logits], upstream)
     np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
@@ -292,7 +295,7 @@ def test_vocabulary_softmax_matches_tensorflows_cross_entropy_and_its_gradient(v
     # The sampling masses: Σ exp(logit − max) over each 256-entry block (the last one shorter).
     flat = logits.numpy().reshape(20, vocab)
     weights = np.exp(flat - flat.max(-1, keepdims=True))
-    blocks = [weights[:, i:i + fused.SAMPLING_BLOCK].sum(-1) for i in range(0, vocab, fused.SAMPLING_BLOCK)]
+    blocks = [weights[:, i:i + xla_cpu.SAMPLING_BLOCK].sum(-1) for i in range(0, vocab, xla_cpu.SAMPLING_BLOCK)]
     np.testing.assert_allclose(softmax.block_masses.numpy(), np.stack(blocks, -1), rtol=1e-5)
     np.testing.assert_allclose(softmax.top.numpy()[:, 0], flat.max(-1))
 
@@ -300,9 +303,9 @@ def test_vocabulary_softmax_matches_tensorflows_cross_entropy_and_its_gradient(v
 def test_sampling_with_the_cross_entropys_masses_equals_sampling_alone():
     logits = tf.constant(RNG.normal(0, 2, size=(3, 4, 700)), tf.float32)
     uniforms = tf.constant(RNG.uniform(size=(3, 4, 2)), tf.float32)
-    softmax = fused.vocabulary_softmax(logits, tf.zeros((3, 4), tf.int32))
-    alone = fused.sample_from_logits(logits, uniforms)
-    np.testing.assert_array_equal(fused.sample_from_logits(logits, uniforms, softmax=softmax).numpy(), alone.numpy())
+    softmax = xla_cpu.vocabulary_softmax(logits, tf.zeros((3, 4), tf.int32))
+    alone = xla_cpu.sample_from_logits(logits, uniforms)
+    np.testing.assert_array_equal(xla_cpu.sample_from_logits(logits, uniforms, softmax=softmax).numpy(), alone.numpy())
     # The draw is the inverse CDF of the softmax at the two uniforms, computed in float64.
     flat, u = logits.numpy().reshape(12, 700).astype("float64"), uniforms.numpy().reshape(12, 2)
     weights = np.exp(flat - flat.max(-1, keepdims=True))
@@ -317,7 +320,7 @@ def test_sampling_with_the_cross_entropys_masses_equals_sampling_alone():
 def test_cross_entropy_and_sampling_take_dynamic_batch_and_vocabulary_sizes(vocab):
     """Traced with `[None, None, None]` logits, the fused cross-entropy, its gradient and both
     samplers give what they give on static shapes."""
-    from electra_tf import masking
+    from electra_tf.model import masking
 
     logits = tf.constant(RNG.normal(0, 2, size=(3, 5, vocab)), tf.float32)
     labels = tf.constant(RNG.randint(0, vocab, size=(3, 5)), tf.int32)
@@ -326,7 +329,7 @@ def test_cross_entropy_and_sampling_take_dynamic_batch_and_vocabulary_sizes(voca
     def outputs(logits, labels, seeds):
         with tf.GradientTape() as tape:
             tape.watch(logits)
-            softmax = fused.vocabulary_softmax(logits, labels)
+            softmax = xla_cpu.vocabulary_softmax(logits, labels)
             loss = tf.reduce_sum(softmax.losses)
         return (softmax.losses, tape.gradient(loss, logits), masking.inverse_cdf_sample(logits, seeds, 1.0, softmax),
                 masking.inverse_cdf_sample(logits, seeds, 0.7), masking.gumbel_sample(logits, seeds))
@@ -389,7 +392,7 @@ def test_tensorflows_bfloat16_bias_gradient_is_truncated_and_ours_is_not():
 
 def test_bfloat16_layer_and_head_bias_gradients_match_float32():
     """Over 32 × 128 positions every bias gradient under mixed_bfloat16 stays within bf16 rounding of
-    the float32 one, fused or not (keras-hub's own dense layers' gradients were off by up to 88 %)."""
+    the float32 one, with either kernels (Keras' own dense layers' bias gradients are off by up to 88 %)."""
     x = tf.constant(np.random.RandomState(5).normal(size=(32, 128, 32)).astype("float32"))
     mask = tf.ones((32, 128), tf.bool)
     layer32, layer16 = _layer(), _layer("mixed_bfloat16")
@@ -418,23 +421,10 @@ def test_bfloat16_layer_and_head_bias_gradients_match_float32():
                                    err_msg=weight.path)
 
 
-@pytest.mark.parametrize("count", [8 * 1000, 8 * 1000 + 3])
-def test_random_uint16_is_tensorflows_philox_stream_plane_by_plane(count):
-    seed = tf.constant([7, -3], tf.int32)
-    groups = (count + 7) // 8
-    words = tf.random.stateless_uniform([4 * groups], seed=seed, minval=None, maxval=None, dtype=tf.uint32,
-                                        alg="philox").numpy()
-    expected = words.reshape(groups, 4).T.reshape(-1).view(np.uint16)[:count]
-    np.testing.assert_array_equal(fused.random_uint16(count, seed).numpy(), expected)
-    dynamic = tf.function(lambda n: fused.random_uint16(n, seed), input_signature=[tf.TensorSpec([], tf.int32)])
-    np.testing.assert_array_equal(dynamic(tf.constant(count)).numpy(), expected)
-    assert not np.array_equal(fused.random_uint16(count, tf.constant([7, -2], tf.int32)).numpy(), expected)
-
-
 def test_the_default_execution_resolves_per_model_activation():
     """An entry point's default (what its flags ask for, on its devices) leaves each model to resolve:
     a tanh-GELU model gets the reference kernels, an exact-GELU one the XLA:CPU kernels."""
-    from electra_tf.modeling import set_default_execution
+    from electra_tf.model.execution import set_default_execution
 
     set_default_execution(ExecutionOptions(), {"CPU"})
     try:

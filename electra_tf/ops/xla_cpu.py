@@ -1,4 +1,5 @@
-"""Fused element-wise kernels of the encoder layers and the generator's output, compiled by XLA
+"""The XLA:CPU implementation of the encoder layers' element-wise ops and the generator's output
+(`ExecutionOptions.kernels="xla_cpu"`, the default where every device is a CPU): XLA-compiled kernels
 inside the TensorFlow graph.
 
 TensorFlow's CPU kernels run each element-wise op as its own pass over memory:
@@ -11,12 +12,9 @@ same way: bias + GELU, masked softmax + dropout, bias + dropout + residual +
 LayerNorm, bias + split into attention heads, and over the generator's
 vocabulary the cross-entropy and the block masses of a two-level inverse-CDF
 sampler (`sample_from_logits`). The matmuls stay outside, on TensorFlow's
-oneDNN kernels (XLA's own CPU matmuls are slower). These kernels are tuned for XLA:CPU (`ExecutionOptions.kernels="xla_cpu"`, the default where every
-device is a CPU). The dropout keep decisions
-come in as 16-bit random integers from `random_uint16` (TensorFlow's Philox
-stream, computed by XLA in its own kernel: XLA's own CPU random-number generator
-is slow), the generator `modeling.dropout16` draws from too, so the masks are
-the ones the unfused layers draw from the same seeds.
+oneDNN kernels (XLA's own CPU matmuls are slower). The dropout keep decisions
+come in as 16-bit random integers from `ops.random_bits` (the ones `ops.reference.dropout16`
+draws from the same seeds), so both implementations drop out the same elements.
 
 Element-wise arithmetic runs in float32 whatever the input dtype (bfloat16 in
 and out under mixed precision); biases, LayerNorm scales and offsets are taken
@@ -26,7 +24,7 @@ float32.
 Example:
 
 >>> import numpy as np, tensorflow as tf
->>> from electra_tf.fused import bias_gelu
+>>> from electra_tf.ops.xla_cpu import bias_gelu
 >>> y = bias_gelu(tf.constant([[-1.0, 0.0, 2.0]]), tf.constant([0.0, 0.5, 0.0]))
 >>> [round(float(v), 4) for v in y.numpy()[0]]
 [-0.1587, 0.3457, 1.9545]
@@ -36,7 +34,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from electra_tf.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
+from electra_tf.ops.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 
 # What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
 _MASKED_SCORE = -1e9
@@ -78,62 +76,6 @@ def _keep_scale(bits, threshold: int):
 
 def _jit(fn):
     return tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=False)
-
-
-# --------------------------------------------------------------------------
-# Random bits for the dropout masks: Philox-4x32-10, TensorFlow's stateless stream, vectorised
-# --------------------------------------------------------------------------
-
-_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
-_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
-
-
-def _philox_planes(key, counter, groups: int):
-    """Philox-4x32-10 (Salmon et al., 2011) at `counter + g`, g = 0 … groups − 1: four uint32 planes
-    `[groups]`, word j of call g in plane j. TensorFlow's `StatelessRandomUniformFullIntV2` returns
-    the same words interleaved (call g's words at 4g … 4g + 3) from the same key and counter."""
-    u64, u32 = tf.uint64, tf.uint32
-    low32, shift = tf.constant(0xFFFFFFFF, u64), tf.constant(32, u64)
-
-    def split(word):  # uint64 → (low, high) uint32
-        return tf.cast(word & low32, u32), tf.cast(tf.bitwise.right_shift(word, shift), u32)
-
-    k0, k1 = split(key[0])
-    low = counter[0] + tf.cast(tf.range(groups, dtype=tf.int64), u64)
-    high = counter[1] + tf.cast(low < counter[0], u64)  # the carry of the 128-bit counter
-    (c0, c1), (c2, c3) = split(low), split(high)
-    for round_ in range(10):
-        hi0, lo0 = split(tf.cast(c0, u64) * tf.constant(_PHILOX_M0, u64))[::-1]
-        hi1, lo1 = split(tf.cast(c2, u64) * tf.constant(_PHILOX_M1, u64))[::-1]
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        if round_ < 9:
-            k0, k1 = k0 + tf.constant(_PHILOX_W0, u32), k1 + tf.constant(_PHILOX_W1, u32)
-    return c0, c1, c2, c3  # separate outputs: XLA vectorises them; stacking in the kernel does not
-
-
-_philox_planes_jit = _jit(_philox_planes)
-
-
-def random_uint16(count, seed):
-    """`count` uniform uint16 (flat) from an int `[2]` seed: TensorFlow's stateless Philox stream
-    (`tf.random.stateless_uniform(..., alg="philox")`), its words taken plane by plane (word j of
-    every Philox call, then word j + 1) and split in two 16-bit halves each.
-
-    A fixed permutation of TensorFlow's stream, computed by XLA in under half the CPU time of
-    TensorFlow's kernel where `count` is static; a dynamic `count` takes TensorFlow's stream
-    and permutes it.
-    """
-    static = isinstance(count, int)
-    groups = (count + 7) // 8  # Philox calls: 4 words, 8 halves each
-    key, counter, _ = tf.raw_ops.StatelessRandomGetKeyCounterAlg(seed=seed)
-    if static:
-        planes = tf.concat(_philox_planes_jit(key, counter, groups), axis=0)
-    else:
-        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
-            shape=[4 * groups], key=key, counter=counter, alg=tf.constant(1), dtype=tf.uint32)  # 1: Philox
-        planes = tf.reshape(tf.transpose(tf.reshape(words, [groups, 4])), [-1])
-    halves = tf.reshape(tf.bitcast(planes, tf.uint16), [-1])
-    return halves if static and count == 8 * groups else halves[:count]
 
 
 # --------------------------------------------------------------------------
@@ -485,7 +427,7 @@ class LayerDropout(NamedTuple):
 
 
 def transformer_layer(x, key_mask, weights: LayerWeights, dropout: LayerDropout, query_length=None):
-    """A keras-hub `TransformerEncoder` layer (post-LN, exact GELU) on `x` `[B, S, H]`.
+    """A post-LN BERT transformer layer (`model.transformer_layer`, exact GELU) on `x` `[B, S, H]`.
 
     `key_mask`: bool `[B, 1, 1, S]` (False = padding key). With `query_length=n` only the first n
     positions are computed after the attention's keys and values (output `[B, n, H]`).

@@ -20,7 +20,7 @@ Example:
 >>> import numpy as np
 >>> from electra_tf.config import get_config
 >>> from electra_tf.training.optimization import create_optimizer
->>> from electra_tf.pretrainer import ElectraPretrainer
+>>> from electra_tf.model.pretrainer import ElectraPretrainer
 >>> config = get_config("tiny", {"discriminator.num_layers": 1, "generator.num_layers": 1},
 ...                     vocab_size=64, max_seq_length=16)
 >>> model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
@@ -34,15 +34,33 @@ Example:
 import keras
 import tensorflow as tf
 
-from electra_tf import fused, masking
-from electra_tf.training import loop
-from electra_tf.training.distribution import all_reduce_sum, replica_context_info
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
-from electra_tf.modeling import (DiscriminatorHead, ElectraEncoder, GdesEmbeddings, MaskedLMHead, gather_positions,
-                                 resolve_execution)
+from electra_tf.model import masking
+from electra_tf.model.embeddings import GdesEmbeddings
+from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.model.execution import resolve_execution
+from electra_tf.model.heads import DiscriminatorHead, MaskedLMHead, gather_positions
+from electra_tf.ops import xla_cpu
 from electra_tf.options import ExecutionOptions
+from electra_tf.training import loop
 
 REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
+
+
+def _replica_info() -> tuple[int, int]:
+    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return 0, 1
+    return context.replica_id_in_sync_group, context.num_replicas_in_sync
+
+
+def _sum_over_replicas(values):
+    """Sums `values` (a nest of tensors) over the replicas; a no-op with one replica."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
 class ElectraPretrainer(keras.Model):
@@ -189,7 +207,7 @@ class ElectraPretrainer(keras.Model):
         return {"token_ids": token_ids, "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
 
     def _example_seeds(self, batch_size):
-        replica_id, _ = replica_context_info()
+        replica_id, _ = _replica_info()
         global_indices = tf.cast(replica_id, tf.int64) * tf.cast(batch_size, tf.int64) + tf.range(
             tf.cast(batch_size, tf.int64)
         )
@@ -208,7 +226,7 @@ class ElectraPretrainer(keras.Model):
         input_ids, input_mask = tf.cast(batch["input_ids"], tf.int32), tf.cast(batch["input_mask"], tf.int32)
         candidates = masking.candidate_positions(input_ids, input_mask, self._special_id_tuple())
         masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
-        counts = all_reduce_sum([tf.reduce_sum(tf.cast(masked, tf.float32)),
+        counts = _sum_over_replicas([tf.reduce_sum(tf.cast(masked, tf.float32)),
                                  tf.reduce_sum(tf.cast(input_mask, tf.float32))])
         return {"per_example": {"seeds": self._example_seeds(tf.shape(input_ids)[0])},
                 "normalizers": {"num_masked": counts[0], "num_tokens": counts[1]}}
@@ -235,13 +253,13 @@ class ElectraPretrainer(keras.Model):
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
         softmax = None
         if self.execution.kernels == "xla_cpu":
-            softmax = fused.vocabulary_softmax(gen_logits, masked.original_ids)
+            softmax = xla_cpu.vocabulary_softmax(gen_logits, masked.original_ids)
             gen_losses, gen_predictions = softmax.losses, softmax.predictions
         else:
             gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
             gen_predictions = tf.argmax(gen_logits, -1, output_type=tf.int32)
         if normalizers is None:
-            num_masked, num_tokens = all_reduce_sum(
+            num_masked, num_tokens = _sum_over_replicas(
                 [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))])
         else:
             num_masked, num_tokens = normalizers["num_masked"], normalizers["num_tokens"]
@@ -311,7 +329,7 @@ class ElectraPretrainer(keras.Model):
     def train_step(self, batch):
         """One step (a Keras `train_step`); returns this replica's partials of the global values."""
         out = loop.train_step(self, batch, self.config.clip_norm, self.config.gradient_accumulation_steps)
-        _, num_replicas = replica_context_info()
+        _, num_replicas = _replica_info()
         results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
@@ -322,7 +340,7 @@ class ElectraPretrainer(keras.Model):
 
     def update_metrics(self, batch, out):
         """Running metrics; `out` is one replica's (micro-)batch outputs."""
-        _, num_replicas = replica_context_info()
+        _, num_replicas = _replica_info()
         parts = num_replicas * self.config.gradient_accumulation_steps  # partials that make one step's value
 
         def add_partial(name, partial):

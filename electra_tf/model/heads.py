@@ -1,0 +1,100 @@
+"""The pre-training heads: the discriminator's replaced-token logit and the masked-LM head.
+
+Their dense + GELU runs as one XLA:CPU kernel under `kernels="xla_cpu"` (`ElectraDense(fused=True)`).
+
+Example:
+
+>>> import numpy as np
+>>> head = DiscriminatorHead(hidden_size=8, kernels="reference")
+>>> tuple(head(np.zeros((2, 5, 8), "float32")).shape)
+(2, 5)
+>>> tuple(gather_positions(np.arange(12).reshape(1, 4, 3), np.array([[3, 0]])).shape)
+(1, 2, 3)
+"""
+
+import keras
+from keras import layers, ops
+
+from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.layers import ElectraDense, get_activation, layer_norm, truncated_normal
+from electra_tf.ops.reference import PACKAGE
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class DiscriminatorHead(layers.Layer):
+    """dense(H) → GELU → dense(1): one replaced-token logit per position (`kernels`: see `ElectraDense`)."""
+
+    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, kernels=None, **kwargs):
+        super().__init__(**without_legacy_fields(kwargs))
+        kernels = kernels or resolve_execution().kernels
+        self.hidden_size = hidden_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.dense = ElectraDense(
+            hidden_size, activation=get_activation(hidden_act, kernels), fused=kernels == "xla_cpu",
+            kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
+        )
+        # glorot-uniform: the official discriminator's last dense has no initializer.
+        self.logits = ElectraDense(1, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="logits")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.logits.build(tuple(input_shape[:-1]) + (self.hidden_size,))
+        self.built = True
+
+    def call(self, hidden):
+        return ops.squeeze(self.logits(self.dense(hidden)), axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, hidden_act=self.hidden_act,
+                      initializer_range=self.initializer_range)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MaskedLMHead(layers.Layer):
+    """dense(E) → GELU → LayerNorm → logits tied to the word embeddings + bias (`kernels`: see `ElectraDense`).
+
+    Call it on hidden states already gathered at the masked positions
+    (`[batch, num_masked, hidden]`): at a 30k vocabulary the output projection
+    is most of the generator's cost, so it must not run at every position.
+    """
+
+    def __init__(self, token_embedding, embedding_size, hidden_act="gelu", layer_norm_epsilon=1e-12,
+                 initializer_range=0.02, kernels=None, **kwargs):
+        super().__init__(**kwargs)
+        kernels = kernels or resolve_execution().kernels
+        self.token_embedding = token_embedding
+        self.embedding_size = embedding_size
+        self.hidden_act = hidden_act
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+        self.dense = ElectraDense(
+            embedding_size, activation=get_activation(hidden_act, kernels), fused=kernels == "xla_cpu",
+            kernel_initializer=truncated_normal(initializer_range), dtype=self.dtype_policy, name="dense",
+        )
+        self.layer_norm = layer_norm(layer_norm_epsilon, kernels, dtype=self.dtype_policy, name="layer_norm")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.layer_norm.build(tuple(input_shape[:-1]) + (self.embedding_size,))
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.token_embedding.input_dim,), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, hidden):
+        x = self.layer_norm(self.dense(hidden))
+        logits = self.token_embedding(x, reverse=True)
+        return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+
+    def get_config(self):
+        raise NotImplementedError(
+            "MaskedLMHead ties its output to an embedding layer; build it with MaskedLMHead(token_embedding, ...)"
+        )
+
+
+def gather_positions(sequence, positions):
+    """`sequence[b, positions[b, i]]` for `[B, S, H]` and int `[B, N]` → `[B, N, H]`."""
+    return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)

@@ -1,0 +1,110 @@
+"""Uniform 16-bit random integers: the keep decisions of 16-bit dropout masks (two per 32-bit draw).
+
+On TensorFlow the bits are TensorFlow's stateless Philox stream, computed by an XLA kernel (XLA's own
+CPU random-number generator is slow); both kernel implementations (`ops.reference.dropout16` and the
+XLA:CPU layer) draw from here, so the same seed gives the same masks either way. On JAX they are
+`jax.random.bits`; other backends have no raw-bits generator (None: callers fall back to Keras' dropout).
+
+Example:
+
+>>> import numpy as np
+>>> from electra_tf.ops.random_bits import dropout_keep_bits
+>>> bits = dropout_keep_bits(np.zeros((2, 3), "float32"), np.array([1, 2], "int32"))
+>>> tuple(bits.shape), bits.dtype.name
+((2, 3), 'uint16')
+"""
+
+import functools
+import math
+
+import keras
+from keras import ops
+
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+
+
+def _philox_planes(key, counter, groups: int):
+    """Philox-4x32-10 (Salmon et al., 2011) at `counter + g`, g = 0 … groups − 1: four uint32 planes
+    `[groups]`, word j of call g in plane j. TensorFlow's `StatelessRandomUniformFullIntV2` returns
+    the same words interleaved (call g's words at 4g … 4g + 3) from the same key and counter."""
+    import tensorflow as tf
+
+    u64, u32 = tf.uint64, tf.uint32
+    low32, shift = tf.constant(0xFFFFFFFF, u64), tf.constant(32, u64)
+
+    def split(word):  # uint64 → (low, high) uint32
+        return tf.cast(word & low32, u32), tf.cast(tf.bitwise.right_shift(word, shift), u32)
+
+    k0, k1 = split(key[0])
+    low = counter[0] + tf.cast(tf.range(groups, dtype=tf.int64), u64)
+    high = counter[1] + tf.cast(low < counter[0], u64)  # the carry of the 128-bit counter
+    (c0, c1), (c2, c3) = split(low), split(high)
+    for round_ in range(10):
+        hi0, lo0 = split(tf.cast(c0, u64) * tf.constant(_PHILOX_M0, u64))[::-1]
+        hi1, lo1 = split(tf.cast(c2, u64) * tf.constant(_PHILOX_M1, u64))[::-1]
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        if round_ < 9:
+            k0, k1 = k0 + tf.constant(_PHILOX_W0, u32), k1 + tf.constant(_PHILOX_W1, u32)
+    return c0, c1, c2, c3  # separate outputs: XLA vectorises them; stacking in the kernel does not
+
+
+@functools.cache
+def _philox_planes_jit():
+    import tensorflow as tf
+
+    return tf.function(_philox_planes, jit_compile=True, autograph=False, reduce_retracing=False)
+
+
+def random_uint16(count, seed):
+    """`count` uniform uint16 (flat) from an int `[2]` seed: TensorFlow's stateless Philox stream
+    (`tf.random.stateless_uniform(..., alg="philox")`), its words taken plane by plane (word j of
+    every Philox call, then word j + 1) and split in two 16-bit halves each.
+
+    A fixed permutation of TensorFlow's stream, computed by XLA in under half the CPU time of
+    TensorFlow's kernel where `count` is static; a dynamic `count` takes TensorFlow's stream
+    and permutes it.
+    """
+    import tensorflow as tf
+
+    static = isinstance(count, int)
+    groups = (count + 7) // 8  # Philox calls: 4 words, 8 halves each
+    key, counter, _ = tf.raw_ops.StatelessRandomGetKeyCounterAlg(seed=seed)
+    if static:
+        planes = tf.concat(_philox_planes_jit()(key, counter, groups), axis=0)
+    else:
+        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[4 * groups], key=key, counter=counter, alg=tf.constant(1), dtype=tf.uint32)  # 1: Philox
+        planes = tf.reshape(tf.transpose(tf.reshape(words, [groups, 4])), [-1])
+    halves = tf.reshape(tf.bitcast(planes, tf.uint16), [-1])
+    return halves if static and count == 8 * groups else halves[:count]
+
+
+def backend_uint16(count, seed):
+    """At least `count` uniform 16-bit integers (flat) from a Keras seed (a `SeedGenerator` draw) on
+    the current backend; None where it has no raw-bits generator."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)  # as Keras' TF backend
+        return random_uint16(count, seed)
+    if backend == "jax":
+        import jax
+
+        bits = jax.random.bits(seed, ((count + 1) // 2,), dtype="uint32")
+        return jax.lax.bitcast_convert_type(bits, "uint16").reshape(-1)
+    return None
+
+
+def dropout_keep_bits(x, seed):
+    """uint16 random integers shaped like `x`, two per 32-bit draw from `seed` (what 16-bit dropout
+    compares with its threshold); None where `backend_uint16` is."""
+    static_size = None not in x.shape and math.prod(x.shape)
+    size = static_size or ops.size(x)
+    bits = backend_uint16(size, seed)
+    if bits is None:
+        return None
+    if not static_size or size % 2:
+        bits = bits[:size]
+    return ops.reshape(bits, ops.shape(x))
