@@ -57,8 +57,13 @@ def _shift(values, is_edge, fill, step):
 
 
 def decode_bioes(prefix, type_id, is_first, is_last, scheme: str):
-    """`tagging.from_bioes` on flat word sequences: the IOB prefix code of each word's tag (its type is kept)."""
-    opens = (prefix == BEGIN) | (prefix == INSIDE)  # a chunk is still open after the word
+    """`tagging.from_bioes` on flat word sequences: the IOB prefix code of each word's tag (its type is kept).
+
+    `bioes_spans` reads the labels left to right, but whether a chunk is open after a word depends on that
+    word's label alone (`B-`/`I-` leave one open, `E-`/`S-`/`O` do not), so every decision is a comparison
+    of neighbours and the whole batch decodes at once.
+    """
+    opens = (prefix == BEGIN) | (prefix == INSIDE)
     previous_type = _shift(type_id, is_first, -1, -1)
     continues = ((prefix == INSIDE) | (prefix == END)) & _shift(opens, is_first, False, -1) & (previous_type == type_id)
     continued = _shift(continues, is_last, False, +1)
