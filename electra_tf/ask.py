@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Optional, Sequence
 
 from electra_tf import runtime
+from electra_tf.serving.loading import UsageError, first_row, load_signature
 
-INPUT_NAMES = ("question", "context")  # the signature of electra_tf.squad_serving
-
-
-class UsageError(Exception):
-    """Bad input: one line for the user, exit status 2."""
+INPUT_NAMES = ("question", "context")  # the signature of electra_tf.serving.squad
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,28 +44,11 @@ def read_context(args) -> str:
         raise UsageError(f"--context_file: cannot read {args.context_file} ({e})") from None
 
 
-def load_signature(path: str):
-    """The `serving_default` signature of a SQuAD SavedModel at `path`."""
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise UsageError(f"--model: no SavedModel at {path} (saved_model.pb is missing)")
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
-
-    signature = tf.saved_model.load(path).signatures.get("serving_default")
-    inputs = set(signature.structured_input_signature[1]) if signature is not None else set()
-    if inputs != set(INPUT_NAMES):
-        raise UsageError(f"--model: {path} is not a SQuAD export (its signature takes {sorted(inputs)}, "
-                         f"not question and context)")
-    return signature
-
-
 def ask(signature, question: str, context: str) -> dict:
     """The signature's outputs for one question, as Python values."""
     import tensorflow as tf
 
-    outputs = signature(question=tf.constant([question]), context=tf.constant([context]))
-    return {name: (value.numpy()[0].decode("utf-8") if value.dtype == tf.string else value.numpy()[0].item())
-            for name, value in sorted(outputs.items())}
+    return first_row(signature(question=tf.constant([question]), context=tf.constant([context])))
 
 
 def render(result: dict, as_json: bool) -> str:
@@ -85,7 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         context = read_context(args)
         runtime.use_onednn_kernels()
-        signature = load_signature(args.model)
+        signature = load_signature(args.model, INPUT_NAMES, "a SQuAD export")
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -113,9 +113,9 @@ LEVELS = {
     "electra_tf.finetuning": 4,
     "electra_tf.convert": 4,
     "electra_tf.detect": 4,
-    "electra_tf.serving": 4,
-    "electra_tf.squad_serving": 4,
+    "electra_tf.serving": 4,  # text-in SavedModels of fine-tuned models; finetuning.export writes them
     "electra_tf.ask": 4,
+    "electra_tf.tag": 4,
     "data_prep": 4,  # command-line tools: may import electra_tf.text; nothing in electra_tf imports them
 }
 # The package's __init__ (it imports nothing), matched exactly: as a prefix it would cover every module.

@@ -29,8 +29,8 @@ print(json.dumps({"returned": returned, "env": os.environ.get("TF_ENABLE_ONEDNN_
 
 # Where each entry point starts; each calls `use_onednn_kernels()` before TensorFlow is imported.
 ENTRY_POINTS = ("run_pretraining.py", "run_finetuning.py", "electra_tf/detect/__main__.py",
-                "electra_tf/convert/__main__.py", "bench/step_bench/__main__.py", "bench/startup_bench.py",
-                "bench/data_prep_bench.py", "experiments/compare_objectives.py", "tests/conftest.py")
+                "electra_tf/convert/__main__.py", "electra_tf/ask.py", "electra_tf/tag.py",
+                "bench/step_bench/__main__.py", "bench/startup_bench.py", "bench/data_prep_bench.py", "experiments/compare_objectives.py", "tests/conftest.py")
 
 
 def probe(code, onednn_env=None):

@@ -71,14 +71,14 @@ def test_tasks_without_a_serving_export_are_refused(tmp_path):
     from electra_tf.finetuning.task import Task
     from electra_tf.options import RunOptions
 
-    class Tagging(Task):  # a task that names no serving labels
+    class Ranking(Task):  # a task that names no serving labels
         build_head = train_features = eval_sets = predict_sets = score = write_predictions = None
 
     options = RunOptions(output_dir=str(tmp_path), learning_rate=1e-4, train_batch_size=2, eval_batch_size=2,
                          num_train_epochs=1, warmup_fraction=0.1, weight_decay=0.0, layerwise_lr_decay=1.0,
                          max_seq_length=16, export_saved_model=str(tmp_path / "x"))
-    with pytest.raises(ValueError, match="supports sentence classification and regression, not tagging"):
-        export_serving(None, Tagging("tagging"), None, options, {})
+    with pytest.raises(ValueError, match="sentence classification and regression, SQuAD and tagging, not ranking"):
+        export_serving(None, Ranking("ranking"), None, options, {})
 
 
 @pytest.mark.data

@@ -134,7 +134,7 @@ def python_decoding(model, tokenizer, v2, tmp_path):
 
 
 def settings_of(task):
-    from electra_tf.squad_serving import SquadServingSettings
+    from electra_tf.serving.squad import SquadServingSettings
     return SquadServingSettings(32, task.doc_stride, task.max_query_length, task.max_answer_length, task.n_best_size,
                                 task.v2, task.null_score_threshold)
 
@@ -142,7 +142,7 @@ def settings_of(task):
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """A tiny joint-head SQuAD 1.1 model's SavedModel and the Python decoding of the dev questions."""
-    from electra_tf.squad_serving import export_squad
+    from electra_tf.serving.squad import export_squad
 
     tmp_path = tmp_path_factory.mktemp("squad_serving")
     model, tokenizer = tiny_squad_model(tmp_path, joint=True)
@@ -163,7 +163,7 @@ def test_saved_model_answers_as_the_python_decoding(tiny_export):
                                        pytest.param(False, True, marks=pytest.mark.slow)])
 def test_graph_answers_as_the_python_decoding(tmp_path, joint, v2):
     """The other heads and 2.0 (the same graph, traced without the export)."""
-    from electra_tf.squad_serving import SquadServer
+    from electra_tf.serving.squad import SquadServer
 
     model, tokenizer = tiny_squad_model(tmp_path, joint)
     task, predictions, nbest, null_odds = python_decoding(model, tokenizer, v2, tmp_path)

@@ -1,11 +1,11 @@
 """The serving export of a fine-tuned model: a SavedModel that takes raw text.
 
-`export_serving` writes `electra_tf.serving`'s SavedModel (tokenisation in the
-graph; label probabilities and the label name out) for a sentence or
-sentence-pair classification or regression task, and `electra_tf.squad_serving`'s
-(question + context in, answer out) for SQuAD 1.1 / 2.0; other span tasks are
-refused by `Task.serving_labels`. Whether a classifier reads one text or two
-follows the features it was trained (or evaluated) on.
+`export_serving` writes the SavedModel of `electra_tf.serving`'s module for the task:
+`classifier` (tokenisation in the graph; label probabilities and the label name out) for a
+sentence or sentence-pair classification or regression task, `squad` (question + context in,
+answer out) for SQuAD 1.1 / 2.0, `tagging` (text in, tags and entity spans out) for NER,
+chunking and other CoNLL tagging; other tasks are refused by `Task.serving_labels`. Whether a
+classifier reads one text or two follows the features it was trained (or evaluated) on.
 
 Example:
 
@@ -32,30 +32,43 @@ def takes_text_pairs(data_cache: dict) -> bool:
 
 
 def export_serving(model, task: Task, tokenizer, options: RunOptions, data_cache: dict) -> str:
-    """Writes the SavedModel of `electra_tf.serving` for a sentence (pair) classification task, or of
-    `electra_tf.squad_serving` for SQuAD."""
-    from electra_tf import serving
+    """Writes the task's serving SavedModel to `options.export_saved_model`; returns its path."""
     from electra_tf.finetuning.squad.task import SquadTask
+    from electra_tf.finetuning.tagging import TaggingTask
+    from electra_tf.serving import classifier
 
     if isinstance(task, SquadTask):
         return export_squad(model, task, tokenizer, options)
+    if isinstance(task, TaggingTask):
+        return export_tagging(model, task, tokenizer, options)
 
     labels = task.serving_labels()
     two_texts = takes_text_pairs(data_cache)
-    path = serving.export_classifier(model, tokenizer, labels, options.max_seq_length, options.export_saved_model,
-                                     two_texts)
+    path = classifier.export_classifier(model, tokenizer, labels, options.max_seq_length, options.export_saved_model,
+                                        two_texts)
     logging.info("Exported a serving SavedModel (%s) to %s", "text, text_b" if two_texts else "text", path)
     return path
 
 
 def export_squad(model, task, tokenizer, options: RunOptions) -> str:
     """Writes the question + context → answer SavedModel with the run's windowing and decoding settings."""
-    from electra_tf import squad_serving
+    from electra_tf.serving import squad
 
-    settings = squad_serving.SquadServingSettings(
+    settings = squad.SquadServingSettings(
         max_seq_length=options.max_seq_length, doc_stride=task.doc_stride, max_query_length=task.max_query_length,
         max_answer_length=task.max_answer_length, n_best_size=task.n_best_size, v2=task.v2,
         null_score_threshold=task.null_score_threshold, do_lower_case=task.do_lower_case)
-    path = squad_serving.export_squad(model, tokenizer, settings, options.export_saved_model)
+    path = squad.export_squad(model, tokenizer, settings, options.export_saved_model)
     logging.info("Exported a SQuAD serving SavedModel (question, context) to %s", path)
+    return path
+
+
+def export_tagging(model, task, tokenizer, options: RunOptions) -> str:
+    """Writes the text → tags and entities SavedModel with the run's labels, scheme and window length."""
+    from electra_tf.serving import tagging
+
+    path = tagging.export_tagging(model, tokenizer, task.labels, task.scheme, options.max_seq_length,
+                                  options.export_saved_model)
+    logging.info("Exported a tagging serving SavedModel (text → %s) to %s",
+                 "tags and entities" if task.chunked else "tags", path)
     return path

@@ -10,7 +10,7 @@ its defaults, so the run never asks which kind of task it runs:
   the one that picks the best evaluation, and the prediction files;
 * `default_epochs`, `default_max_seq_length`, `min_sequence_length(config)`
   (the shortest a batch may be cut to), `serving_labels()` (what the
-  text-in SavedModel returns; only sentence tasks have one) and
+  classifier SavedModel returns; only sentence tasks have one) and
   `data_summary()` (counts about the inputs, reported in `metrics.json`).
 
 Implementations: `sentence.SentenceTask` (`glue.GlueTask`,
@@ -104,5 +104,6 @@ class Task(abc.ABC):
         return {}
 
     def serving_labels(self) -> Optional[list[str]]:
-        """Label names of the text-in SavedModel of `electra_tf.serving` (None: regression)."""
-        raise ValueError(f"--export_saved_model supports sentence classification and regression, not {self.name}")
+        """Label names of the text-in SavedModel of `electra_tf.serving.classifier` (None: regression)."""
+        raise ValueError(f"--export_saved_model supports sentence classification and regression, SQuAD and "
+                         f"tagging, not {self.name}")

@@ -9,13 +9,13 @@ takes two string batches, `question` and `context`, and returns per question
 * 2.0 only: `best_span` (the answer before the null decision) and `null_odds`.
 
 Everything runs in the graph and reproduces `run_finetuning`'s Python path step by step
-(`electra_tf.finetuning.squad`): whitespace words, WordPiece per word (`serving`'s in-graph
+(`electra_tf.finetuning.squad`): whitespace words, WordPiece per word (`serving.text`'s in-graph
 tokeniser), the question cut to `max_query_length`, `doc_stride` windows with their max-context
 flags, the head's candidate spans (joint beam or independent top-n) with the official filters, the
 best by score (first on ties, as the stable sort), `get_final_text` (BERT's basic tokenisation of
 the span's words, the first occurrence of the WordPiece text, the non-space character alignment)
 and the 2.0 null odds. Only the best answer is decoded: the n-best list and its probabilities stay
-in `nbest_predictions.json`. Gaps are `serving`'s (ICU lower-casing, words over 100 characters).
+in `nbest_predictions.json`. Gaps are `serving.text`'s (ICU lower-casing, words over 100 characters).
 Where the Python path finds no valid span it predicts the official nonce "empty"; so does this.
 
 Load it with TensorFlow and tensorflow-text only, or ask it with `python -m electra_tf.ask`.
@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf import serving
+from electra_tf.serving.text import GraphTokenizer, char_offsets, write_archive
 from electra_tf.text import tokenization
 
 # SQuAD's `is_whitespace` (examples.whitespace_split), as RE2.
@@ -137,7 +137,7 @@ class SquadServer(tf.Module):
                              f"a {settings.max_query_length}-token question; lower --max_query_length")
         self.model = model
         self.settings = settings
-        self.tokenizer = serving._GraphTokenizer(tokenizer)
+        self.tokenizer = GraphTokenizer(tokenizer)
         self.joiner = _BasicJoiner(settings.do_lower_case)
         self.vocab = tf.constant(tokenizer.vocab, tf.string)  # convert_ids_to_tokens's strings
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
@@ -151,14 +151,7 @@ class SquadServer(tf.Module):
         doc_lengths = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(pieces.row_lengths(), words.row_lengths()), axis=1)
         doc_ids = tf.RaggedTensor.from_row_lengths(tf.cast(pieces.flat_values, tf.int32), doc_lengths)
         tok_to_orig = tf.RaggedTensor.from_row_lengths(tf.cast(word_index, tf.int32), doc_lengths)
-        return words, self._char_offsets(contexts, begins), doc_ids, tok_to_orig
-
-    @staticmethod
-    def _char_offsets(contexts, byte_begins):
-        """Byte offsets of word starts → character offsets (what Python's str indexes)."""
-        _, char_bytes = tf.strings.unicode_decode_with_offsets(contexts, "UTF-8", errors="replace")
-        char_bytes = char_bytes.to_tensor(np.iinfo(np.int64).max)
-        return tf.searchsorted(char_bytes, byte_begins.to_tensor(0), side="left", out_type=tf.int64)
+        return words, char_offsets(contexts, begins), doc_ids, tok_to_orig
 
     def _windows(self, questions, doc_ids, tok_to_orig):
         """The features of every window (rows of all questions, in order) and what decoding needs of them."""
@@ -340,4 +333,4 @@ def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) ->
     archive.track(server.tokenizer)
     archive.add_endpoint("serving_default", lambda question, context: server.answer(question, context),
                          [question, context])
-    return serving.write_archive(archive, path)
+    return write_archive(archive, path)

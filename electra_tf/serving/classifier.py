@@ -8,13 +8,9 @@ sentence-pair tasks), tokenises them in the graph and returns
   for classification;
 * `score` `[batch]` for regression (STS-B).
 
-Tokenisation in the graph matches `electra_tf.text.tokenization.WordPieceTokenizer`: the same
-normalisation (lower-casing, deletion of control characters, accent stripping by NFD +
-removal of combining marks, with the same RE2 character classes), tensorflow-text's
-`FastWordpieceTokenizer` over the same vocabulary, pairs truncated longest-first (BERT's
-`_truncate_seq_pair`), `[CLS] a [SEP] b [SEP]` with segment ids. Two deliberate gaps, both
-rare: lower-casing is ICU's (`tf.strings.lower`) rather than Python's `str.lower`, and a word
-longer than 100 characters is split by byte count rather than becoming `[UNK]`.
+Tokenisation in the graph is `electra_tf.serving.text.GraphTokenizer`'s (that of
+`WordPieceTokenizer`, with its two documented gaps), pairs truncated longest-first (BERT's
+`_truncate_seq_pair`), `[CLS] a [SEP] b [SEP]` with segment ids.
 
 Load and call it anywhere TensorFlow runs, without this package:
 
@@ -28,37 +24,11 @@ or `saved_model_cli run --dir exports/sst2 --tag_set serve --signature_def servi
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.text import tokenization
-
-
-class _GraphTokenizer(tf.Module):
-    """`WordPieceTokenizer`'s normalisation and WordPiece as TF ops (for a SavedModel)."""
-
-    def __init__(self, tokenizer: tokenization.WordPieceTokenizer):
-        super().__init__()
-        self.do_lower_case, self.strip_accents = tokenizer.do_lower_case, tokenizer.strip_accents
-        self.patterns = tokenization._re2_patterns()
-        self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokenizer._vocab_for_tf_text(), suffix_indicator="##",
-            max_bytes_per_word=4 * tokenizer.max_chars_per_word, token_out_type=tf.int32,
-            unknown_token=tokenization.SPECIAL_TOKENS["unk"], no_pretokenization=False)
-
-    def __call__(self, texts):
-        if self.do_lower_case:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        texts = tf.strings.regex_replace(texts, self.patterns["removed"], "")
-        if self.strip_accents:
-            texts = tf_text.normalize_utf8(texts, "NFD")
-            texts = tf.strings.regex_replace(texts, self.patterns["mark"], "")
-        return self.wordpiece.tokenize(texts)
+from electra_tf.serving.text import GraphTokenizer, write_archive
 
 
 def _keep_first(tokens, lengths):
@@ -87,7 +57,7 @@ class ClassifierServer(tf.Module):
     def __init__(self, model, tokenizer, label_names, max_seq_length: int):
         super().__init__()
         self.model = model
-        self.tokenizer = _GraphTokenizer(tokenizer)
+        self.tokenizer = GraphTokenizer(tokenizer)
         self.label_names = tf.constant([str(n) for n in (label_names or [])], tf.string)
         self.regression = not label_names
         self.max_seq_length = max_seq_length
@@ -131,18 +101,3 @@ def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: 
         archive.add_endpoint("serving_default", lambda text: server.predict(text), [text])
     return write_archive(archive, path)
 
-
-def write_archive(archive, path: str) -> str:
-    """Writes `archive` to `path` through a temporary sibling directory, so `path` is never half-written."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".saved_model_", dir=parent)
-    try:
-        archive.write_out(tmp, verbose=False)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path

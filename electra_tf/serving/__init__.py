@@ -1,0 +1,10 @@
+"""Fine-tuned models as TF SavedModels that take raw text, with everything from tokenisation to decoding in
+the graph (load them with TensorFlow and tensorflow-text only).
+
+* `text`: what every export shares: the in-graph WordPiece tokeniser, whitespace words with their
+  character offsets, writing the SavedModel atomically;
+* `classifier`: sentence (pair) classification and regression: text in, label or score out;
+* `squad`: SQuAD 1.1 / 2.0: question + context in, answer out (`python -m electra_tf.ask`);
+* `tagging`: NER, chunking, any CoNLL tags: text in, tags and entity spans out (`python -m electra_tf.tag`);
+* `loading`: the commands' loading of an export, with one-line errors.
+"""

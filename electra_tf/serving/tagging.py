@@ -1,0 +1,210 @@
+"""A fine-tuned tagger (`--task=ner|chunk|tagging`) as one text-in / tags-and-entities-out TF SavedModel.
+
+`export_tagging(model, tokenizer, labels, scheme, max_seq_length, path)` writes a SavedModel whose
+`serving_default` signature takes `text` (a string batch). Each text is split into words as Python's
+`str.split()` splits it (what a CoNLL line's word column holds), and every word gets a tag, as
+`run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): WordPiece per
+word (`[UNK]` for a word without pieces), the label read at its first piece, sentences longer than
+`max_seq_length - 2` pieces split into windows of whole words, BIOES labels decoded back into the
+training files' scheme (IOB1 or IOB2).
+
+Outputs, padded per batch row (`""` for strings, −1 for integers past the row's count):
+
+* `num_words` `[batch]`, `words`, `tags` `[batch, max words]`;
+* `word_start`, `word_end` `[batch, max words]`: each word is `text[word_start:word_end]` (characters);
+* chunked schemes only: `num_entities` `[batch]` and, `[batch, max entities]`, `entity_type`,
+  `entity_first_word` and `entity_last_word` (word indices, both inclusive), `entity_start` and
+  `entity_end` (characters: `text[entity_start:entity_end]`) and `entity_text` (that slice, with the
+  text's own whitespace between its words). Entities are the chunks `conlleval` reads from `tags`
+  (`electra_tf.finetuning.tagging_metrics.chunks`), in order.
+
+Load it with TensorFlow and tensorflow-text only, or print its entities with `python -m electra_tf.tag`.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from electra_tf.serving.text import GraphTokenizer, char_offsets, python_whitespace, write_archive
+
+INPUT_NAMES = ("text",)
+SCHEMES = ("iob1", "iob2", "none")
+# Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
+OUTSIDE, BEGIN, INSIDE, END, SINGLE = range(5)
+PREFIXES = {"B": BEGIN, "I": INSIDE, "E": END, "S": SINGLE}
+
+
+def label_codes(labels) -> tuple[list[int], list[int], list[str]]:
+    """Per label its prefix code and type index, and the sorted types (BIOES labels, `O` for outside)."""
+    types = sorted({label.partition("-")[2] for label in labels if label != "O"})
+    prefixes, type_ids = [], []
+    for label in labels:
+        prefix, _, chunk_type = label.partition("-")
+        if label != "O" and (prefix not in PREFIXES or not chunk_type):
+            raise ValueError(f"label {label!r} is neither O nor BIOES (B-, I-, E- or S- and a type)")
+        prefixes.append(OUTSIDE if label == "O" else PREFIXES[prefix])
+        type_ids.append(types.index(chunk_type) if label != "O" else -1)
+    return prefixes, type_ids, types
+
+
+def _shift(values, is_edge, fill, step):
+    """Each word's neighbour (`step` −1: the previous word, +1: the next) in its own sentence, else `fill`."""
+    fill = tf.constant(fill, values.dtype)
+    shifted = tf.concat([[fill], values[:-1]], 0) if step < 0 else tf.concat([values[1:], [fill]], 0)
+    return tf.where(is_edge, fill, shifted)
+
+
+def decode_bioes(prefix, type_id, is_first, is_last, scheme: str):
+    """`tagging.from_bioes` on flat word sequences: the IOB prefix code of each word's tag (its type is kept).
+
+    `bioes_spans` reads the labels left to right, but whether a chunk is open after a word depends on that
+    word's label alone (`B-`/`I-` leave one open, `E-`/`S-`/`O` do not), so every decision is a comparison
+    of neighbours and the whole batch decodes at once.
+    """
+    opens = (prefix == BEGIN) | (prefix == INSIDE)
+    previous_type = _shift(type_id, is_first, -1, -1)
+    continues = ((prefix == INSIDE) | (prefix == END)) & _shift(opens, is_first, False, -1) & (previous_type == type_id)
+    continued = _shift(continues, is_last, False, +1)
+    inside = prefix != OUTSIDE
+    start = inside & ~continues
+    end = inside & ((prefix == END) | (prefix == SINGLE) | ~continued)
+    if scheme == "iob2":
+        begins = start
+    else:  # IOB1: B- only where a chunk follows one of its type directly
+        begins = start & _shift(end, is_first, False, -1) & (previous_type == type_id)
+    return tf.where(~inside, OUTSIDE, tf.where(begins, BEGIN, INSIDE))
+
+
+def iob_chunks(prefix, type_id, is_first, is_last):
+    """`tagging_metrics.chunks` (conlleval's start/end rules) on flat IOB prefix codes: whether a chunk starts
+    and whether one ends at each word."""
+    inside = prefix != OUTSIDE
+    previous_prefix = _shift(prefix, is_first, OUTSIDE, -1)
+    next_prefix = _shift(prefix, is_last, OUTSIDE, +1)
+    previous_type = _shift(type_id, is_first, -1, -1)
+    next_type = _shift(type_id, is_last, -1, +1)
+    starts = inside & ((prefix == BEGIN) | (previous_prefix == OUTSIDE) | (previous_type != type_id))
+    ends = inside & ((next_prefix == BEGIN) | (next_prefix == OUTSIDE) | (next_type != type_id))
+    return starts, ends
+
+
+class TaggingServer(tf.Module):
+    """Whitespace words, the in-graph tokeniser, windows of whole words, the fine-tuned model, tags and entities."""
+
+    def __init__(self, model, tokenizer, labels, scheme: str, max_seq_length: int):
+        super().__init__()
+        if scheme not in SCHEMES:
+            raise ValueError(f"tagging scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
+        self.model = model
+        self.tokenizer = GraphTokenizer(tokenizer)
+        self.scheme, self.chunked = scheme, scheme != "none"
+        self.max_seq_length, self.budget = max_seq_length, max_seq_length - 2  # [CLS] words [SEP]
+        self.labels = tf.constant(list(labels), tf.string)
+        if self.chunked:
+            prefixes, type_ids, types = label_codes(labels)
+            self.label_prefix = tf.constant(prefixes, tf.int32)
+            self.label_type = tf.constant(type_ids, tf.int32)
+            self.types = tf.constant(types or [""], tf.string)
+        self.cls_id, self.sep_id, self.pad_id, self.unk_id = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                                                              tokenizer.unk_id)
+
+    # ---- features -------------------------------------------------------------------------------
+    def _pieces(self, words):
+        """Per word (flat), its WordPiece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
+        pieces = tf.cast(self.tokenizer(words), tf.int32)
+        count = tf.minimum(tf.maximum(pieces.row_lengths(), 1), self.budget)
+        unk = tf.RaggedTensor.from_tensor(tf.fill([tf.size(words), 1], self.unk_id))
+        pieces = tf.concat([pieces, unk], axis=1)
+        return tf.ragged.boolean_mask(pieces, tf.ragged.range(pieces.row_lengths()) < count[:, None]), count
+
+    def _windows(self, counts, is_first):
+        """`tagging.word_windows` over every sentence of the batch: each word's window (numbered across the
+        batch) and the position of its first piece there."""
+        def step(state, word):
+            window, used = state
+            count, first = word
+            new = first | (used + count > self.budget)
+            return window + tf.cast(new, tf.int64), tf.where(new, tf.zeros_like(used), used) + count
+
+        window, _ = tf.scan(step, (counts, is_first), initializer=(tf.constant(-1, tf.int64), tf.constant(0, tf.int64)))
+        before = tf.cumsum(counts, exclusive=True)
+        position = 1 + before - tf.gather(tf.math.segment_min(before, window), window)
+        return window, position
+
+    def _features(self, pieces, counts, window, position):
+        """`[CLS] pieces [SEP]` rows of every window; one `[CLS] [SEP]` row where the batch has no word, so the
+        model always sees a batch."""
+        num_windows = tf.maximum(tf.reduce_max(tf.concat([[-1], window], 0)) + 1, 1)
+        length = tf.math.unsorted_segment_sum(counts, window, num_windows)
+        rows = tf.range(num_windows)
+        piece_rows = tf.repeat(window, counts)
+        piece_cols = tf.repeat(position, counts) + tf.ragged.range(counts).flat_values
+        indices = tf.concat([tf.stack([rows, tf.zeros_like(rows)], 1), tf.stack([rows, length + 1], 1),
+                             tf.stack([piece_rows, piece_cols], 1)], 0)
+        values = tf.concat([tf.fill([num_windows], self.cls_id), tf.fill([num_windows], self.sep_id),
+                            pieces.flat_values], 0)
+        shape = tf.stack([num_windows, tf.constant(self.max_seq_length, tf.int64)])
+        ids = tf.tensor_scatter_nd_update(tf.fill(shape, self.pad_id), indices, values)
+        mask = tf.cast(tf.range(self.max_seq_length, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": tf.zeros_like(ids)}
+
+    # ---- outputs --------------------------------------------------------------------------------
+    def _tags(self, label_ids, is_first, is_last):
+        """Tag strings of the words, and for chunked schemes their IOB prefix codes and type indices."""
+        if not self.chunked:
+            return tf.gather(self.labels, label_ids), None, None
+        type_id = tf.gather(self.label_type, label_ids)
+        prefix = decode_bioes(tf.gather(self.label_prefix, label_ids), type_id, is_first, is_last, self.scheme)
+        names = tf.strings.join([tf.gather(tf.constant(["O", "B", "I"]), prefix), "-",
+                                 tf.gather(self.types, tf.maximum(type_id, 0))])
+        return tf.where(prefix == OUTSIDE, "O", names), prefix, type_id
+
+    def _entities(self, texts, prefix, type_id, is_first, is_last, sentence, word_in_sentence, spans):
+        """The chunks of the served tags, as padded `[batch, max entities]` outputs."""
+        starts, ends = iob_chunks(prefix, type_id, is_first, is_last)
+        first, last = tf.where(starts)[:, 0], tf.where(ends)[:, 0]  # in order, one end per start
+        row = tf.gather(sentence, first)
+        byte_start, byte_end = tf.gather(spans["byte_start"], first), tf.gather(spans["byte_end"], last)
+        text = tf.strings.substr(tf.gather(texts, row), byte_start, byte_end - byte_start)
+        batch = tf.shape(texts, out_type=tf.int64)[0]
+        pad = lambda values, fill: tf.RaggedTensor.from_value_rowids(values, row, batch).to_tensor(fill)  # noqa: E731
+        return {"num_entities": tf.math.unsorted_segment_sum(tf.ones_like(row), row, batch),
+                "entity_type": pad(tf.gather(self.types, tf.gather(type_id, first)), ""),
+                "entity_first_word": pad(tf.gather(word_in_sentence, first), -1),
+                "entity_last_word": pad(tf.gather(word_in_sentence, last), -1),
+                "entity_start": pad(tf.gather(spans["char_start"], first), -1),
+                "entity_end": pad(tf.gather(spans["char_end"], last), -1), "entity_text": pad(text, "")}
+
+    def tag(self, texts):
+        """The signature's function: a string batch → words, tags and (chunked schemes) entities."""
+        words, byte_start, byte_end = tf_text.regex_split_with_offsets(texts, python_whitespace(), "")
+        lengths = words.row_lengths()
+        flat = lambda dense: tf.RaggedTensor.from_tensor(dense, lengths=lengths).flat_values  # noqa: E731
+        spans = {"byte_start": byte_start.flat_values, "byte_end": byte_end.flat_values,
+                 "char_start": flat(char_offsets(texts, byte_start)), "char_end": flat(char_offsets(texts, byte_end))}
+        sentence, word_in_sentence = words.value_rowids(), tf.ragged.range(lengths).flat_values
+        is_first, is_last = word_in_sentence == 0, word_in_sentence == tf.gather(lengths, sentence) - 1
+        pieces, counts = self._pieces(words.flat_values)
+        window, position = self._windows(counts, is_first)
+        logits = self.model(self._features(pieces, counts, window, position), training=False)["logits"]
+        label_ids = tf.argmax(tf.gather_nd(logits, tf.stack([window, position], 1)), axis=-1, output_type=tf.int32)
+        tags, prefix, type_id = self._tags(label_ids, is_first, is_last)
+        by_row = lambda values, fill: tf.RaggedTensor.from_row_lengths(values, lengths).to_tensor(fill)  # noqa: E731
+        result = {"num_words": lengths, "words": words.to_tensor(""), "tags": by_row(tags, ""),
+                  "word_start": by_row(spans["char_start"], -1), "word_end": by_row(spans["char_end"], -1)}
+        if self.chunked:
+            result.update(self._entities(texts, prefix, type_id, is_first, is_last, sentence, word_in_sentence,
+                                         spans))
+        return result
+
+
+def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, path: str) -> str:
+    """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
+    server = TaggingServer(model, tokenizer, labels, scheme, max_seq_length)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(server.tokenizer)
+    archive.add_endpoint("serving_default", server.tag, [tf.TensorSpec([None], tf.string, name="text")])
+    return write_archive(archive, path)
