@@ -8,8 +8,8 @@ Phase 2 is BERT's two-phase recipe (NVIDIA's `--phase2`): most steps at length 1
 optimizer's slots (Adam's m and v, LAMB's too) from phase 1's newest checkpoint and sets the step to 0: its
 warm-up, decay, masking seeds and checkpoint numbers start over, and its data iterator is new. From then
 on it is an ordinary run: re-running the command resumes phase 2 from its own checkpoints. The bias
-correction of LAMB (and of `adam_bias_correction`) restarts with the step, as in NVIDIA's BERT phase 2:
-with warm moments this makes the first steps smaller, not larger.
+correction of LAMB (and of `adam_bias_correction`) restarts with the step, which NVIDIA's phase 2 also
+sets to 0: with warm moments this makes the first steps smaller, not larger.
 
 Example (a phase-1 run in `runs/base`, trained on 128-token shards):
 
