@@ -14,6 +14,14 @@ Re-running the same command resumes from the newest checkpoint in
 `--model_dir`. SIGTERM (what schedulers and pre-emptible VMs send) stops after
 the step in progress, writes a checkpoint at that step and exits 0.
 
+Phase 2 of BERT's two-phase recipe (most steps at length 128, then 512): the
+phase-1 command with `--phase2`, the 512-token shards and phase 2's batch and
+schedule; it starts from phase 1's model and optimizer state at step 0 and
+writes into `<model_dir>/phase2/`:
+
+    python run_pretraining.py --model_size=base --data_dir=shards_512/ \
+        --model_dir=runs/base --phase2 --train_batch_size=256 --num_train_steps=...
+
 One run writes to a `--model_dir` at a time: a run holds `<model_dir>/run.lock`
 (host, pid, start time) until it exits, and a second run there is refused naming
 that host and pid; the lock of a killed run on this host is taken over with a
@@ -92,6 +100,11 @@ flags.DEFINE_integer("seed", default(TrainOptions, "seed"),
 flags.DEFINE_integer("shuffle_buffer", default(TrainOptions, "shuffle_buffer"),
                      "Example shuffle buffer (saved in checkpoints).")
 flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
+flags.DEFINE_bool("phase2", False, "Phase 2 of the run in --model_dir (BERT's 128-then-512 recipe): train on "
+                  "--data_dir's shards (--max_seq_length defaults to theirs) with this --train_batch_size, "
+                  "--num_train_steps, --num_warmup_steps and --learning_rate, starting from phase 1's model and "
+                  "optimizer state at step 0, in <model_dir>/phase2/ (phase 1's files stay as they are). The "
+                  "same command resumes phase 2.")
 flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
 flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
 flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"),
@@ -161,18 +174,34 @@ def main(argv):
     from electra_tf.training import distribution, run_lock
 
     model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
+    max_seq_length = sequence_length(model_size)  # refused before anything is written
     data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
     # The chief is the only writer of checkpoints and the export, so it alone holds the lock.
     lock = run_lock.lock_for_worker(model_dir, chief=strategy is None or distribution.is_chief(strategy))
     try:
-        train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size)
+        train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, max_seq_length)
     finally:
         if lock is not None:
             lock.release()
 
 
-def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
-    from electra_tf.training import distribution, pretraining
+def sequence_length(model_size):
+    """--max_seq_length (with --phase2 unset: the shards'), refused in one line above the position table."""
+    from electra_tf.config import get_config, parse_hparams
+    from electra_tf.training import restore
+
+    if FLAGS.phase2 and (not FLAGS.data_dir or FLAGS.init_checkpoint):
+        raise app.UsageError("--phase2 needs --data_dir (phase 2's shards) and takes no --init_checkpoint "
+                             "(it starts from phase 1's checkpoint in --model_dir)")
+    if FLAGS.init_checkpoint:  # the checkpoint's table decides (config.merge_architecture)
+        return FLAGS.max_seq_length
+    # The size's position table, as --hparams sets it (a length of 1 fits any table: the length is checked below).
+    table = get_config(model_size, parse_hparams(FLAGS.hparams), max_seq_length=1).max_position_embeddings
+    return restore.requested_sequence_length(FLAGS.max_seq_length, FLAGS.data_dir if FLAGS.phase2 else None, table)
+
+
+def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, max_seq_length):
+    from electra_tf.training import distribution, pretraining, restore
     from electra_tf.config import get_config, parse_hparams
 
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
@@ -182,7 +211,7 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
     config = get_config(
         model_size, hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
         train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
-        max_seq_length=FLAGS.max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
+        max_seq_length=max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
     )
     if FLAGS.init_checkpoint:
@@ -191,6 +220,9 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
 
         config = merge_architecture(read_config(FLAGS.init_checkpoint)[0], config,
                                     FLAGS.init_checkpoint)
+    phase1_dir = model_dir if FLAGS.phase2 else None
+    if FLAGS.phase2:
+        model_dir = restore.phase2_dir(model_dir)
     if FLAGS.export_only:
         from electra_tf.training.input_pipeline import load_checked_manifest
 
@@ -209,7 +241,7 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size):
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
         log_steps=FLAGS.log_steps, steps_per_loop=FLAGS.steps_per_loop, execution=execution_from_flags(FLAGS),
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
-        init_checkpoint=FLAGS.init_checkpoint, stop_after_steps=FLAGS.stop_after_steps,
+        init_checkpoint=FLAGS.init_checkpoint, phase2_from=phase1_dir, stop_after_steps=FLAGS.stop_after_steps,
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, skip_corrupt_records=FLAGS.skip_corrupt_records,
         input_sharding=FLAGS.input_sharding,
         stop_signals=(signal.SIGTERM,),

@@ -151,6 +151,9 @@ class TrainOptions:
     mixed_precision: str = "none"
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     init_checkpoint: str | None = None
+    # A phase-1 run directory: this run is its phase 2 (model and optimizer state from it, step 0; see
+    # electra_tf/training/restore.py). `model_dir` must be another directory (the CLI: <model_dir>/phase2).
+    phase2_from: str | None = None
     stop_after_steps: int | None = None  # stop this invocation early (like a pre-emption)
     export: bool = True
     skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm

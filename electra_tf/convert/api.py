@@ -154,10 +154,22 @@ def run_config_path(model_dir: str) -> str | None:
     return None
 
 
+# Facts of the run kept beside its config (where a phase-2 run started): not hyper-parameters.
+RUN_RECORD_KEY = "phase"
+
+
 def load_run_config(path: str) -> ElectraConfig:
     """The config in run config file `path` (either schema)."""
     with open(path) as f:
-        return ElectraConfig.from_dict(json.load(f))
+        values = json.load(f)
+    values.pop(RUN_RECORD_KEY, None)
+    return ElectraConfig.from_dict(values)
+
+
+def run_record(path: str) -> dict | None:
+    """The facts of the run in run config file `path` (`RUN_RECORD_KEY`), if it has any."""
+    with open(path) as f:
+        return json.load(f).get(RUN_RECORD_KEY)
 
 
 def initialize_pretrainer(model, path: str, generator_path: str | None = None) -> tuple:

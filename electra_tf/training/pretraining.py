@@ -6,7 +6,8 @@ call (what TPUs need), and keeps a `tf.train.CheckpointManager` holding the
 model, the optimizer (its step counter drives the schedule and the masking
 seeds) and the input iterator. Re-running the same command restores all three,
 so a resumed run repeats an uninterrupted one exactly. A custom loop rather
-than `Model.fit` because `fit` cannot checkpoint its data iterator.
+than `Model.fit` because `fit` cannot checkpoint its data iterator. Where a run
+starts (resume, `--init_checkpoint`, phase 2 of a run) is `restore`'s part.
 
 Scalars go to TensorBoard (`<model_dir>/train`) and, one JSON object per log
 line, to `<model_dir>/train_log.jsonl`.
@@ -29,35 +30,14 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.model import masking
-from electra_tf.training import distribution, input_pipeline, loop, preemption
-from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
-from electra_tf.convert import api as convert_api
+from electra_tf.training import distribution, input_pipeline, loop, preemption, restore
+from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES
-
-
-def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
-    """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs."""
-    existing = convert_api.run_config_path(model_dir)
-    if existing:
-        previous = convert_api.load_run_config(existing)
-        diff = {f: (previous.get(f), config.get(f)) for f in CHECKPOINT_FIELDS if previous.get(f) != config.get(f)}
-        if diff:
-            details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
-            raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
-                             "use a new --model_dir or the same flags")
-    if not write:
-        return
-    os.makedirs(model_dir, exist_ok=True)
-    path = existing or os.path.join(model_dir, convert_api.RUN_CONFIG)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(config.to_json())
-    os.replace(tmp, path)
 
 
 def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None):
@@ -97,21 +77,6 @@ def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, st
     return loop.make_step_driver(strategy, stop_request.wrap_step(step_fn), model.step_output_names,
                                  stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed,
                                  graph_optimizer=graph_optimizer, input_report=input_report)
-
-
-def initialize_from(model, init_checkpoint):
-    """Continued pre-training: weights from an export, a HF/official checkpoint or another run."""
-    if ours.is_export_dir(init_checkpoint):
-        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS))
-    elif convert_api.detect_format(init_checkpoint) in ("hf", "official"):
-        convert_api.initialize_pretrainer(model, init_checkpoint)
-    else:
-        latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
-            tf.train.latest_checkpoint(init_checkpoint)
-        if latest is None:
-            raise ValueError(f"--init_checkpoint: no electra-tf export or checkpoint found in {init_checkpoint!r}")
-        tf.train.Checkpoint(model=model).restore(latest).expect_partial()
-    logging.info("Initialised weights from %s", init_checkpoint)
 
 
 class DetectionPreview:
@@ -168,58 +133,6 @@ def _read_vocab(vocab_file) -> list[str]:
 
 
 INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records
-
-
-def _saves(path: str, key: str) -> bool:
-    return any(name.split("/")[0] == key for name, _ in tf.train.list_variables(path))
-
-
-def _restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint, input_key=None,
-                           without_input=None) -> bool:
-    """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises.
-
-    The two input pipelines (`--skip_corrupt_records` or not) save different iterator states, under
-    different keys. A checkpoint holding the other one is restored through `without_input` (the
-    checkpoint less the iterator), and True is returned: the caller replays the input to that step.
-    """
-    for path in reversed(manager.checkpoints):
-        try:
-            replay = without_input is not None and not _saves(path, input_key)
-            status = (without_input if replay else checkpoint).restore(path)
-            if replay:
-                status.expect_partial()
-            status.assert_existing_objects_matched()
-        except (tf.errors.OpError, ValueError, AssertionError, IndexError, RuntimeError) as e:  # truncated files
-            logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
-                            path, type(e).__name__, str(e).splitlines()[0][:200])
-            continue
-        logging.info("Resumed from %s at step %d", path, loop.current_step(optimizer))
-        return replay
-    if manager.checkpoints:
-        raise ValueError(f"no checkpoint in {manager.directory} can be read; move them away to start over")
-    if init_checkpoint:
-        initialize_from(model, init_checkpoint)
-    return False
-
-
-def _replay_input(iterator, steps: int, report, skip_corrupt: bool, path: str) -> dict:
-    """Advances `iterator` by `steps` batches, for a checkpoint whose input position was saved by the
-    other pipeline: both read the same examples in the same order up to the first skipped record,
-    which a run that stops at corrupt records has not passed. Returns the skip report of those batches."""
-    logging.warning("Checkpoint %s holds the input position of a run %s --skip_corrupt_records: reading the "
-                    "input's first %d batches again to reach it", path, "without" if skip_corrupt else "with", steps)
-
-    @tf.function
-    def advance(num_steps):
-        total = report.zeros() if report is not None else {}
-        for _ in tf.range(num_steps):
-            element = next(iterator)
-            if report is not None:
-                _, counts = report.split(element)
-                total = {name: total[name] + counts[name] for name in total}
-        return total
-
-    return advance(tf.constant(steps))
 
 
 class SkippedRecords:
@@ -301,13 +214,16 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
     own_input = workers > 1 and options.input_sharding == "file"  # each worker keeps its input state
+    phase1 = None
+    if options.phase2_from:  # checked before anything is written
+        phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
     if chief or own_input:
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
     report = skipping.report if skipping else None
-    check_run_config(options.model_dir, config, write=chief)
+    restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record())
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
@@ -324,19 +240,19 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     checkpoint_dir = os.path.join(options.model_dir, "checkpoints")
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=options.keep_checkpoint_max,
                                          step_counter=optimizer.iterations)
-    replay = _restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint, input_key,
-                                    None if own_input else tf.train.Checkpoint(**state))
+    replay = restore.restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint, input_key,
+                                           None if own_input else tf.train.Checkpoint(**state), phase1)
     input_saver = None
     if own_input:
         input_saver = tf.train.CheckpointManager(
             tf.train.Checkpoint(**input_state), os.path.join(checkpoint_dir, f"input-worker{worker}-of-{workers}"),
             max_to_keep=options.keep_checkpoint_max, step_counter=optimizer.iterations)
-        replay = _restore_worker_input(input_saver, loop.current_step(optimizer), worker, input_key)
+        replay = restore.restore_worker_input(input_saver, loop.current_step(optimizer), worker, input_key)
     latest_checkpoint = lambda: manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)  # noqa: E731
     if replay:
         with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
-            replayed = _replay_input(iterator, loop.current_step(optimizer), report, options.skip_corrupt_records,
-                                     manager.latest_checkpoint)
+            replayed = restore.replay_input(iterator, loop.current_step(optimizer), report,
+                                            options.skip_corrupt_records, manager.latest_checkpoint)
         if skipping is not None:
             skipping.add(replayed, loop.current_step(optimizer))
     stop_request = preemption.StopRequest(strategy, options.stop_signals)
@@ -463,21 +379,6 @@ def _scratch_dir(chief: bool, worker: int):
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _restore_worker_input(input_saver, step: int, worker: int, input_key: str) -> bool:
-    """`--input_sharding=file`: this worker's iterator state at `step`, if it was saved; True when it
-    was saved by the other `--skip_corrupt_records` pipeline (the caller replays the input)."""
-    path = os.path.join(input_saver.directory, f"ckpt-{step}")
-    if tf.io.gfile.exists(path + ".index"):
-        if not _saves(path, input_key):
-            return True
-        input_saver.checkpoint.restore(path).assert_consumed()
-        return False
-    if step > 0:
-        logging.warning("Worker %d has no saved input position at step %d (a different number of workers?): "
-                        "its data starts over, so some examples are seen again early", worker, step)
-    return False
 
 
 def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict, vocab_file=None) -> str:

@@ -1,0 +1,239 @@
+"""Where a pre-training run starts: its own checkpoints (resume), `--init_checkpoint`'s weights, or the
+model and optimizer of a phase-1 run (phase 2).
+
+Phase 2 is BERT's two-phase recipe (NVIDIA's `--phase2`): most steps at length 128, then a short run at
+512 with its own batch size and schedule. It continues a phase-1 run directory `<model_dir>` in the folder
+`<model_dir>/phase2/` (`PHASE2_DIR`), a run directory of its own (checkpoints, logs, export,
+`run_config.json`), so phase 1's files stay as they were. At its first start it restores the model and the
+optimizer's slots (Adam's m and v, LAMB's too) from phase 1's newest checkpoint and sets the step to 0: its
+warm-up, decay, masking seeds and checkpoint numbers start over, and its data iterator is new. From then
+on it is an ordinary run: re-running the command resumes phase 2 from its own checkpoints. The bias
+correction of LAMB (and of `adam_bias_correction`) restarts with the step, which NVIDIA's phase 2 also
+sets to 0: with warm moments this makes the first steps smaller, not larger.
+
+Example (a phase-1 run in `runs/base`, trained on 128-token shards):
+
+>>> from electra_tf.training import restore
+>>> restore.phase2_dir("runs/base")
+'runs/base/phase2'
+"""
+
+import dataclasses
+import json
+import os
+import re
+
+import tensorflow as tf
+from absl import logging
+
+from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
+from electra_tf.convert import api as convert_api
+from electra_tf.convert import ours
+from electra_tf.text.manifest import load_manifest
+from electra_tf.training import loop
+
+PHASE2_DIR = "phase2"
+# Phase 2 restores phase 1's optimizer slots, so these must match too; what may change is the sequence
+# length, the batch and the schedule (and the other hyper-parameters no variable depends on).
+PHASE2_FIELDS = CHECKPOINT_FIELDS + ("optimizer", "embedding_sharing")
+
+
+def phase2_dir(model_dir: str) -> str:
+    """The run directory of phase 2 of the run in `model_dir`."""
+    return os.path.join(model_dir, PHASE2_DIR)
+
+
+def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True, record: dict | None = None):
+    """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs.
+
+    `record`: facts of the run kept beside the config (`convert_api.RUN_RECORD_KEY`: where phase 2 started);
+    the first run's record is kept when the run resumes.
+    """
+    existing = convert_api.run_config_path(model_dir)
+    if existing:
+        previous = convert_api.load_run_config(existing)
+        diff = {f: (previous.get(f), config.get(f)) for f in CHECKPOINT_FIELDS if previous.get(f) != config.get(f)}
+        if diff:
+            details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
+            raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
+                             "use a new --model_dir or the same flags")
+        record = convert_api.run_record(existing) or record
+    if not write:
+        return
+    os.makedirs(model_dir, exist_ok=True)
+    path = existing or os.path.join(model_dir, convert_api.RUN_CONFIG)
+    values = config.to_dict()
+    if record:
+        values[convert_api.RUN_RECORD_KEY] = record
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase1:
+    """The phase-1 state a new phase-2 run starts from."""
+
+    model_dir: str
+    checkpoint: str
+    step: int
+
+    def record(self) -> dict:
+        return {"number": 2, "phase1_model_dir": os.path.abspath(self.model_dir),
+                "phase1_checkpoint": os.path.abspath(self.checkpoint), "phase1_step": self.step}
+
+    def restore(self, model, optimizer) -> None:
+        """Model and optimizer slots from phase 1, then step 0 (the schedule and masking seeds start over)."""
+        status = tf.train.Checkpoint(model=model, optimizer=optimizer).restore(self.checkpoint)
+        status.expect_partial()  # phase 1's input position and dropout state are not phase 2's
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as e:
+            raise ValueError(f"--phase2: {self.checkpoint} does not hold this model and optimizer "
+                             f"({str(e).splitlines()[0][:200]}); phase 2 needs phase 1's --mixed_precision "
+                             "(fp16 or not) and --optimizer") from None
+        optimizer.iterations.assign(0)
+        logging.info("Phase 2: model and optimizer state from %s (phase 1 step %d); step reset to 0",
+                     self.checkpoint, self.step)
+
+
+def phase2_start(phase1_dir: str, model_dir: str, config: ElectraConfig, init_checkpoint=None) -> Phase1 | None:
+    """Checks a phase-2 run before anything is built or written; returns what to start from, or None
+    when `model_dir` already holds phase-2 checkpoints (the run resumes from them)."""
+    if init_checkpoint:
+        raise ValueError("--init_checkpoint cannot be used with --phase2: phase 2 starts from phase 1's "
+                         "checkpoint in --model_dir")
+    if os.path.abspath(model_dir) == os.path.abspath(phase1_dir):
+        raise ValueError(f"phase 2 must write into its own directory, not phase 1's {phase1_dir}")
+    _check_matches_phase1(phase1_dir, config)
+    if tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")):
+        return None
+    checkpoint = tf.train.latest_checkpoint(os.path.join(phase1_dir, "checkpoints"))
+    if checkpoint is None:
+        raise ValueError(f"--phase2: no checkpoint in {os.path.join(phase1_dir, 'checkpoints')} to start from; "
+                         "run phase 1 there first")
+    step = _checkpoint_step(checkpoint)
+    planned = convert_api.load_run_config(convert_api.run_config_path(phase1_dir)).num_train_steps
+    if step < planned:
+        logging.warning("--phase2: phase 1's newest checkpoint %s is at step %d of its %d; phase 2 starts "
+                        "from it", checkpoint, step, planned)
+    return Phase1(phase1_dir, checkpoint, step)
+
+
+def _check_matches_phase1(phase1_dir: str, config: ElectraConfig) -> None:
+    path = convert_api.run_config_path(phase1_dir)
+    if path is None:
+        raise ValueError(f"--phase2: {phase1_dir} holds no pre-training run (no run_config.json); "
+                         "run phase 1 there first")
+    phase1 = convert_api.load_run_config(path)
+    for field in PHASE2_FIELDS:
+        if phase1.get(field) != config.get(field):
+            raise ValueError(f"--phase2: {field} is {phase1.get(field)} in phase 1 ({phase1_dir}) but "
+                             f"{config.get(field)} now; phase 2 changes only the sequence length, batch and "
+                             "schedule: pass phase 1's --model_size, --hparams and --optimizer")
+
+
+def _checkpoint_step(path: str) -> int:
+    match = re.search(r"-(\d+)$", path)
+    return int(match.group(1)) if match else 0
+
+
+def requested_sequence_length(flag_value: int | None, phase2_data_dir: str | None,
+                              position_table: int) -> int | None:
+    """`--max_seq_length`, or with `--phase2` (`phase2_data_dir` set) and the flag unset, the length of the
+    shards in --data_dir; refused in one line when longer than the model's position table."""
+    length, source = flag_value, f"--max_seq_length={flag_value}"
+    if length is None and phase2_data_dir is not None:
+        length = load_manifest(phase2_data_dir)["max_seq_length"]
+        source = f"--max_seq_length (unset: the shards' length in --data_dir, {length})"
+    if length is not None and length > position_table:
+        raise ValueError(f"{source} exceeds the model's position table, max_position_embeddings={position_table}: "
+                         f"use shards of at most {position_table} tokens")
+    return length
+
+
+def initialize_from(model, init_checkpoint):
+    """Continued pre-training: weights from an export, a HF/official checkpoint or another run."""
+    if ours.is_export_dir(init_checkpoint):
+        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS))
+    elif convert_api.detect_format(init_checkpoint) in ("hf", "official"):
+        convert_api.initialize_pretrainer(model, init_checkpoint)
+    else:
+        latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
+            tf.train.latest_checkpoint(init_checkpoint)
+        if latest is None:
+            raise ValueError(f"--init_checkpoint: no electra-tf export or checkpoint found in {init_checkpoint!r}")
+        tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    logging.info("Initialised weights from %s", init_checkpoint)
+
+
+def saves(path: str, key: str) -> bool:
+    """Whether the checkpoint at `path` holds an object under `key`."""
+    return any(name.split("/")[0] == key for name, _ in tf.train.list_variables(path))
+
+
+def restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint, input_key=None,
+                          without_input=None, phase1: Phase1 | None = None) -> bool:
+    """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises
+    (from `phase1`, else `init_checkpoint`, else as built).
+
+    The two input pipelines (`--skip_corrupt_records` or not) save different iterator states, under
+    different keys. A checkpoint holding the other one is restored through `without_input` (the
+    checkpoint less the iterator), and True is returned: the caller replays the input to that step.
+    """
+    for path in reversed(manager.checkpoints):
+        try:
+            replay = without_input is not None and not saves(path, input_key)
+            status = (without_input if replay else checkpoint).restore(path)
+            if replay:
+                status.expect_partial()
+            status.assert_existing_objects_matched()
+        except (tf.errors.OpError, ValueError, AssertionError, IndexError, RuntimeError) as e:  # truncated files
+            logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
+                            path, type(e).__name__, str(e).splitlines()[0][:200])
+            continue
+        logging.info("Resumed from %s at step %d", path, loop.current_step(optimizer))
+        return replay
+    if manager.checkpoints:
+        raise ValueError(f"no checkpoint in {manager.directory} can be read; move them away to start over")
+    if phase1 is not None:
+        phase1.restore(model, optimizer)
+    elif init_checkpoint:
+        initialize_from(model, init_checkpoint)
+    return False
+
+
+def replay_input(iterator, steps: int, report, skip_corrupt: bool, path: str) -> dict:
+    """Advances `iterator` by `steps` batches, for a checkpoint whose input position was saved by the
+    other pipeline: both read the same examples in the same order up to the first skipped record,
+    which a run that stops at corrupt records has not passed. Returns the skip report of those batches."""
+    logging.warning("Checkpoint %s holds the input position of a run %s --skip_corrupt_records: reading the "
+                    "input's first %d batches again to reach it", path, "without" if skip_corrupt else "with", steps)
+
+    @tf.function
+    def advance(num_steps):
+        total = report.zeros() if report is not None else {}
+        for _ in tf.range(num_steps):
+            element = next(iterator)
+            if report is not None:
+                _, counts = report.split(element)
+                total = {name: total[name] + counts[name] for name in total}
+        return total
+
+    return advance(tf.constant(steps))
+
+
+def restore_worker_input(input_saver, step: int, worker: int, input_key: str) -> bool:
+    """`--input_sharding=file`: this worker's iterator state at `step`, if it was saved; True when it
+    was saved by the other `--skip_corrupt_records` pipeline (the caller replays the input)."""
+    path = os.path.join(input_saver.directory, f"ckpt-{step}")
+    if tf.io.gfile.exists(path + ".index"):
+        if not saves(path, input_key):
+            return True
+        input_saver.checkpoint.restore(path).assert_consumed()
+        return False
+    if step > 0:
+        logging.warning("Worker %d has no saved input position at step %d (a different number of workers?): "
+                        "its data starts over, so some examples are seen again early", worker, step)
+    return False
