@@ -133,7 +133,7 @@ def python_tags(tmp_path, task_name, scheme, label_column, sentences):
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.predict import predict
     from electra_tf.finetuning.registry import get_task
-    from electra_tf.modeling import ElectraEncoder
+    from electra_tf.model.encoder import ElectraEncoder
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     for split in ("train", "dev"):
