@@ -16,7 +16,8 @@ Command line:
 ``--verify DIR`` checks the shards instead (``electra_tf.text.verify``): each
 listed shard exists, has the size and SHA-256 its build recorded, every
 TFRecord record's length and data CRCs are valid and the record count equals
-``examples_per_shard``.  It prints one line per problem and a summary, and
+``examples_per_shard``; the held-out shards of ``--eval_fraction`` are checked
+alike against the manifest's ``eval_*`` records.  It prints one line per problem and a summary, and
 exits 1 if there is any problem, 0 otherwise.
 
 Example:
@@ -133,7 +134,8 @@ def verify(data_dir: str, out=sys.stdout) -> int:
         print(problem, file=out)
     try:
         with open(os.path.join(data_dir, "manifest.json"), encoding="utf-8") as f:
-            num_shards = len(json.load(f)["shards"])
+            manifest = json.load(f)
+        num_shards = len(manifest["shards"]) + len(manifest.get("eval_shards", []))
     except (OSError, ValueError, KeyError, TypeError):
         num_shards = 0
     if problems:
