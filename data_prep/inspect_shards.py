@@ -101,6 +101,9 @@ def summarize(data_dir: str, num_examples: int = 3, max_scan: int = 100000,
     rows.append(("unk_rate", f"{manifest.get('unk_rate', 0.0):.4%} "
                              f"({manifest.get('num_unk_tokens')} [UNK] tokens)"))
     rows.append(("inputs", ", ".join(inputs[:3]) + (" ..." if len(inputs) > 3 else "")))
+    if "eval_shards" in manifest:  # --eval_fraction: held-out documents, not in the shards above
+        rows += [(key, manifest.get(key)) for key in (
+            "eval_fraction", "eval_num_shards", "eval_num_documents", "eval_num_examples")]
     for key, value in rows:
         p(f"{key:<{LABEL_WIDTH}} {value}")
     examples = list(iter_examples(data_dir, manifest, max_scan))

@@ -13,6 +13,10 @@ manifest's ``special_token_ids`` (``SPECIAL_TOKENS``: ``pad``, ``unk``,
 ``cls``, ``sep``, ``mask`` and their vocab strings) and the shard file names.
 Import them from here rather than repeating the strings.
 
+A build with ``--eval_fraction`` also lists held-out shards (``eval_shards`` and
+the other ``eval_*`` keys, see ``EVAL_KEYS``); ``eval_view`` presents them as a
+manifest of their own, so every reader of shards reads them unchanged.
+
 Versioning: ``format_version`` changes only when a reader must change (a key
 renamed, removed or re-typed, or a different shard layout).  New keys are
 added without a bump (readers ignore keys they do not know); e.g. the

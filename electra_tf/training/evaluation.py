@@ -85,6 +85,8 @@ def resolve_source(eval_data_dir: str | None, data_dir: str, train_manifest: dic
                              "and casing")
     if manifest.get("eval_shards") and not has_eval_split(manifest):
         raise ValueError(f"{flag}: its held-out shards hold no examples (eval_num_examples=0 in manifest.json)")
+    if view is manifest and os.path.realpath(eval_data_dir) == os.path.realpath(data_dir):
+        logging.warning("%s: it has no held-out shards, so the evaluation runs on the training data itself", flag)
     return eval_data_dir, view
 
 
@@ -110,7 +112,8 @@ class Evaluator:
         self.seeds = [masking.example_seeds(EVAL_SEED, 0, tf.range(i * self.batch_size, (i + 1) * self.batch_size))
                       for i in range(len(self.batches))]
         self.logger = loop.ScalarLogger(model_dir, LOG_DIR, LOG_FILE) if model_dir else None
-        self._forward = tf.function(self._outputs)
+        # No autograph: the model's code uses explicit TF control flow (as the training step does).
+        self._forward = tf.function(self._outputs, autograph=False)
 
     @property
     def num_examples(self) -> int:
