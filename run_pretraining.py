@@ -52,6 +52,7 @@ from electra_tf.options import (INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOp
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
+DEMO_EVAL_EVERY_STEPS = 100  # the demo's eval curve: a point per log line
 
 flags.DEFINE_enum("model_size", None, list(MODEL_SIZES),
                   "Model size from electra_tf/config.py (default: tiny for the demo, else small).")
@@ -115,6 +116,18 @@ flags.DEFINE_bool("skip_corrupt_records", default(TrainOptions, "skip_corrupt_re
                   "of that shard; every skipped record is counted (a warning naming the shard and record, the "
                   "skipped_records scalar, one line at the end). Needs the shards' record counts (data_prep "
                   "records them).")
+flags.DEFINE_string("eval_data_dir", None, "Held-out data to evaluate on (a data_prep directory: its "
+                    "eval_data.tfrecord-* shards if it has any, else all its shards). Default: the held-out shards of "
+                    "--data_dir (data_prep --eval_fraction), if any; none = no evaluation.")
+flags.DEFINE_integer("eval_every_steps", None, "Evaluate every this many steps (default: --save_checkpoints_steps); "
+                     "0 = only at the end. Results: <model_dir>/eval (TensorBoard) and eval_log.jsonl.")
+flags.DEFINE_integer("eval_batches", default(TrainOptions, "eval_batches"),
+                     "Held-out batches per evaluation: always the same ones, with the same masks and samples "
+                     "(0 = no evaluation).")
+flags.DEFINE_integer("eval_batch_size", None, "Examples per evaluation batch (default: --train_batch_size).")
+flags.DEFINE_bool("do_eval", False, "Evaluate the newest checkpoint of --model_dir on the held-out data and exit "
+                  "(no training); the same outputs as evaluation during training.")
+flags.DEFINE_bool("eval_all_checkpoints", False, "With --do_eval: every checkpoint kept in --model_dir, oldest first.")
 flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logical devices (testing).")
 
 
@@ -162,7 +175,7 @@ def create_strategy():
         name = "multi_worker"
     elif FLAGS.task_index is not None:
         raise app.UsageError("--task_index needs --worker_hosts")
-    if FLAGS.export_only:
+    if FLAGS.export_only or FLAGS.do_eval:
         return None
     return distribution.create_strategy(name, FLAGS.tpu, collective_timeout_seconds=FLAGS.collective_timeout_seconds)
 
@@ -204,6 +217,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     from electra_tf.training import distribution, pretraining, restore
     from electra_tf.config import get_config, parse_hparams
 
+    if FLAGS.do_eval:
+        return evaluate_run(data_dir, model_dir)
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
     hparams = parse_hparams(FLAGS.hparams)
     if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
@@ -244,12 +259,48 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
         init_checkpoint=FLAGS.init_checkpoint, phase2_from=phase1_dir, stop_after_steps=FLAGS.stop_after_steps,
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, skip_corrupt_records=FLAGS.skip_corrupt_records,
         input_sharding=FLAGS.input_sharding,
-        stop_signals=(signal.SIGTERM,),
+        stop_signals=(signal.SIGTERM,), eval_data_dir=FLAGS.eval_data_dir,
+        eval_every_steps=eval_every_steps(demo=demo_vocab_size is not None), eval_batches=FLAGS.eval_batches,
+        eval_batch_size=FLAGS.eval_batch_size,
     )
     logging.info("Config (%s): %s", precision, config.to_json())
     history = pretraining.train(config, options, strategy)
     if distribution.is_chief(strategy):
         summarize(history, model_dir)
+
+
+def eval_every_steps(demo: bool):
+    """--eval_every_steps; unset in the demo, often enough to draw a curve."""
+    if FLAGS.eval_every_steps is None and demo:
+        return DEMO_EVAL_EVERY_STEPS
+    return FLAGS.eval_every_steps
+
+
+def evaluate_run(data_dir, model_dir):
+    """--do_eval: the run's own config (stored in --model_dir) on the held-out data; nothing is trained."""
+    from electra_tf.convert import api as convert_api
+    from electra_tf.training import evaluation
+    from electra_tf.training.input_pipeline import load_checked_manifest
+
+    if not convert_api.run_config_path(model_dir):
+        raise ValueError(f"--do_eval: --model_dir {model_dir} holds no pre-training run (no run config)")
+    config = convert_api.load_run_config(convert_api.run_config_path(model_dir))
+    manifest = load_checked_manifest(data_dir, config)
+    source = evaluation.resolve_source(FLAGS.eval_data_dir, data_dir, manifest, config)
+    if source is None:
+        raise ValueError(f"--do_eval: {data_dir} has no held-out shards (build it with --eval_fraction) and "
+                         "--eval_data_dir is unset")
+    if FLAGS.eval_batches < 1:
+        raise ValueError(f"--do_eval needs --eval_batches >= 1, not {FLAGS.eval_batches}")
+    model = evaluation.build_model(config, manifest["special_token_ids"])
+    batch_size = FLAGS.eval_batch_size or config.train_batch_size
+    results = evaluation.evaluate_checkpoints(model, source, model_dir, batch_size, FLAGS.eval_batches,
+                                              FLAGS.eval_all_checkpoints)
+    for result in results:
+        print(f"eval at step {result['step']}: " + "  ".join(
+            f"{k}={v:.4f}" for k, v in result.items() if k != "step"))
+    print(f"Eval results: {os.path.join(model_dir, evaluation.LOG_FILE)}, "
+          f"TensorBoard {os.path.join(model_dir, evaluation.LOG_DIR)}")
 
 
 def fit_to_cpu_memory(config, chosen: bool):
@@ -273,6 +324,12 @@ def summarize(history, model_dir):
         keys = [k for k in ("disc_auc", "gen_accuracy", "disc_loss", "gen_loss", "loss") if k in last]
         print("\n" + "  ".join(f"{k}: {first[k]:.4f} -> {last[k]:.4f}" for k in keys))
         print(f"Throughput at the end: {last['examples_per_second']:.1f} examples/s")
+    eval_lines = _read_jsonl(os.path.join(model_dir, "eval_log.jsonl"))
+    if eval_lines:
+        first, last = eval_lines[0], eval_lines[-1]
+        keys = [k for k in ("disc_auc", "gen_accuracy", "disc_loss", "gen_loss", "loss") if k in last]
+        print(f"held-out eval, step {first['step']} -> {last['step']}:  "
+              + "  ".join(f"{k}: {first[k]:.4f} -> {last[k]:.4f}" for k in keys))
     print(f"Checkpoints:  {os.path.join(model_dir, 'checkpoints')}")
     print(f"TensorBoard:  tensorboard --logdir {model_dir}")
     if os.path.isdir(os.path.join(model_dir, "export")):
@@ -281,13 +338,24 @@ def summarize(history, model_dir):
         print(DEMO_CURVE_NOTE)
 
 
+def _read_jsonl(path) -> list[dict]:
+    import json
+
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 DEMO_CURVE_NOTE = """
 What the demo's curve means (train_log.jsonl, TensorBoard): the discriminator's AUC jumps early, because an
 untrained generator samples near-uniform words that are easy to spot; it dips (to ~0.55 around steps 200-500)
 once the generator has learned word frequencies and its samples are plausible; it climbs again as the
 discriminator learns to use context. That dip is expected at this scale, not a bug: the same recipe in an
-independent PyTorch implementation shows it. A tiny model trained for minutes on CPU is far from the paper's
-scale; experiments/compare_objectives.py measures what pre-training is worth downstream."""
+independent PyTorch implementation shows it. eval_log.jsonl (TensorBoard: eval/) measures the same on held-out
+documents with fixed masks: a training loss that falls while the eval loss rises means the model memorises the
+corpus. A tiny model trained for minutes on CPU is far from the paper's scale; experiments/compare_objectives.py
+measures what pre-training is worth downstream."""
 
 
 def lost_worker_message(error) -> str | None:

@@ -4,7 +4,8 @@ Reads plain text / WikiExtractor / JSON Lines files (optionally .gz/.bz2) or
 a prepared TFDS text dataset, tokenises with BERT WordPiece (tensorflow-text),
 packs sentences like the official ELECTRA ``build_pretraining_dataset.py``
 and writes ``pretrain_data.tfrecord-XXXXX-of-YYYYY`` shards plus
-``manifest.json`` (see ``electra_tf/text/manifest.py``).  Progress (MB read/s,
+``manifest.json`` (see ``electra_tf/text/manifest.py``); ``--eval_fraction``
+holds documents out in ``eval_data.tfrecord-*`` shards of their own.  Progress (MB read/s,
 examples/s) goes to stderr.  Bad input stops the build with a one-line
 ``error: ...`` naming the file, exit status 1, and no shard or manifest left.
 
@@ -48,7 +49,8 @@ def options_from_flags():
         short_seq_prob=FLAGS.short_seq_prob, single_segment_prob=FLAGS.single_segment_prob,
         num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
         text_field=FLAGS.text_field, tfds_name=FLAGS.tfds_name, tfds_split=FLAGS.tfds_split,
-        tfds_data_dir=FLAGS.tfds_data_dir, tfds_text_field=FLAGS.tfds_text_field)
+        tfds_data_dir=FLAGS.tfds_data_dir, tfds_text_field=FLAGS.tfds_text_field,
+        eval_fraction=FLAGS.eval_fraction)
 
 
 def define_flags() -> None:
@@ -75,6 +77,10 @@ def define_flags() -> None:
                          "Output shards (default: one per 32 MiB of input, at least min(8, input MiB); "
                          "independent of --num_processes).")
     flags.DEFINE_integer("seed", default["seed"], "Seed of the packing randomness.")
+    flags.DEFINE_float("eval_fraction", default["eval_fraction"],
+                       "Share of documents held out for evaluation, written to eval_data.tfrecord-* shards that "
+                       "the training shards exclude (run_pretraining.py evaluates on them). A document is chosen "
+                       "by a hash of its text, so every build of the same text holds out the same documents.")
     flags.DEFINE_enum("input_format", default["input_format"], list(FORMATS),
                       "Input format; auto detects it per file.")
     flags.DEFINE_string("text_field", default["text_field"], "JSON Lines field holding the document text.")

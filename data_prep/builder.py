@@ -48,9 +48,9 @@ from data_prep import shard_writer
 from data_prep.corpus.errors import CorpusError
 from data_prep.plan import BuildOptions, BuildPlan, make_plan  # noqa: F401  (public API)
 from data_prep.pool import WorkerPool, build_in_pool, make_pool
-from data_prep.shard_writer import ShardStats, build_shard, read_sidecar
-from electra_tf.text.manifest import (CREATED_BY, FORMAT_VERSION, MANIFEST_NAME, SHARD_PREFIX,
-                                      SPECIAL_TOKENS, shard_name, write_json_atomic)
+from data_prep.shard_writer import ShardStats, build_shard, read_eval_sidecar, read_sidecar
+from electra_tf.text.manifest import (CREATED_BY, EVAL_SHARD_PREFIX, FORMAT_VERSION, MANIFEST_NAME, SHARD_PREFIX,
+                                      SPECIAL_TOKENS, eval_shard_name, shard_name, write_json_atomic)
 
 __all__ = ["BuildOptions", "BuildPlan", "CorpusError", "make_plan", "run_build", "remove_outputs"]
 
@@ -123,12 +123,16 @@ def run_build(plan: BuildPlan, num_processes: int = 1,
     progress.print(final=True)
     records = [read_sidecar(plan, i) for i in range(plan.num_shards)]
     manifest = _make_manifest(plan, records)
+    if plan.options.eval_fraction:
+        manifest.update(_eval_manifest(plan, [read_eval_sidecar(plan, i) for i in range(plan.num_shards)]))
     if manifest["num_examples"] == 0:
         remove_outputs(plan)
         raise CorpusError(f"input {', '.join(plan.input_names()[:3])}: contains no text to build "
                           "examples from (empty documents only?)")
     write_json_atomic(manifest_path, manifest)
     log(summary_line(manifest, plan.output_dir))
+    if plan.options.eval_fraction:
+        log(eval_summary_line(manifest))
     return manifest
 
 
@@ -144,6 +148,17 @@ def summary_line(manifest: dict, output_dir: str) -> str:
             f"({manifest['truncated_token_rate']:.2%} of the text's tokens, "
             f"{manifest['num_long_sentences']:,} sentences longer than "
             f"{manifest['max_seq_length'] - 2} tokens))")
+
+
+def eval_summary_line(manifest: dict) -> str:
+    """What --eval_fraction held out, for the log."""
+    line = (f"held out {manifest['eval_num_documents']:,} of "
+            f"{manifest['eval_num_documents'] + manifest['num_documents']:,} documents "
+            f"(--eval_fraction={manifest['eval_fraction']}): {manifest['eval_num_examples']:,} examples in "
+            f"{manifest['eval_num_shards']} {EVAL_SHARD_PREFIX}-* shards, none of them in the training shards")
+    if not manifest["eval_num_examples"]:
+        line += "; no examples: raise --eval_fraction to evaluate on held-out text"
+    return line
 
 
 def _build_serially(plan: BuildPlan, pending: list[int], progress: Progress) -> None:
@@ -175,12 +190,15 @@ def _our_files(output_dir: str) -> list[str]:
     """Shards, sidecars and temp files (incl. manifest temps) in output_dir."""
     escaped = glob.escape(output_dir)
     return (glob.glob(os.path.join(escaped, SHARD_PREFIX + "-*"))
+            + glob.glob(os.path.join(escaped, EVAL_SHARD_PREFIX + "-*"))
             + glob.glob(os.path.join(escaped, MANIFEST_NAME + ".tmp-*")))
 
 
 def _remove_stale_files(plan: BuildPlan, log) -> None:
     """Temp files of killed runs and shards of a different shard count."""
     wanted = {shard_name(i, plan.num_shards) for i in range(plan.num_shards)}
+    if plan.options.eval_fraction:
+        wanted |= {eval_shard_name(i, plan.num_shards) for i in range(plan.num_shards)}
     wanted.add(MANIFEST_NAME)
     for path in _our_files(plan.output_dir):
         name = os.path.basename(path)
@@ -198,6 +216,21 @@ def remove_outputs(plan: BuildPlan) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def _eval_manifest(plan: BuildPlan, records: list[dict]) -> dict:
+    """The manifest's record of the held-out shards (one per training shard; some may be empty)."""
+    return {
+        "eval_fraction": plan.options.eval_fraction,
+        "eval_shards": [eval_shard_name(i, plan.num_shards) for i in range(plan.num_shards)],
+        "eval_num_shards": plan.num_shards,
+        "eval_num_documents": sum(r["num_documents"] for r in records),
+        "eval_num_examples": sum(r["num_examples"] for r in records),
+        "eval_num_tokens": sum(r["num_tokens"] for r in records),
+        "eval_examples_per_shard": [r["num_examples"] for r in records],
+        "eval_shard_sha256": [r["sha256"] for r in records],
+        "eval_shard_size_bytes": [r["size_bytes"] for r in records],
+    }
 
 
 def _make_manifest(plan: BuildPlan, records: list[dict]) -> dict:

@@ -10,6 +10,7 @@ regular builder.  Layout of ``data_dir``::
     corpus/python_docs.txt   the corpus
     vocab.txt                the learned vocab
     manifest.json, pretrain_data.tfrecord-*   the dataset
+    eval_data.tfrecord-*     the held-out documents (``EVAL_FRACTION``), for the eval curve
 
 Idempotent: a valid manifest built with the same settings returns at once.
 Takes well under a minute on 2 cores.
@@ -40,6 +41,7 @@ from electra_tf.text.manifest import load_manifest, sha256_file, write_text_atom
 CORPUS_NAME = os.path.join("corpus", "python_docs.txt")
 VOCAB_NAME = "vocab.txt"
 SERIAL_BELOW_BYTES = 8 << 20  # spawning TF workers costs more than it saves below this
+EVAL_FRACTION = 0.1  # of the documents: ~200 held-out examples, a steady enough eval curve
 
 # Pure-Python, side-effect-free standard-library modules with rich docstrings.
 DOC_MODULES = (
@@ -125,12 +127,13 @@ def write_corpus(path: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _is_current(data_dir: str, vocab_size: int, max_seq_length: int) -> bool:
+def _is_current(data_dir: str, vocab_size: int, max_seq_length: int, eval_fraction: float) -> bool:
     try:
         manifest = load_manifest(data_dir)
         vocab = os.path.join(data_dir, VOCAB_NAME)
         return (manifest["vocab_size"] == vocab_size
                 and manifest["max_seq_length"] == max_seq_length
+                and manifest.get("eval_fraction", 0.0) == eval_fraction
                 and manifest.get("vocab_sha256") == sha256_file(vocab)
                 and manifest.get("inputs") == [os.path.abspath(os.path.join(data_dir, CORPUS_NAME))])
     except (ValueError, OSError, KeyError):
@@ -138,11 +141,11 @@ def _is_current(data_dir: str, vocab_size: int, max_seq_length: int) -> bool:
 
 
 def build_demo_dataset(data_dir: str, *, vocab_size: int = 8192, max_seq_length: int = 128,
-                       num_processes: int = 2,
+                       num_processes: int = 2, eval_fraction: float = EVAL_FRACTION,
                        log: Callable[[str], None] = lambda m: print(f"[demo] {m}", file=sys.stderr)
                        ) -> str:
     """Build (or reuse) the demo dataset in ``data_dir``; return ``data_dir``."""
-    if _is_current(data_dir, vocab_size, max_seq_length):
+    if _is_current(data_dir, vocab_size, max_seq_length, eval_fraction):
         return data_dir
     from data_prep.build_vocab import build_vocab
     from data_prep.builder import BuildOptions, make_plan, run_build
@@ -155,7 +158,7 @@ def build_demo_dataset(data_dir: str, *, vocab_size: int = 8192, max_seq_length:
     plan = make_plan(BuildOptions(inputs=corpus_path, output_dir=data_dir, vocab_file=vocab_path,
                                   max_seq_length=max_seq_length,
                                   max_position_embeddings=max(512, max_seq_length),
-                                  num_shards=max(1, num_processes)))
+                                  num_shards=max(1, num_processes), eval_fraction=eval_fraction))
     processes = 1 if size < SERIAL_BELOW_BYTES else num_processes
     run_build(plan, num_processes=processes, log=log)
     return data_dir

@@ -16,7 +16,8 @@ Command line:
 ``--verify DIR`` checks the shards instead (``electra_tf.text.verify``): each
 listed shard exists, has the size and SHA-256 its build recorded, every
 TFRecord record's length and data CRCs are valid and the record count equals
-``examples_per_shard``.  It prints one line per problem and a summary, and
+``examples_per_shard``; the held-out shards of ``--eval_fraction`` are checked
+alike against the manifest's ``eval_*`` records.  It prints one line per problem and a summary, and
 exits 1 if there is any problem, 0 otherwise.
 
 Example:
@@ -100,6 +101,9 @@ def summarize(data_dir: str, num_examples: int = 3, max_scan: int = 100000,
     rows.append(("unk_rate", f"{manifest.get('unk_rate', 0.0):.4%} "
                              f"({manifest.get('num_unk_tokens')} [UNK] tokens)"))
     rows.append(("inputs", ", ".join(inputs[:3]) + (" ..." if len(inputs) > 3 else "")))
+    if "eval_shards" in manifest:  # --eval_fraction: held-out documents, not in the shards above
+        rows += [(key, manifest.get(key)) for key in (
+            "eval_fraction", "eval_num_shards", "eval_num_documents", "eval_num_examples")]
     for key, value in rows:
         p(f"{key:<{LABEL_WIDTH}} {value}")
     examples = list(iter_examples(data_dir, manifest, max_scan))
@@ -133,7 +137,8 @@ def verify(data_dir: str, out=sys.stdout) -> int:
         print(problem, file=out)
     try:
         with open(os.path.join(data_dir, "manifest.json"), encoding="utf-8") as f:
-            num_shards = len(json.load(f)["shards"])
+            manifest = json.load(f)
+        num_shards = len(manifest["shards"]) + len(manifest.get("eval_shards", []))
     except (OSError, ValueError, KeyError, TypeError):
         num_shards = 0
     if problems:

@@ -36,7 +36,7 @@ from typing import Optional
 from data_prep.corpus.byte_ranges import plan_byte_ranges
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import expand_inputs, inspect_inputs
-from electra_tf.text.manifest import sha256_file, shard_name
+from electra_tf.text.manifest import eval_shard_name, sha256_file, shard_name
 from electra_tf.text.tokenization import validate_vocab
 
 # Bump when the bytes written for the same plan, or the shards' sidecar
@@ -67,6 +67,7 @@ class BuildOptions:
     tfds_split: str = "train"
     tfds_data_dir: Optional[str] = None
     tfds_text_field: str = "text"
+    eval_fraction: float = 0.0  # share of documents held out for evaluation (by a hash of their text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,9 @@ class BuildPlan:
 
     def shard_path(self, index: int) -> str:
         return os.path.join(self.output_dir, shard_name(index, self.num_shards))
+
+    def eval_shard_path(self, index: int) -> str:
+        return os.path.join(self.output_dir, eval_shard_name(index, self.num_shards))
 
     def input_names(self) -> list[str]:
         """The input files, or ``tfds:<name>/<split>``."""
@@ -106,6 +110,8 @@ def check_options(options: BuildOptions) -> None:
         value = getattr(options, name)
         if not 0.0 <= value <= 1.0:
             raise CorpusError(f"--{name}={value} must be in [0, 1]")
+    if not 0.0 <= options.eval_fraction < 1.0:
+        raise CorpusError(f"--eval_fraction={options.eval_fraction} must be in [0, 1)")
     if options.num_shards is not None and options.num_shards < 1:
         raise CorpusError(f"--num_shards={options.num_shards} must be >= 1")
     if bool(options.inputs) == bool(options.tfds_name):
@@ -154,6 +160,8 @@ def _fingerprint(options, vocab_sha, files, shard_ranges) -> str:
     relevant = dataclasses.asdict(options)
     for key in ("output_dir", "vocab_file", "max_position_embeddings", "inputs"):
         relevant.pop(key)
+    if not options.eval_fraction:  # builds without a held-out split keep their fingerprint
+        relevant.pop("eval_fraction")
     payload = {
         "code_version": CODE_VERSION, "options": relevant, "vocab_sha256": vocab_sha,
         "files": [f.fingerprint() for f in files],

@@ -6,7 +6,11 @@ Each shard depends only on the plan and its index:
   or TFDS example ranges;
 * its RNG is ``random.Random("<seed>:<shard>")``;
 * it is written to ``<shard>.tmp-<pid>`` and renamed, then a sidecar
-  ``<shard>.done.json`` (counts, size, sha256, plan fingerprint) is written.
+  ``<shard>.done.json`` (counts, size, sha256, plan fingerprint) is written;
+* with ``eval_fraction`` > 0 the documents that ``held_out`` picks (by a hash
+  of their text, so the choice does not depend on shards, seeds or re-runs) go
+  to the eval shard of the same index instead (its own packer RNG, file and
+  sidecar, written before the training shard's sidecar marks the pair done).
 
 ``ShardWriter`` tokenises a batch of documents, packs it
 (``data_prep.packing``), serialises the examples and counts what the manifest
@@ -34,8 +38,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import hashlib
 import json
 import os
 import random
@@ -123,11 +129,11 @@ class ShardStats:
 class ShardWriter:
     """Tokenises, packs, serialises and writes the documents of one shard."""
 
-    def __init__(self, plan, shard: int):
+    def __init__(self, plan, shard: int, rng_key: str = ""):
         self.plan, self.shard = plan, shard
         self.tokenizer = _tokenizer(plan)
         options = plan.options
-        rng = random.Random(f"{options.seed}:{shard}")
+        rng = random.Random(f"{options.seed}:{shard}{rng_key}")
         self.packer = ExamplePacker(options.max_seq_length, rng, options.short_seq_prob,
                                     options.single_segment_prob)
         self.serializer = ExampleSerializer(options.max_seq_length)
@@ -137,6 +143,8 @@ class ShardWriter:
 
     def write_documents(self, docs: list[list[str]], write: Callable[[bytes], object]) -> None:
         """Pack ``docs`` (lists of paragraphs) and ``write`` each serialised example."""
+        if not docs:
+            return
         sentences, counts = [], []
         for paragraphs in docs:
             doc_sentences = document_sentences(paragraphs)
@@ -175,6 +183,23 @@ class ShardWriter:
         stats.num_single_segment += int((batch.segment_ids.max(axis=1) == 0).sum())
 
 
+def held_out(paragraphs: list[str], fraction: float) -> bool:
+    """Whether a document belongs to the held-out split: a hash of its text, read as a number in
+    [0, 1), falls below `fraction` (the same answer in every build of the same text)."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b("\n".join(paragraphs).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64 < fraction
+
+
+def split_documents(docs: list[list[str]], fraction: float) -> tuple[list, list]:
+    """`(training documents, held-out documents)` of a batch, in their order."""
+    train, held = [], []
+    for doc in docs:
+        (held if held_out(doc, fraction) else train).append(doc)
+    return train, held
+
+
 def iter_shard_documents(plan, shard: int, stats: RangeStats):
     """Batches of documents of shard ``shard`` (files or TFDS)."""
     if plan.options.tfds_name:
@@ -207,41 +232,61 @@ def build_shard(plan, shard: int) -> dict:
 
 def _build_shard(plan, shard: int) -> dict:
     import tensorflow as tf
-    path = plan.shard_path(shard)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    shard_writer = ShardWriter(plan, shard)
+    fraction = plan.options.eval_fraction
+    paths = [plan.shard_path(shard)] + ([plan.eval_shard_path(shard)] if fraction else [])
+    tmps = [f"{path}.tmp-{os.getpid()}" for path in paths]
+    writers = [ShardWriter(plan, shard)] + ([ShardWriter(plan, shard, ":eval")] if fraction else [])
     range_stats = RangeStats()
     reported = [0, 0, 0]
 
     def report():
-        now = [range_stats.bytes_read, shard_writer.stats.num_examples, range_stats.skipped_lines]
+        now = [range_stats.bytes_read, writers[0].stats.num_examples, range_stats.skipped_lines]
         _report(shard, *(a - b for a, b in zip(now, reported)))
         reported[:] = now
 
     try:
-        with tf.io.TFRecordWriter(tmp) as writer:
+        with contextlib.ExitStack() as stack:
+            files = [stack.enter_context(tf.io.TFRecordWriter(tmp)) for tmp in tmps]
             for docs in iter_shard_documents(plan, shard, range_stats):
-                shard_writer.write_documents(docs, writer.write)
+                for writer, part, file in zip(writers, split_documents(docs, fraction), files):
+                    writer.write_documents(part, file.write)
                 report()
         report()
-        os.replace(tmp, path)
+        for tmp, path in zip(tmps, paths):
+            os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    stats = shard_writer.stats
+        for tmp in tmps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    stats = writers[0].stats
     stats.num_skipped_lines = range_stats.skipped_lines
     stats.num_nul_bytes_removed = range_stats.nul_bytes
     stats.bytes_read = range_stats.bytes_read
-    record = {"fingerprint": plan.fingerprint, "shard": os.path.basename(path),
-              "size_bytes": os.path.getsize(path), "sha256": sha256_file(path),
-              **dataclasses.asdict(stats)}
-    write_json_atomic(sidecar_path(path), record)
-    return record
+    records = [_sidecar_record(plan, path, writer.stats) for path, writer in zip(paths, writers)]
+    # The training shard's sidecar last: it marks the shard (and its eval shard) done.
+    for path, record in reversed(list(zip(paths, records))):
+        write_json_atomic(sidecar_path(path), record)
+    return records[0]
+
+
+def _sidecar_record(plan, path: str, stats: ShardStats) -> dict:
+    return {"fingerprint": plan.fingerprint, "shard": os.path.basename(path),
+            "size_bytes": os.path.getsize(path), "sha256": sha256_file(path), **dataclasses.asdict(stats)}
 
 
 def read_sidecar(plan, shard: int) -> Optional[dict]:
-    """The shard's sidecar if the shard is complete for this plan, else None."""
-    path = plan.shard_path(shard)
+    """The shard's sidecar if the shard (with its eval shard, if any) is complete for this plan, else None."""
+    if plan.options.eval_fraction and _read_sidecar(plan, plan.eval_shard_path(shard)) is None:
+        return None
+    return _read_sidecar(plan, plan.shard_path(shard))
+
+
+def read_eval_sidecar(plan, shard: int) -> Optional[dict]:
+    """The eval shard's sidecar (None without --eval_fraction or if incomplete)."""
+    return _read_sidecar(plan, plan.eval_shard_path(shard)) if plan.options.eval_fraction else None
+
+
+def _read_sidecar(plan, path: str) -> Optional[dict]:
     try:
         with open(sidecar_path(path), encoding="utf-8") as f:
             record = json.load(f)

@@ -160,6 +160,11 @@ class TrainOptions:
     skip_corrupt_records: bool = False  # False: stop at a corrupt input record; True: count it and go on
     input_sharding: str = "batch"  # one of INPUT_SHARDINGS
     stop_signals: tuple = ()  # e.g. (signal.SIGTERM,): checkpoint at the step reached and return
+    # Held-out evaluation (training.evaluation): the data dir's held-out shards unless eval_data_dir is set.
+    eval_data_dir: str | None = None
+    eval_every_steps: int | None = None  # None: every save_checkpoints_steps; 0: only at the end
+    eval_batches: int = 20  # 0: no evaluation
+    eval_batch_size: int | None = None  # None: train_batch_size
 
 
 @dataclasses.dataclass

@@ -13,6 +13,10 @@ manifest's ``special_token_ids`` (``SPECIAL_TOKENS``: ``pad``, ``unk``,
 ``cls``, ``sep``, ``mask`` and their vocab strings) and the shard file names.
 Import them from here rather than repeating the strings.
 
+A build with ``--eval_fraction`` also lists held-out shards (``eval_shards`` and
+the other ``eval_*`` keys, see ``EVAL_KEYS``); ``eval_view`` presents them as a
+manifest of their own, so every reader of shards reads them unchanged.
+
 Versioning: ``format_version`` changes only when a reader must change (a key
 renamed, removed or re-typed, or a different shard layout).  New keys are
 added without a bump (readers ignore keys they do not know); e.g. the
@@ -55,6 +59,12 @@ from typing import Any, Optional
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 SHARD_PREFIX = "pretrain_data.tfrecord"
+# Held-out documents (``--eval_fraction``) go to shards of their own, listed under the
+# manifest's ``eval_*`` keys; the training shards never contain them.
+EVAL_SHARD_PREFIX = "eval_data.tfrecord"
+EVAL_KEYS = {"shards": "eval_shards", "num_shards": "eval_num_shards", "num_examples": "eval_num_examples",
+             "examples_per_shard": "eval_examples_per_shard", "shard_sha256": "eval_shard_sha256",
+             "shard_size_bytes": "eval_shard_size_bytes"}
 CREATED_BY = "data_prep.build_pretraining_dataset"
 
 # TFRecord features of every example (tf.train.Example, int64 lists of
@@ -80,6 +90,28 @@ REQUIRED_KEYS = (
 def shard_name(index: int, num_shards: int) -> str:
     """File name of shard ``index`` out of ``num_shards``."""
     return f"{SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}"
+
+
+def eval_shard_name(index: int, num_shards: int) -> str:
+    """File name of held-out shard ``index`` out of ``num_shards``."""
+    return f"{EVAL_SHARD_PREFIX}-{index:05d}-of-{num_shards:05d}"
+
+
+def has_eval_split(manifest: dict) -> bool:
+    """Whether the build held documents out (``--eval_fraction``) and kept at least one example."""
+    return bool(manifest.get("eval_shards")) and manifest.get("eval_num_examples", 0) > 0
+
+
+def eval_view(manifest: dict) -> dict:
+    """The manifest with its held-out shards in the place of the training shards.
+
+    Readers of shards (the input pipeline, ``verify``) take this view unchanged.
+    """
+    view = {key: value for key, value in manifest.items() if key not in EVAL_KEYS}
+    for key, eval_key in EVAL_KEYS.items():
+        if eval_key in manifest:
+            view[key] = manifest[eval_key]
+    return view
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -142,7 +174,11 @@ def load_manifest(data_dir: str) -> dict:
     if len(manifest["shards"]) != manifest["num_shards"]:
         raise ValueError(f"manifest {path} lists {len(manifest['shards'])} shards but "
                          f"num_shards={manifest['num_shards']}: {hint}")
-    absent = [s for s in manifest["shards"] if not os.path.isfile(os.path.join(data_dir, s))]
+    if len(manifest.get("eval_shards", [])) != manifest.get("eval_num_shards", 0):
+        raise ValueError(f"manifest {path} lists {len(manifest['eval_shards'])} eval shards but "
+                         f"eval_num_shards={manifest.get('eval_num_shards')}: {hint}")
+    listed = manifest["shards"] + manifest.get("eval_shards", [])
+    absent = [s for s in listed if not os.path.isfile(os.path.join(data_dir, s))]
     if absent:
         raise ValueError(f"manifest {path} lists shard(s) missing on disk: "
                          f"{', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}: {hint}")

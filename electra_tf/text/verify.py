@@ -32,7 +32,7 @@ import os
 import struct
 from typing import Iterator, Optional
 
-from electra_tf.text.manifest import MANIFEST_NAME, sha256_file
+from electra_tf.text.manifest import MANIFEST_NAME, eval_view, sha256_file
 
 _CRC32C_POLY = 0x82F63B78  # Castagnoli, reflected
 
@@ -175,6 +175,15 @@ def verify_shards(data_dir: str, records: bool = True) -> list[Problem]:
     manifest, problems = _read_manifest(data_dir)
     if manifest is None:
         return problems
+    views = [manifest] + ([eval_view(manifest)] if isinstance(manifest.get("eval_shards"), list) else [])
+    for view in views:
+        problems.extend(_shard_problems(data_dir, view, records))
+    return problems
+
+
+def _shard_problems(data_dir: str, manifest: dict, records: bool) -> list[Problem]:
+    """The problems of the shards `manifest` lists (the training shards, or the held-out ones of `eval_view`)."""
+    problems = []
     for index, name in enumerate(manifest["shards"]):
         path = os.path.join(data_dir, name)
         if not os.path.isfile(path):

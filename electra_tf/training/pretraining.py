@@ -30,7 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.model import masking
-from electra_tf.training import distribution, input_pipeline, loop, preemption, restore
+from electra_tf.training import distribution, evaluation, input_pipeline, loop, preemption, restore
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
@@ -221,6 +221,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
     verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
+    eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir, manifest, config)
+    eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
     report = skipping.report if skipping else None
     restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record())
@@ -263,6 +265,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
     with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
         preview = _make_preview(model, options, manifest) if chief else None
+    evaluator = evaluation.for_training(model, eval_source, options, config, chief)
     history = []
     step = saved_step = loop.current_step(optimizer)
     total = config.num_train_steps
@@ -288,7 +291,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
 
         while step < last and not stop_request.requested:
             stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps,
-                                  extra_stops=timer.stops)
+                                  eval_every, extra_stops=timer.stops)
             with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
                 outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
             previous, step = step, loop.current_step(optimizer)
@@ -328,6 +331,8 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
             if step % options.save_checkpoints_steps == 0 or step >= last:
                 save(step)
                 saved_step = step
+            if evaluator is not None and evaluation.due(step, last, eval_every):
+                evaluator.evaluate(step)
         if stop_request.requested and step < last:  # the same on every worker (see preemption.StopRequest)
             if step > saved_step:
                 save(step)
