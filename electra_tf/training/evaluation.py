@@ -45,7 +45,7 @@ from absl import logging
 
 from electra_tf.model import masking
 from electra_tf.config import ElectraConfig
-from electra_tf.pretrainer import ElectraPretrainer
+from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES, eval_view, has_eval_split, load_manifest, validate_manifest
 from electra_tf.training import input_pipeline, loop
