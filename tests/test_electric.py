@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.convert import ConversionError, save_hf
+from electra_tf.convert.cli import main as convert_main
+from electra_tf.convert.ours import save_ours
 from electra_tf.model import masking
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.training.optimization import create_optimizer
-from pretrain_testutil import SPECIAL_IDS, tiny_config
+from pretrain_testutil import SPECIAL_IDS, tiny_config, write_vocab
 from test_objectives import masked_position_grid, sigmoid_ce
 from test_pretrainer import log_softmax, make_batch
 
@@ -96,3 +99,19 @@ def test_electric_pretrains_a_few_steps_with_finite_falling_loss():
     assert np.mean(total[-2:]) < np.mean(total[:2])
     assert float(losses[-1]["gen_loss"]) < float(losses[0]["gen_loss"])
     assert model.encoder_for_finetuning is model.discriminator
+
+
+def test_converters_refuse_the_two_tower_generator_in_one_line_and_export_the_discriminator(model, tmp_path, capsys):
+    vocab = write_vocab(str(tmp_path / "vocab.txt"), model.config.vocab_size)
+    with pytest.raises(ConversionError) as refused:
+        save_hf(model, model.config, str(tmp_path / "hf"), vocab)
+    assert "\n" not in str(refused.value) and "objective='electric'" in str(refused.value)
+    export = save_ours(model, str(tmp_path / "export"), vocab, keras_hub=False)
+    for target in ("hf", "ours"):
+        assert convert_main([f"--to={target}", f"--input={export}", f"--output={tmp_path / target}"]) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and "objective='electric'" in error and "--to=keras_hub" in error
+    assert convert_main(["--to=keras_hub", f"--input={export}", f"--output={tmp_path / 'preset'}"]) == 0
+    assert "the discriminator alone" in capsys.readouterr().out
+    with open(tmp_path / "preset" / "config.json") as f:
+        assert '"hidden_dim": 32' in f.read()  # the discriminator's width (the towers are 16 wide)
