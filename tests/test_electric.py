@@ -1,12 +1,13 @@
 """Electric: the two-tower cloze generator and the NCE loss, checked against NumPy."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.convert import ConversionError, save_hf
+from electra_tf.convert import ConversionError, initialize_pretrainer, save_hf
 from electra_tf.convert.cli import main as convert_main
 from electra_tf.convert.ours import save_ours
 from electra_tf.model import masking
@@ -64,7 +65,7 @@ def test_nce_loss_equals_numpy_from_energies_and_log_q(model):
 def test_cloze_model_at_a_position_never_sees_its_token_but_sees_both_sides(model):
     batch = make_batch()
     ids = batch["input_ids"].numpy()
-    t = 5  # a real, non-special token in every row of make_batch (sequences are ≥ 8 tokens)
+    t = 5  # inside every row of make_batch (sequences are ≥ 8 tokens), away from the ends where the roll wraps
     base = cloze_log_probs(model, batch, batch["input_ids"])
     for changed_at, should_change in ((t, False), (t - 1, True), (t + 1, True)):
         other = ids.copy()
@@ -115,3 +116,5 @@ def test_converters_refuse_the_two_tower_generator_in_one_line_and_export_the_di
     assert "the discriminator alone" in capsys.readouterr().out
     with open(tmp_path / "preset" / "config.json") as f:
         assert '"hidden_dim": 32' in f.read()  # the discriminator's width (the towers are 16 wide)
+    with pytest.raises(ConversionError, match="objective='electric'"):  # continued pre-training from HF
+        initialize_pretrainer(model, str(Path(__file__).parent / "fixtures" / "hf_electra"))

@@ -32,7 +32,7 @@ def refuse_two_tower_generator(config: ElectraConfig, target: str) -> None:
     if config.objective == "electric":
         raise ConversionError(
             f"objective='electric': {target} cannot hold its two-tower cloze generator (generator_ltr + "
-            "generator_rtl); export the discriminator alone instead (a standard ELECTRA encoder): "
+            "generator_rtl); only its discriminator is a standard ELECTRA encoder: export it alone with "
             "python -m electra_tf.convert --to=keras_hub, or fine-tune from the run's export directory")
 
 
