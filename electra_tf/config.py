@@ -37,9 +37,13 @@ from electra_tf.options import LEGACY_EXECUTION_FIELDS
 #                    predicts the originals there
 #   all_tokens_mlm   as replace_mlm, but the main model predicts every real token, with the
 #                    paper's copy mechanism: p = D·1[x = input] + (1 − D)·softmax
-OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
+#   electric         Electric (Clark et al. 2020b): a two-tower cloze generator q (left-to-right and
+#                    right-to-left towers, each of the `generator` shape) trained over every candidate
+#                    token; the main model outputs an energy per token, trained by noise-contrastive
+#                    estimation against q's samples (`electra_tf/model/electric.py`)
+OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm", "electric")
 # Objectives with a generator that corrupts the main model's input.
-GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm")
+GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm", "electric")
 # The encoders' activation: the exact (erf) GELU of the official code and HF, or its tanh
 # approximation (keras-hub's ElectraBackbone). `model.layers.get_activation` maps each name.
 ACTIVATIONS = ("gelu", "gelu_approximate")
@@ -175,6 +179,9 @@ class ElectraConfig:
             problems.append(f"embedding_sharing must be 'full' or 'gdes', got {self.embedding_sharing!r}")
         elif self.embedding_sharing == "gdes" and self.objective not in GENERATOR_OBJECTIVES:
             problems.append(f"embedding_sharing='gdes' needs a generator; objective {self.objective!r} has none")
+        elif self.embedding_sharing == "gdes" and self.objective == "electric":
+            problems.append("embedding_sharing='gdes' is not implemented for the electric objective's "
+                            "two-tower generator")
         if not 0.0 < self.mask_prob < 1.0:
             problems.append(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.max_seq_length > self.max_position_embeddings:

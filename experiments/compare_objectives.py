@@ -5,7 +5,8 @@ r"""Does replaced-token detection beat masked LM at equal compute? Pre-train eac
 
 Arms: `rtd` (ELECTRA), `mlm` (BERT-style, discriminator-sized), `none` (no pre-training), the
 paper's Table 5 ablations `rtd_masked_only`, `replace_mlm`, `all_tokens_mlm` (see `electra_tf/config.py`),
-`gdes` (rtd with DeBERTaV3's gradient-disentangled embedding sharing), and the generator-size study
+`gdes` (rtd with DeBERTaV3's gradient-disentangled embedding sharing), `electric` (Electric's
+energy-based NCE objective with a two-tower cloze generator), and the generator-size study
 (the paper's Figure 3): `gen32`, `gen128`, `gen256` are rtd with a generator of that hidden size
 (heads 1/2/4, FFN 4 × hidden; `rtd` itself has 64) at rtd's steps.
 `--pretrain_seed=N` pre-trains an arm again with another seed: each (arm, pre-training seed) is
@@ -81,6 +82,7 @@ ARMS = {
     "replace_mlm": {"objective": "replace_mlm"},
     "all_tokens_mlm": {"objective": "all_tokens_mlm"},
     "gdes": {"objective": "rtd", "embedding_sharing": "gdes"},  # DeBERTaV3's gradient-disentangled sharing
+    "electric": {"objective": "electric"},  # two generator towers + cloze head at every position: costlier
     "gen32": generator_arm(32),
     "gen128": generator_arm(128),
     "gen256": generator_arm(256),

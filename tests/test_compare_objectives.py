@@ -154,3 +154,11 @@ def test_jobs_below_one_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         co.parse_args(["--jobs=0"])
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_electric_is_an_arm_with_more_flops_per_step_than_rtd():
+    budget = co.BUDGETS["cpu"]
+    assert co.arm_config(budget, "electric").objective == "electric"
+    assert co.arm_steps(budget, "electric") == budget.rtd_steps  # never fewer examples than rtd
+    assert co.arm_compute(budget, "electric")["flops_per_step"] > co.arm_compute(budget, "rtd")["flops_per_step"]
+    assert co.parse_args(["--arms=rtd,electric"]).arms == "rtd,electric"

@@ -39,3 +39,14 @@ def test_steps_for_flops_spends_at_least_the_budget(objective):
     budget = train_flops_per_step(get_config("mini")) * 1500
     steps = steps_for_flops(config, budget)
     assert train_flops_per_step(config) * steps >= budget > train_flops_per_step(config) * (steps - 1)
+
+
+def test_electric_counts_two_generator_towers_and_the_cloze_head_at_every_position():
+    s, e, v = 128, 64, 8192
+    tower = 2 * s * e * 32 + 2 * s * (4 * 32 * 32 + 2 * s * 32 + 2 * 32 * 128)  # one 1-layer generator encoder
+    disc = 2 * s * e * 128 + 2 * 2 * s * (4 * 128 * 128 + 2 * s * 128 + 2 * 128 * 512)
+    cloze_head = 2 * s * (2 * 32 * e + e * v)  # on the towers' concatenated 2 × 32 states, all S positions
+    energy_head = 2 * s * (128 * 128 + 128)
+    electric = get_config("tiny", objective="electric")
+    assert forward_flops_per_sequence(electric) == 2 * tower + cloze_head + disc + energy_head
+    assert forward_flops_per_sequence(electric) > forward_flops_per_sequence(get_config("tiny"))

@@ -25,7 +25,7 @@ import sys
 
 from absl import logging
 
-from electra_tf.convert import api
+from electra_tf.convert import api, keras_model
 from electra_tf.convert.config_json import read_config_json
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import save_hf
@@ -53,6 +53,8 @@ def convert(args) -> str:
     """Loads `args.input`, writes `args.output` in `args.target` format; returns a summary line."""
     overrides = read_config_json(args.config_json) if args.config_json else None
     source = api.detect_format(args.input) if args.source == "auto" else args.source
+    if source == "ours" and api.read_config(args.input)[0].objective == "electric":
+        return _convert_discriminator_only(args, source)
     config, pretrainer, vocab = api.load_any(args.input, vocab_file=args.vocab_file, overrides=overrides,
                                              generator_path=args.generator_input, source_format=source)
     vocab = args.vocab_file or vocab
@@ -67,6 +69,19 @@ def convert(args) -> str:
     return (f"{source} → {args.target}: {args.output} (vocab {config.vocab_size}, embedding {config.embedding_size}, "
             f"discriminator {config.discriminator.num_layers}×{config.discriminator.hidden_size}, generator "
             f"{config.generator.num_layers}×{config.generator.hidden_size}, {config.hidden_act})")
+
+
+_TARGET_NAMES = {"hf": "Hugging Face's ElectraForMaskedLM generator", "ours": "a generator + discriminator export"}
+
+
+def _convert_discriminator_only(args, source) -> str:
+    """An Electric export: its discriminator is a standard encoder, its two-tower generator has no other form."""
+    if args.target != "keras_hub":
+        keras_model.refuse_two_tower_generator(api.read_config(args.input)[0], _TARGET_NAMES[args.target])
+    encoder, config, vocab = api.load_encoder(args.input)
+    save_keras_hub_preset(encoder, config, args.output, args.vocab_file or vocab, args.do_lower_case)
+    return (f"{source} → {args.target}: {args.output} (objective electric: the discriminator alone, "
+            f"{config.discriminator.num_layers}×{config.discriminator.hidden_size}, {config.hidden_act})")
 
 
 def main(argv=None) -> int:

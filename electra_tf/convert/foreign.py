@@ -62,6 +62,7 @@ def initialize(model, opened: ForeignCheckpoint) -> tuple:
     The checkpoint must fit `model.config` exactly, activation included: the
     model is already built, so nothing can be adapted.
     """
+    keras_model.refuse_two_tower_generator(model.config, f"{opened.source.path} (one generator encoder)")
     resolved = opened.resolve(model.config, strict=True)
     behaviour = {f: (getattr(model.config, f), getattr(resolved, f)) for f in opened.behaviour
                  if getattr(model.config, f) != getattr(resolved, f)}

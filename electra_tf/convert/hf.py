@@ -300,6 +300,7 @@ def save_hf(pretrainer, config: ElectraConfig, out_dir: str, vocab_file: str, do
     Each holds config.json, model.safetensors and the tokenizer files; returns
     `{role: directory}`.
     """
+    keras_model.refuse_two_tower_generator(config, "Hugging Face's ElectraForMaskedLM generator")
     if config.hidden_act == "gelu_approximate":
         logging.warning("Hugging Face's generator head always uses exact GELU; this model uses the tanh "
                         "approximation, so the exported generator's logits differ slightly")

@@ -23,11 +23,22 @@ from absl import logging
 
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import names
+from electra_tf.convert.errors import ConversionError
 from electra_tf.model.pretrainer import ElectraPretrainer
+
+
+def refuse_two_tower_generator(config: ElectraConfig, target: str) -> None:
+    """One-line `ConversionError` for an Electric model bound for `target`, which holds one generator encoder."""
+    if config.objective == "electric":
+        raise ConversionError(
+            f"objective='electric': {target} cannot hold its two-tower cloze generator (generator_ltr + "
+            "generator_rtl); only its discriminator is a standard ELECTRA encoder: export it alone with "
+            "python -m electra_tf.convert --to=keras_hub, or fine-tune from the run's export directory")
 
 
 def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = None) -> ElectraPretrainer:
     """An `ElectraPretrainer` with every variable created (without running it)."""
+    refuse_two_tower_generator(config, "the converters' generator + discriminator model")
     if config.objective != "rtd":
         raise ValueError(f"conversion needs objective='rtd' (generator + discriminator), got {config.objective!r}")
     pretrainer = ElectraPretrainer(config, special_token_ids=special_token_ids)

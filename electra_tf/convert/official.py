@@ -56,6 +56,8 @@ def _hint(variables) -> str:
     hints = [f"variables under {tops}"]
     if "bert" in tops:
         hints.append("this looks like a BERT checkpoint (bert/...), not an ELECTRA pre-training one")
+    if {"generator_ltr", "generator_rtl"} & set(tops):
+        hints.append("a two-tower (Electric) generator: only ELECTRA's one-encoder generator is supported")
     if any(name.startswith("generator/embeddings/") for name in variables):
         hints.append("untied generator embeddings (generator/embeddings/*) are not supported: ours shares them")
     return "; ".join(hints)

@@ -97,6 +97,10 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
     if pretrainer.discriminator is None or pretrainer.discriminator_head is None:
         raise ValueError("the model has no replaced-token discriminator (objective "
                          f"{pretrainer.config.objective!r})")
+    if pretrainer.config.objective == "electric":
+        # Its head is an energy: p(replaced) needs the cloze model's log q and the noise ratio too.
+        raise ValueError("objective 'electric': the discriminator outputs energies, not p(replaced); "
+                         "detection supports replaced-token-detection models only")
     config = pretrainer.config
     max_seq_length = max(3, min(int(max_seq_length), config.max_position_embeddings))
     mask_prob = config.mask_prob if mask_prob is None else float(mask_prob)

@@ -148,11 +148,15 @@ class ElectraEncoder(keras.Model):
             layer.build(shape + (width,))
         self.built = True
 
-    def call(self, inputs, training=None, output_length=None):
+    def call(self, inputs, training=None, output_length=None, attention_mask=None):
         """`output_length=n`: the last layer runs its queries, residuals and feed-forward only at
         the first n positions (keys and values still span the sequence) and the output is
         `[batch, n, hidden]`. Those n positions equal the full output's; a [CLS] head passes 1
-        and skips (L − 1)/L of the last layer's work, forward and backward."""
+        and skips (L − 1)/L of the last layer's work, forward and backward.
+
+        `attention_mask` (`[batch or 1, seq, seq]`, 1 = query may attend to key) restricts every
+        layer's attention beyond the padding mask (Electric's one-directional towers); it needs
+        `kernels="reference"`."""
         x = self.embeddings(inputs["token_ids"], inputs["segment_ids"], training=training)
         if self.embeddings_projection is not None:
             x = self.embeddings_projection(x)
@@ -160,11 +164,12 @@ class ElectraEncoder(keras.Model):
         transformer_layers = self.transformer_layers
         if output_length is not None:
             *transformer_layers, last = transformer_layers
+        masks = {} if attention_mask is None else {"attention_mask": attention_mask}
         for layer in transformer_layers:
-            x = layer(x, padding_mask=padding_mask, training=training)
+            x = layer(x, padding_mask=padding_mask, training=training, **masks)
         if output_length is None:
             return x
-        return last(x, padding_mask=padding_mask, training=training, query_length=output_length)
+        return last(x, padding_mask=padding_mask, training=training, query_length=output_length, **masks)
 
     def get_config(self):
         # A shared embeddings block is re-created (not shared) on deserialisation.

@@ -17,6 +17,10 @@ masked slots) and the discriminator; `mlm` runs one encoder and its MLM head;
 `replace_mlm` adds the main model's MLM head at the masked slots;
 `all_tokens_mlm` its MLM head at all S positions plus the copy gate. The
 generator is included in full (×3: it is trained by its own MLM loss).
+`electric` runs two generator-shaped towers (their one-directional attention is
+computed over all S keys and masked, so each costs a full encoder), the cloze
+head at all S positions on the towers' concatenated `2·H_gen` states, the
+discriminator and its (energy) head.
 
 Example:
 
@@ -63,6 +67,8 @@ def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
     if config.objective == "mlm":
         encoder, width = _encoder(config, config.mlm_encoder, seq)
         return encoder + mlm_head_forward_flops(masked, width, embed, vocab)
+    if config.objective == "electric":
+        return _electric_forward_flops(config, seq)
     generator, gen_width = _encoder(config, "generator", seq)
     discriminator, width = _encoder(config, "discriminator", seq)
     total = generator + mlm_head_forward_flops(masked, gen_width, embed, vocab) + discriminator
@@ -73,6 +79,13 @@ def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
     if config.objective == "all_tokens_mlm":
         return total + mlm_head_forward_flops(seq, width, embed, vocab) + discriminator_head_forward_flops(seq, width)
     raise ValueError(f"no FLOP count for objective {config.objective!r}")
+
+
+def _electric_forward_flops(config: ElectraConfig, seq: int) -> int:
+    tower, gen_width = _encoder(config, "generator", seq)
+    discriminator, width = _encoder(config, "discriminator", seq)
+    cloze_head = mlm_head_forward_flops(seq, 2 * gen_width, config.embedding_size, config.vocab_size)
+    return 2 * tower + cloze_head + discriminator + discriminator_head_forward_flops(seq, width)
 
 
 def train_flops_per_step(config: ElectraConfig, batch_size=None, seq_length=None) -> int:

@@ -35,7 +35,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
-from electra_tf.model import masking
+from electra_tf.model import electric, masking
 from electra_tf.model.embeddings import GdesEmbeddings
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.execution import resolve_execution
@@ -89,6 +89,10 @@ class ElectraPretrainer(keras.Model):
                 config, "discriminator", embeddings=GdesEmbeddings(self.generator.embeddings, name="embeddings"),
                 execution=execution)
             self.discriminator.build()
+        elif config.objective == "electric":
+            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
+            self.discriminator.build()
+            self.generator = electric.TwoTowerGenerator(config, self.discriminator.embeddings, execution)
         elif config.objective in GENERATOR_OBJECTIVES:
             self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
             self.discriminator.build()  # the shared embeddings get created under the discriminator's name
@@ -99,8 +103,9 @@ class ElectraPretrainer(keras.Model):
             self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator",
                                                                execution=execution)
         self.generator_head = self._mlm_head(self.generator, "generator_head")
-        if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm"):
-            # For all_tokens_mlm this is the copy gate: the probability that a token is kept.
+        if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm", "electric"):
+            # For all_tokens_mlm this is the copy gate: the probability that a token is kept; for
+            # electric, the energy of each token.
             self.discriminator_head = DiscriminatorHead(
                 config.discriminator.hidden_size, config.hidden_act, config.initializer_range,
                 kernels=execution.kernels, name="discriminator_head")
@@ -223,13 +228,18 @@ class ElectraPretrainer(keras.Model):
         `per_example` is sliced with the batch (the masking seeds of each example's
         global index); `normalizers` are the whole batch's counts, all-reduced.
         """
+        return {"per_example": {"seeds": self._example_seeds(tf.shape(batch["input_ids"])[0])},
+                "normalizers": self._global_counts(batch)}
+
+    def _global_counts(self, batch) -> dict:
+        """Masked positions, real tokens and maskable candidates of `batch`, all-reduced over replicas."""
         input_ids, input_mask = tf.cast(batch["input_ids"], tf.int32), tf.cast(batch["input_mask"], tf.int32)
         candidates = masking.candidate_positions(input_ids, input_mask, self._special_id_tuple())
         masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
         counts = _sum_over_replicas([tf.reduce_sum(tf.cast(masked, tf.float32)),
-                                 tf.reduce_sum(tf.cast(input_mask, tf.float32))])
-        return {"per_example": {"seeds": self._example_seeds(tf.shape(input_ids)[0])},
-                "normalizers": {"num_masked": counts[0], "num_tokens": counts[1]}}
+                                 tf.reduce_sum(tf.cast(input_mask, tf.float32)),
+                                 tf.reduce_sum(tf.cast(candidates, tf.float32))])
+        return {"num_masked": counts[0], "num_tokens": counts[1], "num_candidates": counts[2]}
 
     def compute_losses(self, batch, training=True, seeds=None, normalizers=None):
         """Masks, runs both networks and returns loss partials and metric inputs.
@@ -249,6 +259,10 @@ class ElectraPretrainer(keras.Model):
             mask_prob=config.mask_prob, max_predictions=self.max_predictions,
             mask_token_prob=config.mask_token_prob,
         )
+        if config.objective == "electric":
+            normalizers = normalizers or self._global_counts(batch)
+            normalizers = {name: tf.maximum(count, 1.0) for name, count in normalizers.items()}
+            return electric.compute_losses(self, batch, masked, seeds, normalizers, training)
         gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
         gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
         softmax = None
