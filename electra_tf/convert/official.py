@@ -57,7 +57,8 @@ def _hint(variables) -> str:
     if "bert" in tops:
         hints.append("this looks like a BERT checkpoint (bert/...), not an ELECTRA pre-training one")
     if any(name.startswith("generator/embeddings/") for name in variables):
-        hints.append("untied generator embeddings (generator/embeddings/*) are not supported: ours shares them")
+        hints.append("untied generator embeddings (generator/embeddings/*, untied_generator_embeddings=True) "
+                     "are not converted: ours reads one shared embeddings block")
     return "; ".join(hints)
 
 

@@ -37,7 +37,7 @@ from electra_tf.training.optimization import create_optimizer
 from electra_tf.options import TrainOptions
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
-from electra_tf.text.manifest import FEATURE_NAMES
+from electra_tf.text.manifest import FEATURE_NAMES, sha256_file
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
@@ -60,9 +60,10 @@ def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True):
     os.replace(tmp, path)
 
 
-def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None):
+def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
     with strategy.scope():
-        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution)
+        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution,
+                                  whole_words=whole_words)
         optimizer = create_optimizer(config, fused=model.execution.adam_kernel == "fused")
         if mixed_precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -70,6 +71,21 @@ def build_model(config, strategy, special_token_ids, seed, mixed_precision, exec
         model.build_all()
         optimizer.build(model.trainable_variables)
     return model, optimizer
+
+
+def whole_words_table(config, manifest: dict):
+    """The "is a ## continuation" table of the data's vocabulary, when `mask_whole_words` needs it."""
+    if not config.mask_whole_words:
+        return None
+    vocab_file = manifest.get("vocab_file")
+    if not vocab_file or not os.path.isfile(vocab_file):
+        raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
+                         f"{vocab_file!r} is not there: rebuild the data or restore that file")
+    expected = manifest.get("vocab_sha256")
+    if expected and sha256_file(vocab_file) != expected:
+        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
+                         f"(sha256 differs from the manifest's)")
+    return masking.read_continuation_table(vocab_file)
 
 
 def rng_states(model) -> list:
@@ -311,7 +327,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
-                                   options.mixed_precision, execution)
+                                   options.mixed_precision, execution, whole_words_table(config, manifest))
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding,
