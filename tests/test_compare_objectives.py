@@ -154,3 +154,16 @@ def test_jobs_below_one_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         co.parse_args(["--jobs=0"])
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_generator_option_arms_are_valid_configs_costed_by_what_they_run():
+    budget = co.BUDGETS["cpu"]
+    configs = {arm: co.arm_config(budget, arm) for arm in
+               ("tied_generator", "untied_embeddings", "disallow_correct", "uniform_generator", "wwm")}
+    assert not configs["tied_generator"].untied_generator and configs["wwm"].mask_whole_words
+    assert configs["tied_generator"].generator == configs["tied_generator"].discriminator
+    rtd = co.arm_compute(budget, "rtd")["flops_per_step"]
+    assert co.arm_compute(budget, "disallow_correct")["flops_per_step"] == rtd
+    assert co.arm_compute(budget, "uniform_generator")["flops_per_step"] < rtd  # no generator to run
+    assert co.arm_steps(budget, "uniform_generator") > budget.rtd_steps
+    assert co.arm_compute(budget, "tied_generator")["flops_per_step"] > rtd
