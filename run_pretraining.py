@@ -292,7 +292,7 @@ def evaluate_run(data_dir, model_dir):
                          "--eval_data_dir is unset")
     if FLAGS.eval_batches < 1:
         raise ValueError(f"--do_eval needs --eval_batches >= 1, not {FLAGS.eval_batches}")
-    model = evaluation.build_model(config, manifest["special_token_ids"])
+    model = evaluation.build_model(config, manifest)
     batch_size = FLAGS.eval_batch_size or config.train_batch_size
     results = evaluation.evaluate_checkpoints(model, source, model_dir, batch_size, FLAGS.eval_batches,
                                               FLAGS.eval_all_checkpoints)

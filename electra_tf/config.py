@@ -78,8 +78,10 @@ SHAPE_FIELDS = EMBEDDING_SHAPE_FIELDS + tuple(f"{role}.{name}" for role in ROLES
 BEHAVIOUR_FIELDS = ("hidden_act", "layer_norm_epsilon")
 # Which encoder a pre-training run trains for fine-tuning: recorded with its weights.
 OBJECTIVE_FIELDS = ("objective", "mlm_encoder")
+# Which generator weights exist (shared with the discriminator, own embeddings, none at all).
+GENERATOR_STRUCTURE_FIELDS = ("untied_generator", "untied_generator_embeddings", "uniform_generator")
 # Everything a checkpoint decides: a run resumes, and a fine-tuning run loads, only with these as stored.
-CHECKPOINT_FIELDS = SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS
+CHECKPOINT_FIELDS = SHAPE_FIELDS + BEHAVIOUR_FIELDS + OBJECTIVE_FIELDS + GENERATOR_STRUCTURE_FIELDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +117,18 @@ class ElectraConfig:
     # gradient-disentangled sharing (DeBERTaV3): the discriminator uses stop_gradient(shared) + its
     # own zero-initialised delta, so only the generator's MLM loss trains the shared block.
     embedding_sharing: str = "full"
+    # The official generator options (`configure_pretraining.py`), official defaults.
+    # False: the generator IS the discriminator's encoder (one set of transformer weights, so the
+    # generator has the discriminator's size); only the MLM head is the generator's own.
+    untied_generator: bool = True
+    # True: the generator has its own embeddings, of width generator.hidden_size (no projection).
+    untied_generator_embeddings: bool = False
+    # True: the generator never samples the original token (its logit gets −1000 before sampling).
+    disallow_correct: bool = False
+    # True: no generator network; replacements are drawn uniformly over the vocabulary.
+    uniform_generator: bool = False
+    # True: masking picks whole words (a WordPiece and its `##` continuations; not in the official code).
+    mask_whole_words: bool = False
 
     # Optimisation (shared by pre-training and fine-tuning).
     optimizer: str = "adamw"  # "adamw" (official) or "lamb" (NVIDIA's large-batch recipe)
@@ -182,6 +196,7 @@ class ElectraConfig:
         elif self.embedding_sharing == "gdes" and self.objective == "electric":
             problems.append("embedding_sharing='gdes' is not implemented for the electric objective's "
                             "two-tower generator")
+        problems += self._generator_option_problems()
         if not 0.0 < self.mask_prob < 1.0:
             problems.append(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.max_seq_length > self.max_position_embeddings:
@@ -191,6 +206,32 @@ class ElectraConfig:
             )
         if problems:
             raise ValueError("Invalid ELECTRA config: " + "; ".join(problems))
+
+    def _generator_option_problems(self) -> list:
+        """Combinations of the generator options that describe no model."""
+        chosen = [name for name, on in (("untied_generator=False", not self.untied_generator),
+                                        ("untied_generator_embeddings=True", self.untied_generator_embeddings),
+                                        ("disallow_correct=True", self.disallow_correct),
+                                        ("uniform_generator=True", self.uniform_generator)) if on]
+        if chosen and self.objective not in GENERATOR_OBJECTIVES:
+            return [f"{', '.join(chosen)}: needs an objective with a generator {GENERATOR_OBJECTIVES}, "
+                    f"got {self.objective!r}"]
+        if chosen and self.objective == "electric":
+            return [f"{', '.join(chosen)}: not implemented for the electric objective's two-tower generator"]
+        problems = []
+        if self.uniform_generator and (not self.untied_generator or self.untied_generator_embeddings):
+            problems.append("uniform_generator=True has no generator network: untied_generator and "
+                            "untied_generator_embeddings must keep their defaults")
+        elif not self.untied_generator and self.untied_generator_embeddings:
+            problems.append("untied_generator=False shares every generator weight with the discriminator; "
+                            "it cannot have untied_generator_embeddings=True")
+        elif not self.untied_generator and self.generator != self.discriminator:
+            problems.append(f"untied_generator=False makes the discriminator's encoder the generator: set generator "
+                            f"to the discriminator's shape ({self.discriminator}), got {self.generator}")
+        if self.embedding_sharing == "gdes" and (chosen and set(chosen) != {"disallow_correct=True"}):
+            problems.append(f"embedding_sharing='gdes' shares the generator's embeddings; it cannot be combined "
+                            f"with {', '.join(c for c in chosen if c != 'disallow_correct=True')}")
+        return problems
 
     def encoder(self, role: str) -> EncoderConfig:
         """The `role` ("discriminator" or "generator") encoder's shape."""

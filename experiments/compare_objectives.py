@@ -86,6 +86,12 @@ ARMS = {
     "gen32": generator_arm(32),
     "gen128": generator_arm(128),
     "gen256": generator_arm(256),
+    # The official generator options and whole-word masking (see docs/pretraining.md).
+    "tied_generator": {**generator_arm(DISCRIMINATOR_WIDTH), "untied_generator": False},
+    "untied_embeddings": {"objective": "rtd", "untied_generator_embeddings": True},
+    "disallow_correct": {"objective": "rtd", "disallow_correct": True},
+    "uniform_generator": {"objective": "rtd", "uniform_generator": True},
+    "wwm": {"objective": "rtd", "mask_whole_words": True},
 }
 # Arms that run rtd's steps whatever their FLOPs: the generator-size study compares at equal steps.
 EQUAL_STEP_ARMS = ("gen32", "gen128", "gen256")

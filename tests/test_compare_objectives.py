@@ -162,3 +162,16 @@ def test_electric_is_an_arm_with_more_flops_per_step_than_rtd():
     assert co.arm_steps(budget, "electric") == budget.rtd_steps  # never fewer examples than rtd
     assert co.arm_compute(budget, "electric")["flops_per_step"] > co.arm_compute(budget, "rtd")["flops_per_step"]
     assert co.parse_args(["--arms=rtd,electric"]).arms == "rtd,electric"
+
+
+def test_generator_option_arms_are_valid_configs_costed_by_what_they_run():
+    budget = co.BUDGETS["cpu"]
+    configs = {arm: co.arm_config(budget, arm) for arm in
+               ("tied_generator", "untied_embeddings", "disallow_correct", "uniform_generator", "wwm")}
+    assert not configs["tied_generator"].untied_generator and configs["wwm"].mask_whole_words
+    assert configs["tied_generator"].generator == configs["tied_generator"].discriminator
+    rtd = co.arm_compute(budget, "rtd")["flops_per_step"]
+    assert co.arm_compute(budget, "disallow_correct")["flops_per_step"] == rtd
+    assert co.arm_compute(budget, "uniform_generator")["flops_per_step"] < rtd  # no generator to run
+    assert co.arm_steps(budget, "uniform_generator") > budget.rtd_steps
+    assert co.arm_compute(budget, "tied_generator")["flops_per_step"] > rtd

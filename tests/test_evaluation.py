@@ -75,7 +75,7 @@ def test_evaluating_leaves_training_unchanged_and_writes_each_evaluation(data_di
     assert os.listdir(tmp_path / "eval" / "eval")  # TensorBoard events
     # --do_eval of the last checkpoint gives what training wrote at that step: the same batches and masks.
     manifest = load_manifest(data_dir)
-    model = evaluation.build_model(config, manifest["special_token_ids"])
+    model = evaluation.build_model(config, manifest)
     source = evaluation.resolve_source(None, data_dir, manifest, config)
     again = evaluation.evaluate_checkpoints(model, source, str(tmp_path / "eval"), 8, 2, all_checkpoints=True)
     assert [r["step"] for r in again] == [2]  # the checkpoints (every 2 steps)
@@ -94,7 +94,7 @@ def pairwise_auc(labels, scores):
 def test_metrics_equal_an_independent_numpy_computation_and_repeat_exactly(data_dir):
     config = small()
     manifest = load_manifest(data_dir)
-    model = evaluation.build_model(config, SPECIAL_IDS)
+    model = evaluation.build_model(config, {"special_token_ids": SPECIAL_IDS})
     evaluator = evaluation.Evaluator(model, evaluation.resolve_source(None, data_dir, manifest, config), 8, 3, None)
     parts = evaluator.collect()
     metrics = evaluator.evaluate(0)
@@ -131,7 +131,7 @@ def test_metrics_equal_an_independent_numpy_computation_and_repeat_exactly(data_
 def test_each_objective_reports_the_metrics_it_has(objective, present, absent, data_dir):
     config = small(objective=objective)
     manifest = load_manifest(data_dir)
-    model = evaluation.build_model(config, SPECIAL_IDS)
+    model = evaluation.build_model(config, {"special_token_ids": SPECIAL_IDS})
     metrics = evaluation.Evaluator(model, evaluation.resolve_source(None, data_dir, manifest, config), 8, 1,
                                    None).evaluate(0)
     assert present <= set(metrics) and not absent & set(metrics)

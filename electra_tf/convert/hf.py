@@ -298,16 +298,21 @@ def save_hf(pretrainer, config: ElectraConfig, out_dir: str, vocab_file: str, do
     """Writes `out_dir/discriminator` (ElectraForPreTraining) and `out_dir/generator` (ElectraForMaskedLM).
 
     Each holds config.json, model.safetensors and the tokenizer files; returns
-    `{role: directory}`.
+    `{role: directory}`. A tied generator (`untied_generator=False`) is written as a copy of the
+    discriminator's encoder with its own head; a `uniform_generator` model has no generator/.
     """
     keras_model.refuse_two_tower_generator(config, "Hugging Face's ElectraForMaskedLM generator")
     if config.hidden_act == "gelu_approximate":
         logging.warning("Hugging Face's generator head always uses exact GELU; this model uses the tanh "
                         "approximation, so the exported generator's logits differ slightly")
-    weights = keras_model.read_weights(pretrainer)
+    if not config.uniform_generator:
+        keras_model.check_canonical(config, names.PARTS)
+    parts = keras_model.canonical_parts(config)
+    weights = keras_model.read_weights(pretrainer, parts)
     pad_id = vocab.special_token_ids(vocab_file)["pad"]
     dirs = {}
-    for role in names.ROLES:
+    # Under uniform_generator only discriminator/ is written: a layout the reader accepts.
+    for role in [role for role in names.ROLES if role in parts]:
         directory = os.path.join(out_dir, role)
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, "config.json"), "w") as f:

@@ -45,7 +45,7 @@ def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = Non
     for layer, shape in ((pretrainer.discriminator, None), (pretrainer.generator, None),
                          (pretrainer.discriminator_head, (None, None, config.discriminator.hidden_size)),
                          (pretrainer.generator_head, (None, None, config.generator.hidden_size))):
-        if not layer.built:
+        if layer is not None and not layer.built:  # no generator under uniform_generator
             layer.build(shape)
     pretrainer.built = True
     return pretrainer
@@ -86,10 +86,31 @@ def encoder_variables(encoder, role: str) -> dict:
     return variables
 
 
+def canonical_parts(config: ElectraConfig) -> tuple:
+    """The parts of a pretrainer of `config` that canonical (Hugging Face / official) names hold."""
+    if config.uniform_generator or config.untied_generator_embeddings:
+        return ("discriminator", "discriminator_head")
+    return names.PARTS
+
+
+def check_canonical(config: ElectraConfig, parts) -> None:
+    """Refuses generator parts that canonical names cannot hold, naming the option."""
+    generator_parts = [part for part in parts if part not in canonical_parts(config)]
+    if generator_parts and config.uniform_generator:
+        raise ConversionError(f"uniform_generator=True: this model has no generator, so it has no "
+                              f"{' or '.join(generator_parts)} to read or write")
+    if generator_parts:
+        raise ConversionError("untied_generator_embeddings=True: the generator's own embeddings have no "
+                              "Hugging Face / official counterpart here (canonical names share one "
+                              "embeddings block); keep this model in our export format")
+
+
 def pretrainer_variables(pretrainer, parts=names.PARTS) -> dict:
-    """`{canonical key: keras.Variable}` of `parts` of an `ElectraPretrainer`."""
-    if pretrainer.generator.embeddings is not pretrainer.discriminator.embeddings:
-        raise ValueError("the generator must share the discriminator's embeddings")
+    """`{canonical key: keras.Variable}` of `parts` of an `ElectraPretrainer`.
+
+    Under `untied_generator=False` the generator's keys name the discriminator's own variables.
+    """
+    check_canonical(pretrainer.config, parts)
     variables = {}
     if "discriminator" in parts:
         variables.update(embedding_variables(pretrainer.discriminator.embeddings))
@@ -131,6 +152,9 @@ def assign_variables(variables: dict, tensors: dict) -> None:
 
 def assign_weights(pretrainer, tensors: dict, parts=names.PARTS) -> None:
     """Copies canonical `tensors` of `parts` into `pretrainer`."""
+    if not pretrainer.config.untied_generator and "generator" in parts:
+        raise ConversionError("untied_generator=False: the generator is the discriminator's encoder, so a "
+                              "checkpoint's separate generator encoder cannot be loaded into it")
     assign_variables(pretrainer_variables(pretrainer, parts), tensors)
 
 

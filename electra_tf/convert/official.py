@@ -59,7 +59,8 @@ def _hint(variables) -> str:
     if {"generator_ltr", "generator_rtl"} & set(tops):
         hints.append("a two-tower (Electric) generator: only ELECTRA's one-encoder generator is supported")
     if any(name.startswith("generator/embeddings/") for name in variables):
-        hints.append("untied generator embeddings (generator/embeddings/*) are not supported: ours shares them")
+        hints.append("untied generator embeddings (generator/embeddings/*, untied_generator_embeddings=True) "
+                     "are not converted: ours reads one shared embeddings block")
     return "; ".join(hints)
 
 

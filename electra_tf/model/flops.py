@@ -22,6 +22,12 @@ computed over all S keys and masked, so each costs a full encoder), the cloze
 head at all S positions on the towers' concatenated `2·H_gen` states, the
 discriminator and its (energy) head.
 
+The generator options change only the generator's part: `untied_generator=False`
+runs the discriminator's encoder as the generator (a discriminator-size
+generator: its FLOPs are counted again, it runs twice), `untied_generator_embeddings`
+makes the generator's embedding size its width (no projection, head to H_gen),
+and `uniform_generator` has no generator forward or backward at all.
+
 Example:
 
 >>> from electra_tf.config import get_config
@@ -51,12 +57,21 @@ def discriminator_head_forward_flops(seq_length, hidden_size) -> int:
     return 2 * seq_length * (hidden_size ** 2 + hidden_size)
 
 
-def _encoder(config: ElectraConfig, role: str, seq_length: int) -> tuple[int, int]:
+def _encoder(config: ElectraConfig, role: str, seq_length: int, embedding_size=None) -> tuple[int, int]:
     """(forward FLOPs, width) of the `role` encoder."""
     encoder = config.encoder(role)
-    flops = encoder_forward_flops(seq_length, config.embedding_size, encoder.hidden_size, encoder.num_layers,
-                                  encoder.intermediate_size)
+    flops = encoder_forward_flops(seq_length, embedding_size or config.embedding_size, encoder.hidden_size,
+                                  encoder.num_layers, encoder.intermediate_size)
     return flops, encoder.hidden_size
+
+
+def generator_forward_flops(config: ElectraConfig, seq_length: int, masked: int) -> int:
+    """The generator's encoder and MLM head (none for `uniform_generator`)."""
+    if config.uniform_generator:
+        return 0
+    embed = config.generator.hidden_size if config.untied_generator_embeddings else config.embedding_size
+    encoder, width = _encoder(config, "generator", seq_length, embed)
+    return encoder + mlm_head_forward_flops(masked, width, embed, config.vocab_size)
 
 
 def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
@@ -69,9 +84,8 @@ def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
         return encoder + mlm_head_forward_flops(masked, width, embed, vocab)
     if config.objective == "electric":
         return _electric_forward_flops(config, seq)
-    generator, gen_width = _encoder(config, "generator", seq)
     discriminator, width = _encoder(config, "discriminator", seq)
-    total = generator + mlm_head_forward_flops(masked, gen_width, embed, vocab) + discriminator
+    total = generator_forward_flops(config, seq, masked) + discriminator
     if config.objective in ("rtd", "rtd_masked_only"):
         return total + discriminator_head_forward_flops(seq, width)
     if config.objective == "replace_mlm":

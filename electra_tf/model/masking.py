@@ -13,6 +13,12 @@ real tokens)` positions per sequence (at least 1, at most
 (no random replacement). Unlike the official code, positions are drawn
 without replacement (its `tf.random.categorical` can pick one twice).
 
+With `whole_words` (a boolean "is a `##` continuation" table over the vocabulary,
+`continuation_table`), masking picks whole words instead, BERT's whole-word
+masking: words in random order, each taken whole if it still fits the same
+token budget and skipped otherwise, so a sequence is masked as close to the
+budget as its word lengths allow and never beyond it.
+
 Example:
 
 >>> import tensorflow as tf
@@ -27,12 +33,15 @@ Example:
 
 from typing import NamedTuple, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from electra_tf.ops import xla_cpu
 
 # Purposes: independent random streams for one example at one step.
 _MASK_POSITIONS, _MASK_TOKEN, _GUMBEL, _SAMPLE = 0, 1, 2, 3
+# What the official `sample_from_softmax(..., disallow=...)` subtracts from a disallowed logit.
+DISALLOW_PENALTY = 1000.0
 
 
 def max_predictions_per_seq(mask_prob: float, max_seq_length: int) -> int:
@@ -103,23 +112,93 @@ def num_predictions(input_mask, candidates, mask_prob, max_predictions):
     return tf.minimum(count, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
 
 
+def continuation_table(tokens: Sequence[str]) -> np.ndarray:
+    """`[V]` bool: True for WordPiece continuations (`##x`). CJK characters are words of their own:
+    the tokenizer splits them apart, so they never come as `##` pieces."""
+    return np.array([token.startswith("##") and len(token) > 2 for token in tokens], dtype=bool)
+
+
+def read_continuation_table(vocab_file: str) -> np.ndarray:
+    """`continuation_table` of a vocab file (one token per line)."""
+    with open(vocab_file, encoding="utf-8") as f:
+        return continuation_table([line.rstrip("\n") for line in f])
+
+
+def word_ids(input_ids, candidates, whole_words):
+    """`[B, S]` index of each candidate position's word (-1 elsewhere) and `[B]` word counts.
+
+    A word starts at a candidate that is no continuation, or whose left neighbour is no
+    candidate (a `##` piece right after [CLS] or [SEP] has no word to continue).
+    """
+    is_continuation = tf.gather(tf.convert_to_tensor(whole_words, tf.bool), input_ids)
+    previous = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])
+    starts = tf.logical_and(candidates, tf.logical_not(tf.logical_and(is_continuation, previous)))
+    index = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+    return tf.where(candidates, index, -1), tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+
+
+def _take_in_order(lengths, budget):
+    """`[B, W]` bool: walking each row in order, take a word if it still fits `budget[b]`."""
+    def step(total, length):
+        take = tf.logical_and(length > 0, total + length <= budget)
+        return total + tf.where(take, length, 0), take
+
+    _, taken = tf.scan(lambda state, length: step(state[0], length), tf.transpose(lengths),
+                       initializer=(tf.zeros_like(budget), tf.zeros_like(budget, tf.bool)))
+    return tf.transpose(taken)
+
+
+def whole_word_positions(input_ids, candidates, whole_words, budget, seeds):
+    """`[B, S]` bool: the tokens of whole words in random order, each taken while it fits `budget`."""
+    seq_length = input_ids.shape[1]
+    words, num_words = word_ids(input_ids, candidates, whole_words)
+    batch = tf.shape(input_ids)[0]
+    flat = tf.where(words >= 0, words + tf.range(batch)[:, None] * seq_length, batch * seq_length)
+    flat = tf.reshape(flat, [-1])
+    lengths = tf.reshape(tf.math.unsorted_segment_sum(tf.ones_like(flat), flat, batch * seq_length + 1)[:-1],
+                         [batch, seq_length])
+    noise = per_example_uniform(seeds, _MASK_POSITIONS, [seq_length])
+    scores = tf.where(tf.range(seq_length)[None] < num_words[:, None], noise, -1.0)
+    _, order = tf.math.top_k(scores, k=seq_length, sorted=True)
+    taken_in_order = _take_in_order(tf.gather(lengths, order, batch_dims=1), budget)
+    taken = tf.gather(taken_in_order, tf.argsort(order, axis=1), batch_dims=1)
+    return tf.logical_and(candidates, tf.gather(taken, tf.maximum(words, 0), batch_dims=1))
+
+
+def _token_positions(candidates, num_to_predict, max_predictions, seeds):
+    """`[B, max_predictions]` random distinct candidate positions and their weights."""
+    noise = per_example_uniform(seeds, _MASK_POSITIONS, [candidates.shape[1]])
+    _, positions = tf.math.top_k(tf.where(candidates, noise, -1.0), k=max_predictions, sorted=True)
+    return positions, tf.sequence_mask(num_to_predict, max_predictions, dtype=tf.float32)
+
+
+def _word_positions(input_ids, candidates, whole_words, num_to_predict, max_predictions, seeds):
+    """`[B, max_predictions]` positions of whole words (in sequence order) and their weights."""
+    chosen = whole_word_positions(input_ids, candidates, whole_words, num_to_predict, seeds)
+    order = tf.cast(input_ids.shape[1] - tf.range(input_ids.shape[1]), tf.float32)[None]
+    _, positions = tf.math.top_k(tf.where(chosen, order, -1.0), k=max_predictions, sorted=True)
+    count = tf.reduce_sum(tf.cast(chosen, tf.int32), axis=1)
+    return positions, tf.sequence_mask(count, max_predictions, dtype=tf.float32)
+
+
 def mask_inputs(input_ids, input_mask, seeds, *, mask_id, special_ids, mask_prob=0.15,
-                max_predictions=None, mask_token_prob=0.85) -> MaskedBatch:
+                max_predictions=None, mask_token_prob=0.85, whole_words=None) -> MaskedBatch:
     """Masks `[B, S]` inputs as described in the module docstring; `seeds` from `example_seeds`.
 
     `max_predictions` defaults to the official bound for the sequence length
-    (`max_predictions_per_seq`); `special_ids` are never masked.
+    (`max_predictions_per_seq`); `special_ids` are never masked. `whole_words`: the
+    vocabulary's `continuation_table` for whole-word masking (None: token masking).
     """
     seq_length = input_ids.shape[1] or tf.shape(input_ids)[1]
     if max_predictions is None:
         max_predictions = max_predictions_per_seq(mask_prob, input_ids.shape[1])
     candidates = candidate_positions(input_ids, input_mask, special_ids)
     num_to_predict = num_predictions(input_mask, candidates, mask_prob, max_predictions)
-
-    noise = per_example_uniform(seeds, _MASK_POSITIONS, [input_ids.shape[1]])
-    scores = tf.where(candidates, noise, -1.0)
-    _, positions = tf.math.top_k(scores, k=max_predictions, sorted=True)
-    weights = tf.sequence_mask(num_to_predict, max_predictions, dtype=tf.float32)
+    if whole_words is None:
+        positions, weights = _token_positions(candidates, num_to_predict, max_predictions, seeds)
+    else:
+        positions, weights = _word_positions(input_ids, candidates, whole_words, num_to_predict, max_predictions,
+                                             seeds)
     positions = positions * tf.cast(weights, positions.dtype)
     original_ids = tf.gather(input_ids, positions, batch_dims=1)
 
@@ -151,14 +230,42 @@ def inverse_cdf_sample(logits, seeds, temperature=1.0, softmax=None):
     return xla_cpu.sample_from_logits(tf.cast(logits, tf.float32), uniforms, temperature, softmax)
 
 
-def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf", softmax=None):
+def sample_tokens(logits, seeds, temperature=1.0, method="inverse_cdf", softmax=None, disallow=None):
     """The generator's samples at the masked positions by `method`, "inverse_cdf" or "gumbel"
-    (`ExecutionOptions.sampling`, resolved)."""
+    (`ExecutionOptions.sampling`, resolved).
+
+    `disallow` (`[B, N]` ids, e.g. the originals): as the official `sample_from_softmax`, those
+    tokens' logits get −1000 after the temperature, so they are (numerically) never drawn.
+    """
+    if disallow is not None:
+        logits = disallowed(logits, disallow, temperature)
+        temperature, softmax = 1.0, None  # the penalised logits need their own normaliser
     if method == "inverse_cdf":
         return inverse_cdf_sample(logits, seeds, temperature, softmax)
     if method == "gumbel":
         return gumbel_sample(logits, seeds, temperature)
     raise ValueError(f"sampling must be 'inverse_cdf' or 'gumbel', got {method!r}")
+
+
+def disallowed(logits, disallow, temperature=1.0):
+    """`logits / temperature` with `DISALLOW_PENALTY` subtracted at the `disallow` ids."""
+    penalty = tf.one_hot(disallow, tf.shape(logits)[-1], on_value=DISALLOW_PENALTY, off_value=0.0)
+    return tf.stop_gradient(tf.cast(logits, tf.float32)) / temperature - penalty
+
+
+def uniform_sample(seeds, vocab_size: int, original_ids, disallow_original=False):
+    """`uniform_generator`: `[B, N]` ids (`original_ids`' shape) uniform over the vocabulary.
+
+    The official code samples from all-zero logits, a uniform draw; with `disallow_correct` the
+    −1000 penalty leaves the other V − 1 ids equally likely. The same distributions, drawn here
+    from one uniform per position instead of V: with `disallow_original` the original is skipped.
+    """
+    uniforms = per_example_uniform(seeds, _SAMPLE, trailing_dims(original_ids, 1))
+    choices = vocab_size - 1 if disallow_original else vocab_size
+    ids = tf.minimum(tf.cast(tf.floor(uniforms * choices), tf.int32), choices - 1)
+    if not disallow_original:
+        return ids
+    return ids + tf.cast(ids >= tf.cast(original_ids, tf.int32), tf.int32)
 
 
 def corrupt(input_ids, masked: MaskedBatch, sampled_ids):

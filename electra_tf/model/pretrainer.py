@@ -9,6 +9,15 @@ model's loss covers: `rtd_masked_only` (sigmoid CE at the masked positions),
 `replace_mlm` (MLM on the corrupted input at the masked positions) and
 `all_tokens_mlm` (MLM over every real token with a copy gate).
 
+The official generator options (`ElectraConfig`): `untied_generator=False` makes
+the discriminator's encoder the generator (its own MLM head only);
+`untied_generator_embeddings` gives the generator embeddings of its own;
+`uniform_generator` replaces it by uniform draws over the vocabulary (no
+generator weights; the generator loss is the constant log V of the official
+code's all-zero logits); `disallow_correct` never samples the original token.
+`mask_whole_words` masks whole words (`whole_words`: the vocabulary's
+`masking.continuation_table`).
+
 Losses are global means: each replica divides its sums by the token counts
 all-reduced over replicas, and gradients are summed over replicas before the
 global-norm clip, so N replicas compute what one device computes on the same
@@ -32,6 +41,7 @@ Example:
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
@@ -71,7 +81,7 @@ class ElectraPretrainer(keras.Model):
     """
 
     def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0,
-                 execution: ExecutionOptions | None = None, **kwargs):
+                 execution: ExecutionOptions | None = None, whole_words=None, **kwargs):
         super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
         self.config = config
         self.execution = execution = resolve_execution(execution, config.hidden_act)
@@ -79,6 +89,8 @@ class ElectraPretrainer(keras.Model):
         # mask the wrong tokens under another vocabulary); checked when masking needs them.
         self.special_token_ids = dict(special_token_ids or {})
         self.seed = int(seed)
+        # The vocabulary's "is a ## continuation" table (from the data manifest's vocab file).
+        self.whole_words = None if whole_words is None else np.asarray(whole_words, bool)
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
         # Attribute names are the checkpoint's keys: keep them stable.
         self.discriminator = self.discriminator_head = self.discriminator_mlm_head = None
@@ -96,13 +108,11 @@ class ElectraPretrainer(keras.Model):
         elif config.objective in GENERATOR_OBJECTIVES:
             self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
             self.discriminator.build()  # the shared embeddings get created under the discriminator's name
-            self.generator = ElectraEncoder.from_config_object(
-                config, "generator", embeddings=self.discriminator.embeddings, execution=execution
-            )
+            self.generator = self._generator_encoder(execution)
         else:
             self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator",
                                                                execution=execution)
-        self.generator_head = self._mlm_head(self.generator, "generator_head")
+        self.generator_head = None if self.generator is None else self._mlm_head(self.generator, "generator_head")
         if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm", "electric"):
             # For all_tokens_mlm this is the copy gate: the probability that a token is kept; for
             # electric, the energy of each token.
@@ -128,9 +138,24 @@ class ElectraPretrainer(keras.Model):
                              f"manifest or the vocab); got {self.special_token_ids}")
         return self.special_token_ids
 
+    def _generator_encoder(self, execution):
+        """The generator of an RTD-style objective: None (uniform), the discriminator itself (tied),
+        or its own encoder sharing the discriminator's embeddings or not."""
+        config = self.config
+        if config.uniform_generator:
+            return None
+        if not config.untied_generator:
+            return self.discriminator
+        if config.untied_generator_embeddings:
+            # As the official `untied_embeddings`: embeddings as wide as the generator, no projection.
+            own = config.replace(embedding_size=config.generator.hidden_size)
+            return ElectraEncoder.from_config_object(own, "generator", execution=execution)
+        return ElectraEncoder.from_config_object(config, "generator", embeddings=self.discriminator.embeddings,
+                                                 execution=execution)
+
     def _mlm_head(self, encoder, name):
         config = self.config
-        return MaskedLMHead(encoder.embeddings.token_embedding, config.embedding_size, config.hidden_act,
+        return MaskedLMHead(encoder.embeddings.token_embedding, encoder.embeddings.embedding_size, config.hidden_act,
                             config.layer_norm_epsilon, config.initializer_range, kernels=self.execution.kernels,
                             name=name)
 
@@ -193,7 +218,14 @@ class ElectraPretrainer(keras.Model):
         seq_length = seq_length or self.config.max_seq_length
         ids = tf.fill([1, seq_length], tf.constant(self._required_special_ids()["mask"] + 1, tf.int32))
         batch = {"input_ids": ids, "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids)}
-        self.compute_losses(batch, training=False, seeds=masking.example_seeds(self.seed, 0, tf.range(1)))
+        table = self.whole_words
+        if self.config.mask_whole_words and table is None:
+            # No variable depends on the table: an export or a conversion needs no vocabulary.
+            self.whole_words = np.zeros([self.config.vocab_size], bool)
+        try:
+            self.compute_losses(batch, training=False, seeds=masking.example_seeds(self.seed, 0, tf.range(1)))
+        finally:
+            self.whole_words = table
         self.built = True
         return self
 
@@ -234,12 +266,54 @@ class ElectraPretrainer(keras.Model):
     def _global_counts(self, batch) -> dict:
         """Masked positions, real tokens and maskable candidates of `batch`, all-reduced over replicas."""
         input_ids, input_mask = tf.cast(batch["input_ids"], tf.int32), tf.cast(batch["input_mask"], tf.int32)
+        seeds = self._example_seeds(tf.shape(input_ids)[0])
         candidates = masking.candidate_positions(input_ids, input_mask, self._special_id_tuple())
-        masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
+        if self.config.mask_whole_words:
+            # How many tokens whole words fill depends on the draw: mask the whole batch once.
+            masked = tf.reduce_sum(self._mask(input_ids, input_mask, seeds).weights, axis=-1)
+        else:
+            masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
         counts = _sum_over_replicas([tf.reduce_sum(tf.cast(masked, tf.float32)),
                                  tf.reduce_sum(tf.cast(input_mask, tf.float32)),
                                  tf.reduce_sum(tf.cast(candidates, tf.float32))])
         return {"num_masked": counts[0], "num_tokens": counts[1], "num_candidates": counts[2]}
+
+    def _whole_words_table(self):
+        if not self.config.mask_whole_words:
+            return None
+        if self.whole_words is None:
+            raise ValueError("mask_whole_words=True needs the vocabulary's continuation table: pass "
+                             "whole_words=masking.read_continuation_table(<the data manifest's vocab_file>)")
+        return self.whole_words
+
+    def _mask(self, input_ids, input_mask, seeds) -> masking.MaskedBatch:
+        config = self.config
+        return masking.mask_inputs(
+            input_ids, input_mask, seeds, mask_id=self._required_special_ids()["mask"],
+            special_ids=self._special_id_tuple(), mask_prob=config.mask_prob, max_predictions=self.max_predictions,
+            mask_token_prob=config.mask_token_prob, whole_words=self._whole_words_table())
+
+    def _generator_outputs(self, masked, batch, training):
+        """(logits or None, per-position losses, predictions, `VocabularySoftmax` or None) at the masked slots."""
+        if self.generator is None:
+            # The official uniform generator's all-zero logits: loss log V everywhere, argmax id 0.
+            log_vocab = tf.math.log(tf.cast(self.config.vocab_size, tf.float32))
+            return None, tf.fill(tf.shape(masked.original_ids), log_vocab), tf.zeros_like(masked.original_ids), None
+        gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
+        gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
+        if self.execution.kernels == "xla_cpu":
+            softmax = xla_cpu.vocabulary_softmax(gen_logits, masked.original_ids)
+            return gen_logits, softmax.losses, softmax.predictions, softmax
+        gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
+        return gen_logits, gen_losses, tf.argmax(gen_logits, -1, output_type=tf.int32), None
+
+    def _sample(self, gen_logits, masked, seeds, softmax):
+        config = self.config
+        if self.generator is None:
+            return masking.uniform_sample(seeds, config.vocab_size, masked.original_ids, config.disallow_correct)
+        disallow = masked.original_ids if config.disallow_correct else None
+        return masking.sample_tokens(gen_logits, seeds, config.temperature, self.execution.sampling, softmax,
+                                     disallow=disallow)
 
     def compute_losses(self, batch, training=True, seeds=None, normalizers=None):
         """Masks, runs both networks and returns loss partials and metric inputs.
@@ -253,25 +327,12 @@ class ElectraPretrainer(keras.Model):
         batch = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": tf.cast(batch["segment_ids"], tf.int32)}
         if seeds is None:
             seeds = self._example_seeds(tf.shape(input_ids)[0])
-        masked = masking.mask_inputs(
-            input_ids, input_mask, seeds, mask_id=self._required_special_ids()["mask"],
-            special_ids=self._special_id_tuple(),
-            mask_prob=config.mask_prob, max_predictions=self.max_predictions,
-            mask_token_prob=config.mask_token_prob,
-        )
+        masked = self._mask(input_ids, input_mask, seeds)
         if config.objective == "electric":
             normalizers = normalizers or self._global_counts(batch)
             normalizers = {name: tf.maximum(count, 1.0) for name, count in normalizers.items()}
             return electric.compute_losses(self, batch, masked, seeds, normalizers, training)
-        gen_hidden = self.generator(self._encoder_inputs(masked.input_ids, batch), training=training)
-        gen_logits = self.generator_head(gather_positions(gen_hidden, masked.positions))
-        softmax = None
-        if self.execution.kernels == "xla_cpu":
-            softmax = xla_cpu.vocabulary_softmax(gen_logits, masked.original_ids)
-            gen_losses, gen_predictions = softmax.losses, softmax.predictions
-        else:
-            gen_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(masked.original_ids, gen_logits)
-            gen_predictions = tf.argmax(gen_logits, -1, output_type=tf.int32)
+        gen_logits, gen_losses, gen_predictions, softmax = self._generator_outputs(masked, batch, training)
         if normalizers is None:
             num_masked, num_tokens = _sum_over_replicas(
                 [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))])
@@ -283,7 +344,7 @@ class ElectraPretrainer(keras.Model):
         out["loss"] = config.gen_weight * out["gen_loss"]
         if self.discriminator is None:
             return out
-        sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, self.execution.sampling, softmax)
+        sampled = self._sample(gen_logits, masked, seeds, softmax)
         fake_ids, labels = masking.corrupt(input_ids, masked, sampled)
         disc_hidden = self.discriminator(self._encoder_inputs(fake_ids, batch), training=training)
         out.update(fake_ids=fake_ids, labels=labels, sampled=sampled)

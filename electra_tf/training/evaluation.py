@@ -53,7 +53,7 @@ from electra_tf.training import input_pipeline, loop
 EVAL_SEED = 2020  # fixed, not the run's --seed: every run is evaluated on the same masks
 LOG_DIR, LOG_FILE = "eval", "eval_log.jsonl"
 # Sums, not means: with unit normalisers `compute_losses` returns each loss's sum over the batch.
-UNIT_NORMALIZERS = {"num_masked": 1.0, "num_tokens": 1.0}
+UNIT_NORMALIZERS = {"num_masked": 1.0, "num_tokens": 1.0, "num_candidates": 1.0}
 
 
 def resolve_source(eval_data_dir: str | None, data_dir: str, train_manifest: dict,
@@ -222,9 +222,10 @@ def due(step: int, last: int, every: int) -> bool:
     return step >= last or bool(every and step % every == 0)
 
 
-def build_model(config: ElectraConfig, special_token_ids: dict) -> ElectraPretrainer:
+def build_model(config: ElectraConfig, manifest: dict) -> ElectraPretrainer:
     """The model to restore checkpoints into for `--do_eval` (no optimizer: nothing is trained)."""
-    return ElectraPretrainer(config, special_token_ids=special_token_ids).build_all()
+    return ElectraPretrainer(config, special_token_ids=manifest["special_token_ids"],
+                             whole_words=input_pipeline.whole_words_table(config, manifest)).build_all()
 
 
 def evaluate_checkpoints(model, source: tuple[str, dict], model_dir: str, batch_size: int, num_batches: int,

@@ -48,7 +48,8 @@ from absl import logging
 from electra_tf.training import distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
-from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
+from electra_tf.model import masking
+from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, sha256_file, validate_manifest
 
 SKIP_FIELDS = ("skipped_records", "skipped_shard")  # in-band with each example under skip_corrupt
 
@@ -255,3 +256,18 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
                                          num_replicas_in_sync=replicas)
     return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
                                input_context=context, shuffle_buffer=shuffle_buffer, skip_corrupt=skip_corrupt)
+
+
+def whole_words_table(config, manifest: dict):
+    """The "is a ## continuation" table of the data's vocabulary, when `mask_whole_words` needs it."""
+    if not config.mask_whole_words:
+        return None
+    vocab_file = manifest.get("vocab_file")
+    if not vocab_file or not os.path.isfile(vocab_file):
+        raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
+                         f"{vocab_file!r} is not there: rebuild the data or restore that file")
+    expected = manifest.get("vocab_sha256")
+    if expected and sha256_file(vocab_file) != expected:
+        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
+                         f"(sha256 differs from the manifest's)")
+    return masking.read_continuation_table(vocab_file)

@@ -40,9 +40,10 @@ from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES
 
 
-def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None):
+def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
     with strategy.scope():
-        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution)
+        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution,
+                                  whole_words=whole_words)
         optimizer = create_optimizer(config, fused=model.execution.adam_kernel == "fused")
         if mixed_precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -229,7 +230,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
-                                   options.mixed_precision, execution)
+                                   options.mixed_precision, execution, input_pipeline.whole_words_table(config, manifest))
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding,
