@@ -260,13 +260,12 @@ class ElectraPretrainer(keras.Model):
         `per_example` is sliced with the batch (the masking seeds of each example's
         global index); `normalizers` are the whole batch's counts, all-reduced.
         """
-        return {"per_example": {"seeds": self._example_seeds(tf.shape(batch["input_ids"])[0])},
-                "normalizers": self._global_counts(batch)}
+        seeds = self._example_seeds(tf.shape(batch["input_ids"])[0])
+        return {"per_example": {"seeds": seeds}, "normalizers": self._global_counts(batch, seeds)}
 
-    def _global_counts(self, batch) -> dict:
+    def _global_counts(self, batch, seeds) -> dict:
         """Masked positions, real tokens and maskable candidates of `batch`, all-reduced over replicas."""
         input_ids, input_mask = tf.cast(batch["input_ids"], tf.int32), tf.cast(batch["input_mask"], tf.int32)
-        seeds = self._example_seeds(tf.shape(input_ids)[0])
         candidates = masking.candidate_positions(input_ids, input_mask, self._special_id_tuple())
         if self.config.mask_whole_words:
             # How many tokens whole words fill depends on the draw: mask the whole batch once.
@@ -329,7 +328,7 @@ class ElectraPretrainer(keras.Model):
             seeds = self._example_seeds(tf.shape(input_ids)[0])
         masked = self._mask(input_ids, input_mask, seeds)
         if config.objective == "electric":
-            normalizers = normalizers or self._global_counts(batch)
+            normalizers = normalizers or self._global_counts(batch, seeds)
             normalizers = {name: tf.maximum(count, 1.0) for name, count in normalizers.items()}
             return electric.compute_losses(self, batch, masked, seeds, normalizers, training)
         gen_logits, gen_losses, gen_predictions, softmax = self._generator_outputs(masked, batch, training)
