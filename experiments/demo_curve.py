@@ -112,6 +112,7 @@ def record(command: list[str], model_dir: Path, wall_seconds: float, data_build_
         "num_train_steps": config.get("num_train_steps", train["steps"][-1]),
         "train_batch_size": config.get("train_batch_size"),
         "max_seq_length": config.get("max_seq_length"),
+        "disc_weight": config.get("disc_weight"),
         "held_out_examples": counts[-1] if counts else None,
         "wall_seconds": round(wall_seconds),
         "data_build_seconds": data_build,
