@@ -35,21 +35,68 @@ def test_unknown_block_names_are_errors():
         render_docs.render_page("<!-- begin generated: nope -->\n<!-- end generated: nope -->\n", Path("x.md"))
 
 
-def test_a_table_is_rendered_from_a_tiny_json(tmp_path):
-    (tmp_path / "docs" / "results").mkdir(parents=True)
-    curve = {"command": "python run_pretraining.py", "commit": "abc1234", "commit_note": "a note",
-             "machine": "a laptop", "train_seconds": 90, "data_build_seconds_approx": 30,
-             "final_examples_per_second": 7, "steps": [1, 2], "disc_auc": [0.5, 0.75], "gen_accuracy": [0.0, 0.125]}
+def tiny_curve(**changes) -> dict:
+    """A demo_curve.json as experiments/demo_curve.py writes it, two logged steps, two evaluations."""
+    curve = {"command": "python run_pretraining.py", "working_directory": "a fresh, empty directory",
+             "commit": "abc1234", "date": "2026-01-02", "machine": "a laptop, 2 cores", "load_average": 3.5,
+             "model_size": "tiny", "num_train_steps": 2, "train_batch_size": 32, "max_seq_length": 128,
+             "disc_weight": 50.0, "held_out_examples": 192, "wall_seconds": 120, "data_build_seconds": 30,
+             "train_seconds": 90, "final_examples_per_second": 7.5,
+             "train": {"steps": [1, 2], "disc_auc": [0.5, 0.75], "gen_accuracy": [0.0, 0.125], "loss": [30.0, 20.5]},
+             "eval": {"steps": [1, 2], "disc_auc": [0.55, 0.7], "gen_accuracy": [0.01, 0.1], "loss": [31.0, 22.25],
+                      "gen_loss": [9.0, 8.0]}}
+    curve.update(changes)
+    return curve
+
+
+def render_demo(tmp_path, curve: dict) -> str:
+    (tmp_path / "docs" / "results").mkdir(parents=True, exist_ok=True)
     (tmp_path / "docs" / "results" / "demo_curve.json").write_text(json.dumps(curve))
     page = "# Demo\n\n<!-- begin generated: demo_curve -->\nstale\n<!-- end generated: demo_curve -->\nafter\n"
-    out = render_docs.render_page(page, Path("docs/pretraining.md"), tmp_path)
+    return render_docs.render_page(page, Path("docs/pretraining.md"), tmp_path)
+
+
+def test_a_table_is_rendered_from_a_tiny_json(tmp_path):
+    out = render_demo(tmp_path, tiny_curve())
     assert out.startswith("# Demo\n\n<!-- begin generated: demo_curve -->\nFrom [`docs/results/demo_curve.json`]"
                           "(results/demo_curve.json)")
-    assert "| step | 1 | 2 |\n|---|---:|---:|\n| discriminator AUC | 0.500 | 0.750 |" in out
-    assert "| generator accuracy (masked positions) | 0.000 | 0.125 |" in out
-    assert "`python run_pretraining.py` at commit abc1234" in out and "1 min 30 s of training" in out
+    assert "| step | 1 | 2 |\n|---|---:|---:|\n| discriminator AUC, train | 0.500 | 0.750 |" in out
+    assert "| generator accuracy (masked positions), train | 0.000 | 0.125 |" in out
+    assert "| loss, train | 30.00 | 20.50 |" in out
+    text = " ".join(out.split())  # the head is wrapped
+    assert "`python run_pretraining.py` in a fresh, empty directory at commit abc1234, 2026-01-02" in text
+    assert "30 s to build the demo data" in text and "1 min 30 s to train `tiny` for 2 steps of 32 × 128" in text
+    assert "7.5 examples/s at the end" in text
     assert "stale" not in out and out.endswith("<!-- end generated: demo_curve -->\nafter\n")
     assert render_docs.render_page(out, Path("docs/pretraining.md"), tmp_path) == out  # idempotent
+
+
+def test_the_demo_table_has_held_out_rows_under_the_train_rows(tmp_path):
+    out = render_demo(tmp_path, tiny_curve())
+    rows = [line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["discriminator AUC, train", "discriminator AUC, held-out",
+                    "generator accuracy (masked positions), train", "generator accuracy (masked positions), held-out",
+                    "loss, train", "loss, held-out"]
+    assert "| discriminator AUC, held-out | 0.550 | 0.700 |" in out
+    assert "| generator accuracy (masked positions), held-out | 0.010 | 0.100 |" in out
+    assert "| loss, held-out | 31.00 | 22.25 |" in out
+    text = " ".join(out.split())
+    assert "the demo holds out (192 examples)" in text and "plus 50 × the discriminator's" in text
+
+
+def test_demo_steps_without_an_evaluation_show_a_dash(tmp_path):
+    curve = tiny_curve(train={"steps": [1, 2, 3], "disc_auc": [0.5, 0.75, 0.8], "gen_accuracy": [0.0, 0.1, 0.2],
+                              "loss": [30.0, 20.0, 19.0]},
+                       eval={"steps": [2], "disc_auc": [0.6], "gen_accuracy": [0.05], "loss": [25.0]})
+    out = render_demo(tmp_path, curve)
+    assert "| step | 1 | 2 | 3 |" in out
+    assert "| discriminator AUC, held-out | – | 0.600 | – |" in out and "| loss, train | 30.00 | 20.00 | 19.00 |" in out
+
+
+def test_a_demo_curve_without_evaluations_has_train_rows_only(tmp_path):
+    out = render_demo(tmp_path, tiny_curve(eval={"steps": []}))
+    assert "| discriminator AUC, train | 0.500 | 0.750 |" in out
+    assert "held-out" not in out
 
 
 def test_check_finds_a_stale_block_and_a_rewrite_fixes_it(tmp_path, capsys):

@@ -17,7 +17,8 @@ command that produced the numbers. The pages scanned are `README.md`, `CHANGELOG
 * `docs/results/compare_objectives.json`: written by `python -m experiments.compare_objectives
   --stage=report` (which also writes `docs/results/compare_objectives.md` itself; that page has no markers).
 * `docs/results/conll/*.json`: one per run of `python -m experiments.conll_ner --name=NAME`.
-* `docs/results/demo_curve.json`, `finetuning_smoke.json`, `data_prep.json`, `step_bench_latest.json`:
+* `docs/results/demo_curve.json`: written by `python -m experiments.demo_curve` (runs the offline demo).
+* `docs/results/finetuning_smoke.json`, `data_prep.json`, `step_bench_latest.json`:
   the numbers of runs recorded before this tool existed, each with its command, commit and machine.
 
 A new result: add or replace its JSON file, run `python -m tools.render_docs`, commit both.
@@ -220,16 +221,46 @@ def objectives_summary(ctx: Context) -> str:
                                  rows, "llrr" + "r" * (len(TASKS) + 1))
 
 
+DEMO_ROWS = (  # (label, "train" or "eval", key, decimals)
+    ("discriminator AUC, train", "train", "disc_auc", 3),
+    ("discriminator AUC, held-out", "eval", "disc_auc", 3),
+    ("generator accuracy (masked positions), train", "train", "gen_accuracy", 3),
+    ("generator accuracy (masked positions), held-out", "eval", "gen_accuracy", 3),
+    ("loss, train", "train", "loss", 2),
+    ("loss, held-out", "eval", "loss", 2),
+)
+
+
 def demo_curve(ctx: Context) -> str:
+    """The demo's train rows (train_log.jsonl) and held-out rows (eval_log.jsonl), one column per logged step."""
     data = ctx.load("demo_curve.json")
-    header = ["step", *map(str, data["steps"])]
-    rows = [["discriminator AUC", *(f"{v:.3f}" for v in data["disc_auc"])],
-            ["generator accuracy (masked positions)", *(f"{v:.3f}" for v in data["gen_accuracy"])]]
-    head = (f"From {ctx.source('demo_curve.json')}: `{data['command']}` at commit {data['commit']} "
-            f"({data['commit_note']}); {data['machine']}; {minutes(data['train_seconds'])} of training "
-            f"plus about {minutes(data['data_build_seconds_approx'])} building the demo data, "
+    curves = {"train": data["train"], "eval": data.get("eval") or {"steps": []}}
+    steps = sorted(set(curves["train"]["steps"]) | set(curves["eval"]["steps"]))
+    rows = []
+    for label, curve, key, digits in DEMO_ROWS:
+        values = dict(zip(curves[curve]["steps"], curves[curve].get(key, [])))
+        if values:
+            rows.append([label, *(f"{values[s]:.{digits}f}" if s in values else "–" for s in steps)])
+    run = (f"{data['train_batch_size']} × {data['max_seq_length']} tokens"
+           if data.get("train_batch_size") and data.get("max_seq_length") else "")
+    where = data.get("working_directory", "a fresh directory")
+    head = (f"From {ctx.source('demo_curve.json')}: `{data['command']}` in {where} at commit {data['commit']}" + (f" ({data['commit_note']})" if data.get("commit_note") else "")
+            + (f", {data['date']}" if data.get("date") else "") + f"; {data['machine']}"
+            + (f" (load average {data['load_average']})" if data.get("load_average") is not None else "")
+            + f". {minutes(data.get('data_build_seconds'))} to build the demo data (including starting Python and "
+            f"TensorFlow), then {minutes(data['train_seconds'])} to train `{data.get('model_size', 'tiny')}` for "
+            f"{data.get('num_train_steps', steps[-1] if steps else 0):,} steps" + (f" of {run}" if run else "")
+            + ", evaluations included; "
             f"{data['final_examples_per_second']} examples/s at the end.")
-    return paragraph(head) + "\n\n" + table(header, rows, "l" + "r" * len(data["steps"]))
+    if curves["eval"]["steps"]:
+        examples = f" ({data['held_out_examples']} examples)" if data.get("held_out_examples") else ""
+        head += (f" Train rows: the mean over the steps since the previous log line (train_log.jsonl; the AUC is "
+                 f"Keras' thresholded estimate). Held-out rows: the 10 % of the documents the demo holds out"
+                 f"{examples}, always the same masks and samples, no dropout, exact AUC (eval_log.jsonl). The loss is "
+                 + (f"the generator's plus {data['disc_weight']:g} × the discriminator's"
+                    if data.get("disc_weight") else "the generator's plus the weighted discriminator's")
+                 + ", as in training.")
+    return paragraph(head) + "\n\n" + table(["step", *map(str, steps)], rows, "l" + "r" * len(steps))
 
 
 def metrics_text(metrics: list) -> str:
