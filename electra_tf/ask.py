@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from electra_tf import runtime
-from electra_tf.serving.loading import UsageError, first_row, load_signature
+from electra_tf.serving.loading import UsageError, first_row, load_signature, text_or_file
 
 INPUT_NAMES = ("question", "context")  # the signature of electra_tf.serving.squad
 
@@ -33,15 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def read_context(args) -> str:
-    if (args.context is None) == (args.context_file is None):
-        raise UsageError("give one of --context or --context_file")
-    if args.context is not None:
-        return args.context
-    try:
-        with open(args.context_file, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--context_file: cannot read {args.context_file} ({e})") from None
+    return text_or_file(args.context, args.context_file, "context")
 
 
 def ask(signature, question: str, context: str) -> dict:

@@ -18,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from electra_tf import runtime
-from electra_tf.serving.loading import UsageError, first_row, load_signature
+from electra_tf.serving.loading import UsageError, first_row, load_signature, text_or_file
 
 INPUT_NAMES = ("text",)  # the signature of electra_tf.serving.tagging
 OUTPUT_NAMES = ("tags", "words", "num_words")
@@ -36,15 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def read_text(args) -> str:
-    if (args.text is None) == (args.text_file is None):
-        raise UsageError("give one of --text or --text_file")
-    if args.text is not None:
-        return args.text
-    try:
-        with open(args.text_file, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--text_file: cannot read {args.text_file} ({e})") from None
+    return text_or_file(args.text, args.text_file, "text")
 
 
 def tag(signature, text: str) -> dict:

@@ -107,7 +107,7 @@ LEVELS = {
     "electra_tf.runtime": 0,  # the entry points' process set-up; imports nothing
     "electra_tf.config": 1,
     "electra_tf.options": 1,
-    "electra_tf.ops": 1,  # the element-wise ops: reference (Keras ops) and XLA:CPU kernels, random bits, constants
+    "electra_tf.ops": 1,  # the ops: reference (Keras ops) and XLA:CPU kernels, random bits, constants, replica sums
     "electra_tf.model": 2,  # layers, embeddings, transformer layer, encoder, heads, masking, pre-trainer, FLOPs
     "electra_tf.training": 3,  # loop, optimizer, distribution, pre-emption, input, run lock, the run itself
     "electra_tf.finetuning": 4,

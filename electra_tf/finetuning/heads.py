@@ -299,7 +299,7 @@ class SpanHead(layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class TokenClassificationHead(layers.Layer):
+class TokenClassificationHead(ClassificationHead):
     """Every position → (dropout) → dense(num_labels): `logits` `[B, L, num_labels]` (float32).
 
     `per_example_loss` needs `label_ids` and `label_weights` `[B, L]`: the
@@ -310,13 +310,8 @@ class TokenClassificationHead(layers.Layer):
     output_length = None  # every position
 
     def __init__(self, num_labels, dropout_rate=0.0, kernel_initializer="glorot_uniform", **kwargs):
-        super().__init__(**kwargs)
-        self.num_labels = int(num_labels)
-        self.dropout_rate = dropout_rate
-        self.kernel_initializer = _initializer_config(kernel_initializer)
-        self.dropout = layers.Dropout(dropout_rate, name="dropout")
-        self.dense = ElectraDense(self.num_labels, kernel_initializer=_new_initializer(self.kernel_initializer),
-                                  dtype=self.dtype_policy, name="logits")
+        # No dropout by default: the official tagging head has none.
+        super().__init__(num_labels, dropout_rate=dropout_rate, kernel_initializer=kernel_initializer, **kwargs)
 
     def build(self, sequence_shape, batch_shape=None):
         self.dense.build(tuple(sequence_shape))
@@ -332,9 +327,3 @@ class TokenClassificationHead(layers.Layer):
         labels = ops.one_hot(ops.cast(batch["label_ids"], "int32"), self.num_labels)
         token_loss = -ops.sum(labels * log_probs, axis=-1)
         return ops.sum(token_loss * ops.cast(batch["label_weights"], "float32"), axis=-1)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate,
-                      kernel_initializer=self.kernel_initializer)
-        return config

@@ -30,9 +30,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from electra_tf.training import distribution, loop
+from electra_tf.training import loop
 from electra_tf.finetuning.task import Task
 from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.ops.replicas import replica_context_info
 
 # The model's inputs; a batch also holds the head's targets.
 INPUT_KEYS = ("input_ids", "input_mask", "segment_ids")
@@ -40,7 +41,7 @@ LOSS_REDUCTIONS = ("sum", "mean")
 
 
 def _replica_count():
-    return distribution.replica_context_info()[1]
+    return replica_context_info()[1]
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")

@@ -51,26 +51,11 @@ from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.execution import resolve_execution
 from electra_tf.model.heads import DiscriminatorHead, MaskedLMHead, gather_positions
 from electra_tf.ops import xla_cpu
+from electra_tf.ops.replicas import all_reduce_sum, replica_context_info
 from electra_tf.options import ExecutionOptions
 from electra_tf.training import loop
 
 REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
-
-
-def _replica_info() -> tuple[int, int]:
-    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
-    context = tf.distribute.get_replica_context()
-    if context is None:
-        return 0, 1
-    return context.replica_id_in_sync_group, context.num_replicas_in_sync
-
-
-def _sum_over_replicas(values):
-    """Sums `values` (a nest of tensors) over the replicas; a no-op with one replica."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return values
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
 class ElectraPretrainer(keras.Model):
@@ -244,7 +229,7 @@ class ElectraPretrainer(keras.Model):
         return {"token_ids": token_ids, "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
 
     def _example_seeds(self, batch_size):
-        replica_id, _ = _replica_info()
+        replica_id, _ = replica_context_info()
         global_indices = tf.cast(replica_id, tf.int64) * tf.cast(batch_size, tf.int64) + tf.range(
             tf.cast(batch_size, tf.int64)
         )
@@ -272,7 +257,7 @@ class ElectraPretrainer(keras.Model):
             masked = tf.reduce_sum(self._mask(input_ids, input_mask, seeds).weights, axis=-1)
         else:
             masked = masking.num_predictions(input_mask, candidates, self.config.mask_prob, self.max_predictions)
-        counts = _sum_over_replicas([tf.reduce_sum(tf.cast(masked, tf.float32)),
+        counts = all_reduce_sum([tf.reduce_sum(tf.cast(masked, tf.float32)),
                                  tf.reduce_sum(tf.cast(input_mask, tf.float32)),
                                  tf.reduce_sum(tf.cast(candidates, tf.float32))])
         return {"num_masked": counts[0], "num_tokens": counts[1], "num_candidates": counts[2]}
@@ -333,7 +318,7 @@ class ElectraPretrainer(keras.Model):
             return electric.compute_losses(self, batch, masked, seeds, normalizers, training)
         gen_logits, gen_losses, gen_predictions, softmax = self._generator_outputs(masked, batch, training)
         if normalizers is None:
-            num_masked, num_tokens = _sum_over_replicas(
+            num_masked, num_tokens = all_reduce_sum(
                 [tf.reduce_sum(masked.weights), tf.reduce_sum(tf.cast(input_mask, tf.float32))])
         else:
             num_masked, num_tokens = normalizers["num_masked"], normalizers["num_tokens"]
@@ -403,7 +388,7 @@ class ElectraPretrainer(keras.Model):
     def train_step(self, batch):
         """One step (a Keras `train_step`); returns this replica's partials of the global values."""
         out = loop.train_step(self, batch, self.config.clip_norm, self.config.gradient_accumulation_steps)
-        _, num_replicas = _replica_info()
+        _, num_replicas = replica_context_info()
         results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
         results["grad_norm"] = out["grad_norm"] / num_replicas
@@ -414,7 +399,7 @@ class ElectraPretrainer(keras.Model):
 
     def update_metrics(self, batch, out):
         """Running metrics; `out` is one replica's (micro-)batch outputs."""
-        _, num_replicas = _replica_info()
+        _, num_replicas = replica_context_info()
         parts = num_replicas * self.config.gradient_accumulation_steps  # partials that make one step's value
 
         def add_partial(name, partial):

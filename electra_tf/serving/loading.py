@@ -16,6 +16,19 @@ class UsageError(Exception):
     """Bad input: one line for the user, exit status 2."""
 
 
+def text_or_file(text: str | None, path: str | None, name: str) -> str:
+    """The text given by `--<name>` or read from `--<name>_file` (exactly one of them)."""
+    if (text is None) == (path is None):
+        raise UsageError(f"give one of --{name} or --{name}_file")
+    if text is not None:
+        return text
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--{name}_file: cannot read {path} ({e})") from None
+
+
 def load_signature(path: str, input_names: Sequence[str], kind: str, output_names: Sequence[str] = ()):
     """The `serving_default` signature of the SavedModel at `path`, which must take exactly `input_names` and
     return at least `output_names` (`kind` names the export in the error, e.g. "a SQuAD export")."""

@@ -105,22 +105,6 @@ def set_mixed_precision(name: str | None) -> str:
     return PRECISIONS[name]
 
 
-def replica_context_info() -> tuple[int, int]:
-    """(replica id, number of replicas) of the current replica, (0, 1) outside any strategy."""
-    context = tf.distribute.get_replica_context()
-    if context is None:
-        return 0, 1
-    return context.replica_id_in_sync_group, context.num_replicas_in_sync
-
-
-def all_reduce_sum(values):
-    """Sums `values` (a nest of tensors) over the replicas; a no-op with one replica."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return values
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
-
-
 def num_workers(strategy: tf.distribute.Strategy) -> int:
     """Worker processes (hosts) in the cluster; 1 for single-host strategies."""
     return getattr(strategy.extended, "_num_workers", 1) or 1

@@ -52,6 +52,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.training import distribution
+from electra_tf.ops.replicas import all_reduce_sum
 from electra_tf.training.cost import format_duration
 from electra_tf.options import ExecutionOptions
 from electra_tf.runtime import onednn_enabled
@@ -72,7 +73,7 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     pre-clip norm and whether the step was skipped as non-finite (1.0) or applied (0.0).
     """
     grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
-    grads = distribution.all_reduce_sum(grads)
+    grads = all_reduce_sum(grads)
     scale = loss_scale(optimizer)
     grads, grad_norm = clip_by_global_norm(grads, clip_norm * scale)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
@@ -80,7 +81,7 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
         return grad_norm / scale, tf.constant(0.0)
     finite = tf.math.is_finite(grad_norm)
     if loss is not None:
-        finite = tf.logical_and(finite, tf.math.is_finite(distribution.all_reduce_sum(loss)))
+        finite = tf.logical_and(finite, tf.math.is_finite(all_reduce_sum(loss)))
     _apply_if(finite, optimizer, grads, variables)
     return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
 

@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.training import distribution
+from electra_tf.ops.replicas import all_reduce_sum
 
 STOP_SIGNALS = (signal.SIGTERM,)
 
@@ -106,7 +107,7 @@ class StopRequest:
 
         def step(batch):
             outputs = step_fn(batch)
-            votes = distribution.all_reduce_sum(tf.cast(self.local.read_value(), tf.float32))
+            votes = all_reduce_sum(tf.cast(self.local.read_value(), tf.float32))
             self.agreed.assign(votes > 0)
             return outputs
 
