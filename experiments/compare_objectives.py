@@ -47,7 +47,6 @@ import functools
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,10 @@ from pathlib import Path
 from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
+from experiments.provenance import git_commit, machine_line
+
+# The code whose edits make a run's commit "+modified".
+CODE_PATHS = ("electra_tf", "data_prep", "run_pretraining.py", "run_finetuning.py", "experiments/compare_objectives.py")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -170,17 +173,6 @@ def write_json_atomic(path: Path, value) -> None:
     write_atomic(path, value, sort_keys=True)
 
 
-def git_commit() -> str:
-    """The checkout's commit, `+modified` when the code that runs differs from it."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", "electra_tf", "data_prep",
-                  "run_pretraining.py", "run_finetuning.py", "experiments/compare_objectives.py")
-    return commit + ("+modified" if changed else "")
-
-
 # --------------------------------------------------------------------------- compute accounting
 
 def arm_config(budget: Budget, arm: str, num_train_steps: Optional[int] = None):
@@ -269,7 +261,7 @@ def read_train_log(model_dir: Path) -> list[dict]:
 def record_commit(path: Path) -> None:
     """Appends the running commit to `path` (one line per distinct commit that ran the stage)."""
     commits = path.read_text().split() if path.exists() else []
-    commit = git_commit()
+    commit = git_commit(CODE_PATHS)
     if commit not in commits:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
@@ -349,7 +341,7 @@ def finetune(budget: Budget, run: Run, export_dir: Optional[Path], task: str, lr
     summary = json.loads((output_dir / "metrics.json").read_text())
     value = float(summary["median"][metric_key])
     write_json_atomic(done, {"metric": value, "metric_key": metric_key, "seconds": time.time() - started,
-                             "command": command[1:], "commit": git_commit()})
+                             "command": command[1:], "commit": git_commit(CODE_PATHS)})
     return value
 
 
@@ -495,17 +487,6 @@ def curve(rows: list[dict]) -> list[dict]:
     """The pre-training log's scalars worth keeping, rounded: the committed curve."""
     return [{key: round(row[key], 6) if isinstance(row[key], float) else row[key]
              for key in CURVE_KEYS if key in row} for row in rows]
-
-
-def machine_line() -> str:
-    """The CPU model and core count of the machine writing a run's record."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def run_record(budget: Budget, run: Run, work_dir: Path) -> dict:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from experiments.provenance import git_commit, machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -35,25 +36,6 @@ CONLL = DATA / "conll2003"
 EN_VOCAB = DATA / "vocab" / "en_uncased" / "vocab.txt"
 RESULTS = ROOT / "docs" / "results" / "conll"
 REPORTED = ("f1", "precision", "recall", "accuracy", "PER_f1", "LOC_f1", "ORG_f1", "MISC_f1")
-
-
-def machine_line() -> str:
-    """The CPU model and core count of this machine."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def command_for(args, extra: list[str]) -> list[str]:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.conll_ner import git_commit, machine_line
+from experiments.provenance import git_commit, machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "results" / "demo_curve.json"
