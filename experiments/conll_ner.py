@@ -49,14 +49,24 @@ def command_for(args, extra: list[str]) -> list[str]:
     return command + extra
 
 
+def recipe_line(shortened: list[str], changed: list[str]) -> str:
+    """How the run departs from the size's fine-tuning recipe (epochs, learning rate), in words."""
+    if shortened:
+        return "shortened: " + " ".join(shortened + changed)
+    if changed:
+        return "the size's epochs, " + " ".join(changed)
+    return "full (the size's epochs and learning rate)"
+
+
 def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str], commit: str) -> dict:
     median = summary["median"]
     shortened = [flag for flag in extra if flag.startswith(("--max_train_steps", "--num_train_epochs"))]
+    changed = [flag for flag in extra if flag.startswith("--learning_rate")]
     return {
         "name": args.name,
         "task": args.task,
-        "model": (f"pre-trained {args.init_checkpoint}" if args.init_checkpoint
-                  else f"{args.model_size}, random init"),
+        "model": args.model_label or (f"pre-trained {args.init_checkpoint}" if args.init_checkpoint
+                                      else f"{args.model_size}, random init"),
         "command": " ".join(shlex.quote(c) for c in command),
         "commit": commit,
         "date": time.strftime("%Y-%m-%d"),
@@ -64,7 +74,7 @@ def record(args, command: list[str], summary: dict, wall_seconds: float, extra: 
         "wall_seconds": round(wall_seconds),
         "seeds": len(summary["runs"]),
         "train_steps": summary["runs"][0].get("train_steps"),
-        "recipe": "shortened: " + " ".join(shortened) if shortened else "full (the size's epochs and learning rate)",
+        "recipe": recipe_line(shortened, changed),
         "dev": {key: round(median[key], 2) for key in REPORTED if key in median},
         "f1_per_seed": [round(run["selected"]["f1"], 2) for run in summary["runs"] if "f1" in run.get("selected", {})],
         "dev_all": {key: round(value, 4) for key, value in median.items()},
@@ -78,6 +88,8 @@ def main(argv=None) -> int:
     parser.add_argument("--task", default="ner", choices=["ner", "chunk"])
     parser.add_argument("--model_size", default="tiny", help="without --init_checkpoint")
     parser.add_argument("--init_checkpoint", default=None, help="a pre-trained export (e.g. mini)")
+    parser.add_argument("--model_label", default=None,
+                        help="what the results table calls the model (default: the export's path or the size)")
     parser.add_argument("--data_dir", default=os.path.relpath(CONLL, ROOT))
     parser.add_argument("--vocab_file", default=os.path.relpath(EN_VOCAB, ROOT), help="without --init_checkpoint")
     parser.add_argument("--num_seeds", type=int, default=1)
