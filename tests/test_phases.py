@@ -81,6 +81,7 @@ def test_phase2_starts_from_phase1_model_and_optimizer_slots_at_step_0(phase1, t
     assert not os.path.exists(tmp_path / "p2")
 
 
+@pytest.mark.slow  # three command-line runs; the library-level phase-2 tests stay in the default suite
 def test_phase2_cli_writes_its_own_folder_with_its_own_schedule_and_resumes_phase2(phase1):
     """`--phase2` for one step (a kill), then the same run again: phase 2 goes on, phase 1 is untouched."""
     config = small(**PHASE2)

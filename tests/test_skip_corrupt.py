@@ -73,6 +73,7 @@ def test_the_skipped_count_needs_the_shards_record_counts(tmp_path):
     assert input_pipeline.shard_record_counts(data, manifest) == [8]
 
 
+@pytest.mark.slow  # two training runs and a resume; the CLI test keeps the flag in the default suite
 def test_a_run_that_skips_resumes_exactly(corrupt_dir, tmp_path):
     data_dir, _, _ = corrupt_dir
     config = small(num_train_steps=24)
@@ -87,6 +88,7 @@ def test_a_run_that_skips_resumes_exactly(corrupt_dir, tmp_path):
     assert_same_training(first + second, whole, split_dir, str(tmp_path / "whole"), NAMES)
 
 
+@pytest.mark.slow  # two training runs and a resume; the CLI test keeps the flag in the default suite
 def test_a_run_stopped_by_a_corrupt_record_resumes_with_the_flag_as_if_it_had_skipped_from_the_start(
         corrupt_dir, tmp_path, caplog):
     data_dir, _, path = corrupt_dir
