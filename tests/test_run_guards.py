@@ -151,3 +151,30 @@ def test_in_a_multi_worker_run_the_chief_takes_the_lock_and_the_other_workers_do
     finally:
         chief.release()
     assert not os.path.exists(os.path.join(model_dir, "run.lock"))
+
+
+@pytest.mark.slow  # three command-line runs, one killed mid-run
+def test_a_second_run_is_refused_and_after_kill_9_of_the_first_a_new_run_takes_over_and_resumes(data_dir, tmp_path):
+    import signal
+
+    from test_preemption import wait_for_step
+
+    model_dir = str(tmp_path / "run")
+    flags = dict(log_steps=5, steps_per_loop=5, save_checkpoints_steps=10)
+    first = subprocess.Popen(cli_args(data_dir, model_dir, 100000, **flags), cwd=ROOT, env=quiet_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_step(model_dir, 10, [first], timeout=240)
+        second = run_cli(data_dir, model_dir, 20, **flags)
+        assert second.returncode == 1 and f"pid {first.pid}," in second.stderr.strip().splitlines()[-1]
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        first.kill()
+    reached = max(checkpoint_steps(model_dir))
+    third = run_cli(data_dir, model_dir, reached + 10, **flags)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"pid {first.pid}" in third.stderr and "which no longer runs" in third.stderr  # took over the lock
+    assert f"ckpt-{reached}" in third.stderr and "Resumed from" in third.stderr
+    assert max(checkpoint_steps(model_dir)) == reached + 10
+    assert not os.path.exists(os.path.join(model_dir, "run.lock"))
