@@ -170,3 +170,15 @@ def test_cli_bad_eval_data_dir_is_one_line_and_writes_nothing(data_dir, tmp_path
     errors = [line for line in result.stderr.splitlines() if line.startswith("run_pretraining.py: error:")]
     assert len(errors) == 1 and "--eval_data_dir" in errors[0] and "nothing" in errors[0], result.stderr[-2000:]
     assert not model_dir.exists() or not any(p.is_file() for p in model_dir.rglob("*"))
+
+
+def test_checkpoint_paths_of_a_relative_model_dir_point_at_the_checkpoints(tmp_path, monkeypatch):
+    """--do_eval with a relative --model_dir: the checkpoint file may hold paths relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), "runs/r/checkpoints", max_to_keep=3)
+    manager.save(checkpoint_number=1)
+    manager.save(checkpoint_number=2)
+    paths = evaluation.checkpoint_paths("runs/r", all_checkpoints=True)
+    assert paths == [os.path.join("runs/r/checkpoints", f"ckpt-{n}") for n in (1, 2)]
+    assert all(os.path.exists(p + ".index") for p in paths)
+    assert evaluation.checkpoint_paths("runs/r", all_checkpoints=False) == [paths[-1]]

@@ -249,4 +249,6 @@ def checkpoint_paths(model_dir: str, all_checkpoints: bool) -> list[str]:
     if state is None or not state.model_checkpoint_path:
         raise ValueError(f"--do_eval: no checkpoint in {directory} to evaluate")
     paths = list(state.all_model_checkpoint_paths) if all_checkpoints else [state.model_checkpoint_path]
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    # The checkpoint file may record the paths relative to the writer's working directory (a relative
+    # --model_dir): the checkpoints are in `directory` whatever it says.
+    return [os.path.join(directory, os.path.basename(p)) for p in paths]
