@@ -29,6 +29,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.options import RunOptions
+from electra_tf.text.manifest import write_json_atomic
 from electra_tf.training.pretraining import rng_states
 
 CHECKPOINT_DIR = "checkpoints"
@@ -46,14 +47,6 @@ TRAINING_OPTIONS = ("learning_rate", "train_batch_size", "num_train_epochs", "wa
 # Config values the options above already hold (the flags override them), so a change is named once.
 CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_epochs", "finetune_warmup_fraction",
                      "finetune_weight_decay", "finetune_layerwise_lr_decay", "finetune_official_layerwise_lr_bug")
-
-
-def write_json_atomic(path: str, content):
-    """Writes to a temporary file first, so a kill leaves the old file or the new one, never half of one."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(content, f, indent=2)
-    os.replace(tmp, path)
 
 
 def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None) -> dict:

@@ -31,7 +31,7 @@ from absl import logging
 
 from electra_tf.training import distribution
 from electra_tf.finetuning import checkpointing
-from electra_tf.finetuning.checkpointing import write_json_atomic
+from electra_tf.text.manifest import write_json_atomic
 from electra_tf.finetuning.data import padding_for
 from electra_tf.finetuning.evaluate import (FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
                                             selected_metrics)

@@ -54,6 +54,7 @@ from absl import logging
 from electra_tf.finetuning import conll, tagging_metrics
 from electra_tf.finetuning.heads import TokenClassificationHead
 from electra_tf.finetuning.task import EvalSet, Task
+from electra_tf.text.manifest import write_json_atomic
 
 SCHEMES = ("iob1", "iob2", "none")
 LABELS_FILE = "tagging_labels.json"
@@ -283,10 +284,7 @@ class TaggingTask(Task):
         path = os.path.join(self.output_dir, LABELS_FILE)
         record = {"task": self.name, "scheme": self.scheme, "encoding": "bioes" if self.chunked else "tags",
                   "word_column": self.word_column, "label_column": self.label_column, "labels": self.labels}
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-        os.replace(tmp, path)
+        write_json_atomic(path, record)
         return path
 
     # ---- the Task interface ----
