@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from electra_tf.text.manifest import write_text_atomic
 from experiments.provenance import git_commit, machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,20 +125,6 @@ def record(command: list[str], model_dir: Path, wall_seconds: float, data_build_
     }
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """`data` as JSON in `path`: written to a temporary file in the same folder, then renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def fresh_work_dir(requested: str | None) -> Path:
     if requested is None:
         return Path(tempfile.mkdtemp(prefix="electra_demo_curve_"))
@@ -146,6 +133,12 @@ def fresh_work_dir(requested: str | None) -> Path:
         raise SystemExit(f"--work_dir {path} is not empty: the demo must start from nothing (give a new folder)")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def save_record(path: Path, entry: dict) -> None:
+    """`entry` as JSON in `path`, replaced whole (indent 1: the committed record's format)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(entry, indent=1) + "\n")
 
 
 def main(argv=None) -> int:
@@ -164,7 +157,7 @@ def main(argv=None) -> int:
         print(f"the demo exited with status {returncode}; output in {work_dir / 'demo_output.log'}", file=sys.stderr)
         return returncode
     entry = record(command, work_dir / MODEL_DIR, wall, data_built, lines, commit)
-    write_json_atomic(Path(args.output), entry)
+    save_record(Path(args.output), entry)
     train, held_out = entry["train"], entry["eval"]
     print(f"train at step {train['steps'][-1]}: disc_auc {train.get('disc_auc', ['–'])[-1]}, gen_accuracy "
           f"{train.get('gen_accuracy', ['–'])[-1]}, loss {train.get('loss', ['–'])[-1]}")

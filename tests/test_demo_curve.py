@@ -61,8 +61,8 @@ def test_no_training_log_is_an_error(tmp_path):
 
 def test_the_json_is_replaced_whole(tmp_path):
     path = tmp_path / "results" / "demo_curve.json"
-    demo_curve.write_json_atomic(path, {"a": 1})
-    demo_curve.write_json_atomic(path, {"b": [1, 2]})
+    demo_curve.save_record(path, {"a": 1})
+    demo_curve.save_record(path, {"b": [1, 2]})
     assert json.loads(path.read_text()) == {"b": [1, 2]}
     assert [p.name for p in path.parent.iterdir()] == ["demo_curve.json"]  # no temporary file left
 

@@ -122,6 +122,20 @@ def test_metrics_equal_an_independent_numpy_computation_and_repeat_exactly(data_
     assert one["disc_loss"] == pytest.approx(float(out["disc_loss"]), rel=1e-5)
 
 
+@pytest.mark.parametrize("objective", ["mlm", "electric"])
+def test_held_out_losses_are_normalised_as_the_training_losses(objective, data_dir):
+    # Electric's generator loss is over every candidate position, not the masked ones.
+    config = small(objective=objective)
+    model = evaluation.build_model(config, {"special_token_ids": SPECIAL_IDS})
+    evaluator = evaluation.Evaluator(model, evaluation.resolve_source(None, data_dir, load_manifest(data_dir),
+                                                                      config), 8, 1, None)
+    metrics = evaluation.metrics_from_outputs(evaluator.collect(), config.gen_weight, config.disc_weight)
+    out = model.compute_losses(evaluator.batches[0], training=False, seeds=evaluator.seeds[0])
+    for name in ("gen_loss", "disc_loss", "loss"):
+        if name in out and name in metrics:
+            assert metrics[name] == pytest.approx(float(out[name]), rel=1e-5), name
+
+
 @pytest.mark.parametrize("objective,present,absent", [
     ("mlm", {"gen_loss", "gen_accuracy", "loss"}, {"disc_auc", "disc_loss", "gen_sampled_accuracy", "main_loss"}),
     ("replace_mlm", {"main_loss", "main_accuracy", "gen_sampled_accuracy"}, {"disc_auc"}),

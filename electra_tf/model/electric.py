@@ -126,7 +126,7 @@ def compute_losses(model, batch, masked: masking.MaskedBatch, seeds, normalizers
     candidates = tf.cast(masking.candidate_positions(input_ids, input_mask, model._special_id_tuple()), tf.float32)
     cloze_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(input_ids, cloze_logits)
     gen_logits = gather_positions(cloze_logits, masked.positions)
-    out = {"masked": masked, "gen_logits": gen_logits,
+    out = {"masked": masked, "gen_logits": gen_logits, "gen_loss_weights": candidates,
            "gen_predictions": tf.argmax(gen_logits, -1, output_type=tf.int32),
            "gen_loss": tf.reduce_sum(cloze_losses * candidates) / normalizers["num_candidates"]}
 

@@ -122,7 +122,9 @@ class Evaluator:
     def _outputs(self, batch, seeds):
         out = self.model.compute_losses(batch, training=False, seeds=seeds, normalizers=UNIT_NORMALIZERS)
         masked = out["masked"]
+        # Electric's cloze loss is over every candidate position, the others' over the masked ones.
         result = {"gen_loss_sum": out["gen_loss"], "mlm_weights": masked.weights,
+                  "gen_loss_weights": out.get("gen_loss_weights", masked.weights),
                   "gen_correct": tf.cast(tf.equal(out["gen_predictions"], masked.original_ids), tf.float32)}
         if "sampled" in out:
             sampled = tf.cast(out["sampled"], masked.original_ids.dtype)
@@ -161,7 +163,7 @@ def metrics_from_outputs(parts: list[dict], gen_weight: float, disc_weight: floa
         return float(sum(np.sum(part[name] * part[weights]) for part in parts))
 
     num_masked = max(total("mlm_weights"), 1.0)
-    metrics = {"gen_loss": total("gen_loss_sum") / num_masked,
+    metrics = {"gen_loss": total("gen_loss_sum") / max(total("gen_loss_weights"), 1.0),
                "gen_accuracy": weighted("gen_correct", "mlm_weights") / num_masked}
     metrics["loss"] = gen_weight * metrics["gen_loss"]
     if "sampled_correct" in parts[0]:
