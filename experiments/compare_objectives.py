@@ -18,7 +18,8 @@ runs the budget's steps; every other arm runs the steps that spend the same trai
 costlier than rtd per step therefore get more compute than rtd, and the table says so).
 
 Fine-tuning per arm: STS-B and MRPC at each learning rate of the grid, several seeds; the arm's
-learning rate is the one with the better STS-B median; with it, SST-2, CoLA and RTE. STS-B runs
+learning rate is the one with the better STS-B median; with it, SST-2, CoLA and RTE (`--tasks`; `NER`,
+CoNLL-2003 entity F1, on request). STS-B runs
 right after each arm's pre-training (and `none` right after the first arm), so the headline
 comparison is known early; the other tasks follow once every arm has pre-trained.
 
@@ -26,6 +27,8 @@ Results survive the machine: every (arm, pre-training seed) writes `docs/results
 <arm>-pseed<N>.json` (its commit, compute, pre-training curve and every fine-tuning result) as
 soon as its pre-training ends and after each fine-tuning run, small JSON meant to be committed
 as it arrives; the report (`--stage=report`) is built from those files alone, with no work folder.
+On a new machine, a run's finished fine-tuning results come back from its file into the work folder
+(`restore_finetune`), so going on with the run neither redoes them nor drops them from the file.
 
 Everything is resumable: the work folder (`--work_dir`, default `~/.cache/electra_tf/
 compare_objectives/<budget>`, outside the checkout) holds the shards, each arm's pre-training run
@@ -66,6 +69,7 @@ DATA = ROOT.parent / "shared" / "data"
 EN_VOCAB = DATA / "vocab" / "en_uncased" / "vocab.txt"
 ENWIKI = DATA / "pretrain" / "enwiki"
 GLUE = DATA / "glue"
+CONLL = DATA / "conll2003"
 RESULTS_DIR = ROOT / "docs" / "results"
 DISCRIMINATOR_WIDTH = 256  # the `mini` discriminator's hidden size
 
@@ -100,7 +104,10 @@ ARMS = {
 EQUAL_STEP_ARMS = ("gen32", "gen128", "gen256")
 # Task → (main metric key in run_finetuning's metrics.json, epochs).
 TASKS = {"STS-B": ("spearman", 3), "MRPC": ("accuracy", 3), "SST-2": ("accuracy", 1),
-         "CoLA": ("mcc", 3), "RTE": ("accuracy", 3)}
+         "CoLA": ("mcc", 3), "RTE": ("accuracy", 3), "NER": ("f1", 3)}
+GLUE_TASKS = ("STS-B", "MRPC", "SST-2", "CoLA", "RTE")  # the default tasks and the average's
+# run_finetuning's --task and --data_dir of the tasks that are not GLUE's.
+TASK_DATA = {"NER": ("ner", CONLL)}
 TUNING_TASKS = ("STS-B", "MRPC")
 SELECTION_TASK = "STS-B"
 # The paper's Table 5 (GLUE dev score, ELECTRA-Base-sized models trained for the same steps).
@@ -306,7 +313,8 @@ def finetune_dir(work_dir: Path, run: Run, task: str, lr: float, seed: int) -> P
 def finetune_command(budget: Budget, export_dir: Optional[Path], task: str, lr: float, seed: int,
                      output_dir: Path) -> list[str]:
     _, epochs = TASKS[task]
-    command = [sys.executable, "run_finetuning.py", f"--task={task}", f"--data_dir={GLUE}",
+    task_flag, data_dir = TASK_DATA.get(task, (task, GLUE))
+    command = [sys.executable, "run_finetuning.py", f"--task={task_flag}", f"--data_dir={data_dir}",
                f"--output_dir={output_dir}", f"--vocab_file={EN_VOCAB}", f"--learning_rate={lr:g}",
                f"--num_train_epochs={epochs}", "--train_batch_size=32", "--layerwise_lr_decay=1.0",
                f"--max_seq_length={budget.finetune_max_seq_length}", f"--seed={seed}", "--log_steps=100"]
@@ -368,17 +376,33 @@ def run_all(runs: list, progress, jobs: int = 1) -> None:
         future.result()
 
 
+PRETRAIN_FIELDS = ("pretrain_commits", "pretrain_steps_done", "pretrain_seconds", "pretrain_curve")
+
+
 class Recorder:
-    """Writes a run's committed results file after each stage that changes it (thread-safe)."""
+    """Writes a run's committed results file after each stage that changes it (thread-safe).
+
+    A work folder without the run's pre-training (a new machine) keeps the record's pre-training
+    fields, and `restore` gives it the record's fine-tuning results, so going on never loses them.
+    """
 
     def __init__(self, budget: Budget, work_dir: Path, runs_dir: Path):
         self.budget, self.work_dir, self.runs_dir = budget, work_dir, runs_dir
         self.lock = threading.Lock()
 
+    def restore(self, run: Run) -> None:
+        count = restore_finetune(self.budget, run, self.work_dir, run_file(self.runs_dir, run))
+        if count:
+            log(f"[{run.name}] {count} fine-tuning result(s) taken from {run_file(self.runs_dir, run)}")
+
     def __call__(self, run: Run) -> Path:
         with self.lock:
             path = run_file(self.runs_dir, run)
-            write_json_atomic(path, run_record(self.budget, run, self.work_dir))
+            record = run_record(self.budget, run, self.work_dir)
+            if path.exists() and not record["pretrain_curve"]:
+                committed = json.loads(path.read_text())
+                record.update({key: committed[key] for key in PRETRAIN_FIELDS if key in committed})
+            write_json_atomic(path, record)
             return path
 
     def finetune_fn(self, run: Run, export_dir, task, lr, seed):
@@ -405,7 +429,7 @@ def finetune_run(recorder: Recorder, run: Run, export_dir, progress, jobs: int =
     for task in TUNING_TASKS:
         finetune_grid(recorder, run, export_dir, progress, task, jobs)
     lr = chosen_lr(collect_finetune(recorder.budget, run, recorder.work_dir))
-    other_tasks = [task for task in (tasks or TASKS) if task not in TUNING_TASKS]
+    other_tasks = [task for task in (tasks or GLUE_TASKS) if task not in TUNING_TASKS]
     run_all(finetune_runs(recorder, run, export_dir, other_tasks, [lr]), progress, jobs)
 
 
@@ -421,7 +445,7 @@ def schedule(runs) -> list:
 
 
 def runs_per_arm(budget: Budget, tasks=None) -> int:
-    others = [task for task in (tasks or TASKS) if task not in TUNING_TASKS]
+    others = [task for task in (tasks or GLUE_TASKS) if task not in TUNING_TASKS]
     return (len(TUNING_TASKS) * len(budget.learning_rates) + len(others)) * len(budget.seeds)
 
 
@@ -472,15 +496,58 @@ def collect_finetune(budget: Budget, run: Run, work_dir: Path) -> dict:
     return results
 
 
+def restored_marker(work_dir: Path, run: Run) -> Path:
+    return work_dir / "arms" / run.name / "finetune" / "restored.json"
+
+
+def restored(work_dir: Path, run: Run) -> dict:
+    """What `restore_finetune` took from the committed record: its commits and fine-tuning seconds."""
+    path = restored_marker(work_dir, run)
+    return json.loads(path.read_text()) if path.exists() else {"finetune_commits": [], "finetune_seconds": 0.0}
+
+
 def finetune_commits(work_dir: Path, run: Run) -> list[str]:
-    results = (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json")
-    return sorted({json.loads(path.read_text()).get("commit", "unknown") for path in results})
+    results = [json.loads(path.read_text())
+               for path in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json")]
+    ran = {result.get("commit", "unknown") for result in results if "restored_from" not in result}
+    return sorted(ran | set(restored(work_dir, run)["finetune_commits"]))
 
 
 def finetune_seconds(work_dir: Path, run: Run) -> float:
-    """Wall-clock of the run's finished fine-tuning runs."""
-    return sum(json.loads(done.read_text()).get("seconds", 0.0)
-               for done in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json"))
+    """Wall-clock of the run's finished fine-tuning runs (restored ones as their record counted them)."""
+    return restored(work_dir, run)["finetune_seconds"] + sum(
+        json.loads(done.read_text()).get("seconds", 0.0)
+        for done in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json"))
+
+
+def restore_finetune(budget: Budget, run: Run, work_dir: Path, record_path: Path) -> int:
+    """Gives a work folder the fine-tuning results of the run's committed record that it lacks.
+
+    The machine, with the work folder, can be replaced between sittings; without this, going on with
+    a run (another task, a later stage) would redo its finished fine-tuning and rewrite the record
+    with only the new results. A task × lr is restored only when the record has every seed (the
+    record keeps values in seed order, so a partial list cannot be matched to its seeds). Returns
+    how many results were restored.
+    """
+    if not record_path.exists() or (restored_marker(work_dir, run)).exists():
+        return 0
+    record = json.loads(record_path.read_text())
+    count = 0
+    for task, by_lr in record.get("finetune", {}).items():
+        for lr, values in by_lr.items():
+            if task not in TASKS or len(values) != len(budget.seeds):
+                continue
+            for seed, value in zip(budget.seeds, values):
+                done = finetune_dir(work_dir, run, task, float(lr), seed) / "result.json"
+                if not done.exists():
+                    write_json_atomic(done, {"metric": value, "metric_key": TASKS[task][0], "seconds": 0.0,
+                                             "restored_from": str(record_path.name)})
+                    count += 1
+    if count:
+        write_json_atomic(restored_marker(work_dir, run),
+                          {"finetune_commits": record.get("finetune_commits", []),
+                           "finetune_seconds": record.get("finetune_seconds", 0.0), "results": count})
+    return count
 
 
 def curve(rows: list[dict]) -> list[dict]:
@@ -546,7 +613,7 @@ def headline(entry: dict, task: str) -> Optional[float]:
 
 
 def glue_average(entry: dict) -> Optional[float]:
-    values = [headline(entry, task) for task in TASKS]
+    values = [headline(entry, task) for task in GLUE_TASKS]
     return statistics.mean(values) if all(v is not None for v in values) else None
 
 
@@ -621,8 +688,8 @@ def markdown(results: dict) -> str:
              f"`docs/results/objectives/{results['budget']}/`.", "",
              "Each row is one pre-training run (arm × pre-training seed) with the commits that ran it. Cells: the "
              "median over fine-tuning seeds at the run's chosen learning rate (the better STS-B median of the "
-             "grid), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, RTE), MCC (CoLA); the fine-tuning "
-             "seeds in brackets.", "",
+             "grid), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, RTE), MCC (CoLA), entity F1 "
+             "(NER: CoNLL-2003 dev); the fine-tuning seeds in brackets; the average is over the GLUE tasks.", "",
              "| arm | pre-training seed | commits | steps | examples | pre-train FLOPs | × ELECTRA-Small | chosen lr | "
              + " | ".join(tasks) + " | average |",
              "|---|---|---|---|---|---|---|---|" + "---|" * len(tasks) + "---|"]
@@ -773,7 +840,8 @@ def parse_args(argv=None):
     parser.add_argument("--pretrain_seed", type=int, default=0,
                         help="the pre-training seed of every arm run (0: the runs of the first table)")
     parser.add_argument("--tasks", default=None,
-                        help=f"comma-separated fine-tuning tasks of {', '.join(TASKS)} (default: all); "
+                        help=f"comma-separated fine-tuning tasks of {', '.join(TASKS)} (default: "
+                             f"{', '.join(GLUE_TASKS)}); "
                              f"{', '.join(TUNING_TASKS)} always run, they choose the learning rate")
     parser.add_argument("--stage", choices=("all", "pretrain", "finetune", "report"), default="all")
     parser.add_argument("--jobs", type=int, default=1,
@@ -813,6 +881,8 @@ def main(argv=None):
     runs = [Run(arm, args.pretrain_seed) for arm in arms]
     if args.stage != "report" and (not GLUE.is_dir() or not ENWIKI.is_dir()):
         sys.exit(f"compare_objectives: error: the shared data folder {DATA} (glue/, pretrain/enwiki/) is absent")
+    if args.stage != "report" and "NER" in (tasks or ()) and not CONLL.is_dir():
+        sys.exit(f"compare_objectives: error: --tasks=NER needs {CONLL} (train.txt, dev.txt)")
     work_dir = Path(args.work_dir or Path.home() / ".cache" / "electra_tf" / "compare_objectives" / budget.name)
     recorder = Recorder(budget, work_dir, runs_dir_of(Path(args.results_dir), budget))
     log(f"budget {budget.name}, runs {', '.join(run.name for run in runs)}, work dir {work_dir}")
@@ -827,6 +897,7 @@ def main(argv=None):
         progress = Progress(runs_per_arm(budget, tasks) * len(runs), args.jobs)
         exports, ready = {}, []
         for run in schedule(runs):
+            recorder.restore(run)
             if run.pretrained:
                 if args.stage == "all":
                     exports[run] = pretrain(budget, run, work_dir, data_dir)

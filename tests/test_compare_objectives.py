@@ -175,3 +175,41 @@ def test_generator_option_arms_are_valid_configs_costed_by_what_they_run():
     assert co.arm_compute(budget, "uniform_generator")["flops_per_step"] < rtd  # no generator to run
     assert co.arm_steps(budget, "uniform_generator") > budget.rtd_steps
     assert co.arm_compute(budget, "tied_generator")["flops_per_step"] > rtd
+
+
+def test_ner_fine_tunes_conll_and_stays_out_of_the_glue_average():
+    command = co.finetune_command(co.BUDGETS["cpu"], co.Path("export"), "NER", 1e-4, 2, co.Path("out"))
+    assert "--task=ner" in command and f"--data_dir={co.CONLL}" in command and "--seed=2" in command
+    assert co.runs_per_arm(co.BUDGETS["cpu"]) == co.runs_per_arm(co.BUDGETS["cpu"], co.GLUE_TASKS)  # opt-in
+    entry = {"chosen_lr": 1e-4, "finetune": {task: {"0.0001": [10.0 * (i + 1)]} for i, task in enumerate(co.TASKS)}}
+    assert co.glue_average(entry) == 30.0  # 10..50 over the five GLUE tasks, not NER's 60
+
+
+def test_a_new_work_folder_takes_the_committed_results_and_going_on_keeps_them(tmp_path):
+    budget, run = co.BUDGETS["cpu"], co.Run("rtd", 1)
+    old_work, new_work, runs_dir = tmp_path / "old", tmp_path / "new", tmp_path / "runs"
+    for seed in budget.seeds:
+        write_result(old_work, run, "STS-B", 1e-4, seed, 30.0 + seed)
+        write_result(old_work, run, "STS-B", 3e-4, seed, 40.0 + seed)
+    write_result(old_work, run, "MRPC", 1e-4, 0, 65.0)  # one seed of three: cannot be matched to its seed
+    log = co.pretrain_dir(old_work, run) / "train_log.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"step": 25, "loss": 2.0, "examples_per_second": 40.0}) + "\n")
+    (co.pretrain_dir(old_work, run) / "commits.txt").write_text("pre1234\n")
+    co.Recorder(budget, old_work, runs_dir)(run)
+    committed = json.loads(co.run_file(runs_dir, run).read_text())
+
+    recorder = co.Recorder(budget, new_work, runs_dir)  # the machine was replaced: an empty work folder
+    recorder.restore(run)
+    assert co.collect_finetune(budget, run, new_work) == {"STS-B": committed["finetune"]["STS-B"]}
+    assert co.finetune(budget, run, None, "STS-B", 3e-4, 2, new_work) == 42.0  # cached: no subprocess
+    write_result(new_work, run, "NER", 3e-4, 0, 80.0)  # a new task run on the new machine
+    recorder(run)
+    record = json.loads(co.run_file(runs_dir, run).read_text())
+    assert record["finetune"]["STS-B"] == committed["finetune"]["STS-B"] and record["finetune"]["NER"] == {
+        "0.0003": [80.0]}
+    for key in co.PRETRAIN_FIELDS:
+        assert record[key] == committed[key], key
+    assert record["finetune_commits"] == ["abc1234"] and record["finetune_seconds"] == committed["finetune_seconds"]
+    recorder.restore(run)  # once only: a second call adds nothing
+    assert co.collect_finetune(budget, run, new_work)["STS-B"] == committed["finetune"]["STS-B"]
