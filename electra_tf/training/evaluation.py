@@ -28,7 +28,7 @@ Example (`metrics_from_outputs` on collected predictions):
 
 >>> import numpy as np
 >>> part = {"gen_loss_sum": 6.0, "gen_correct": np.array([[1., 0., 1.]]), "mlm_weights": np.ones([1, 3]),
-...         "disc_loss_sum": 2.0, "disc_probs": np.array([[0.9, 0.2, 0.6, 0.1]]),
+...         "gen_loss_weights": np.ones([1, 3]), "disc_loss_sum": 2.0, "disc_probs": np.array([[0.9, 0.2, 0.6, 0.1]]),
 ...         "labels": np.array([[1., 0., 0., 0.]]), "disc_weights": np.ones([1, 4])}
 >>> m = metrics_from_outputs([part], gen_weight=1.0, disc_weight=50.0)
 >>> round(m["gen_loss"], 3), round(m["gen_accuracy"], 3), m["disc_auc"], m["disc_precision"], m["loss"]
