@@ -147,6 +147,9 @@ flags.DEFINE_integer("tagging_label_column", None, "ner/chunk/tagging: 0-based c
                      "from the end (default: ner 3, chunk 2, tagging -1, the last).")
 flags.DEFINE_enum("tagging_scheme", None, ["iob1", "iob2", "none"], "ner/chunk/tagging: the files' tags "
                   "(default iob2); iob1/iob2 are scored by entity F1 (conlleval), none (e.g. POS) by token accuracy.")
+flags.DEFINE_integer("tagging_segment_id", 1, "ner/chunk/tagging: segment id of every real token, 0 or 1 (padding "
+                     "gets 0). The official code feeds 1 to every real token; 0 is what every other task and "
+                     "pre-training feed a single text.")
 
 
 def model_options():
@@ -183,7 +186,7 @@ def make_task():
         dev_articles=FLAGS.squad_dev_articles, null_score_threshold=FLAGS.null_score_threshold,
         do_lower_case=FLAGS.do_lower_case, tagging_word_column=FLAGS.tagging_word_column,
         tagging_label_column=FLAGS.tagging_label_column, tagging_scheme=FLAGS.tagging_scheme,
-        output_dir=FLAGS.output_dir, do_train=FLAGS.do_train)
+        tagging_segment_id=FLAGS.tagging_segment_id, output_dir=FLAGS.output_dir, do_train=FLAGS.do_train)
 
 
 def make_strategy():
@@ -267,7 +270,7 @@ def check_output_dir(task, config, options, data):
             checkpointing.remove_run_state(run_dir)
         else:
             checkpointing.check_settings(run_dir, checkpointing.run_settings(
-                task.name, config, seeded, FLAGS.init_checkpoint, num_train))
+                task.name, config, seeded, FLAGS.init_checkpoint, num_train, task.training_settings()))
     if FLAGS.overwrite_output_dir:
         checkpointing.remove_run_state(options.output_dir, ("metrics.json", "finetune_config.json"))
 

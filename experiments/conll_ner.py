@@ -3,8 +3,9 @@
 Runs `run_finetuning.py --task=ner` on `../shared/data/conll2003` (train → dev, `conlleval` entity
 precision/recall/F1 overall and per type, token accuracy) with the official recipe of the model size
 (3 epochs, the size's learning rate and layer-wise decay, max_seq_length 128) and writes a record of
-the run to `docs/results/conll/<name>.json`: the command, commit, machine, wall time, the dev scores
-(median over seeds) and the data counts (sentences split into windows). `python -m tools.render_docs`
+the run to `docs/results/conll/<name>.json`: the command, commit, machine, wall time, the segment id
+the run fed (`--tagging_segment_id`, default 1 as the official code), the dev scores (median over
+seeds) and the data counts (sentences split into windows). `python -m tools.render_docs`
 turns the records into the table of docs/finetuning.md.
 
     # (a) random init, tiny, 3 seeds (about 5 minutes on 2 CPU cores):
@@ -58,7 +59,9 @@ def recipe_line(shortened: list[str], changed: list[str]) -> str:
     return "full (the size's epochs and learning rate)"
 
 
-def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str], commit: str) -> dict:
+def record(args, command: list[str], summary: dict, wall_seconds: float, extra: list[str], commit: str,
+           task_settings: dict) -> dict:
+    """The result record; `task_settings` are those the run wrote to its `finetune_config.json`."""
     median = summary["median"]
     shortened = [flag for flag in extra if flag.startswith(("--max_train_steps", "--num_train_epochs"))]
     changed = [flag for flag in extra if flag.startswith("--learning_rate")]
@@ -75,6 +78,7 @@ def record(args, command: list[str], summary: dict, wall_seconds: float, extra: 
         "seeds": len(summary["runs"]),
         "train_steps": summary["runs"][0].get("train_steps"),
         "recipe": recipe_line(shortened, changed),
+        "tagging_segment_id": task_settings["tagging_segment_id"],
         "dev": {key: round(median[key], 2) for key in REPORTED if key in median},
         "f1_per_seed": [round(run["selected"]["f1"], 2) for run in summary["runs"] if "f1" in run.get("selected", {})],
         "dev_all": {key: round(value, 4) for key, value in median.items()},
@@ -105,9 +109,11 @@ def main(argv=None) -> int:
     result = subprocess.run([sys.executable] + command[1:], cwd=ROOT, env=env)
     if result.returncode:
         return result.returncode
-    summary = json.loads((Path(args.output_dir if os.path.isabs(args.output_dir) else ROOT / args.output_dir)
-                          / "metrics.json").read_text())
-    entry = record(args, command, summary, time.time() - start, args.extra, commit)
+    output_dir = Path(args.output_dir if os.path.isabs(args.output_dir) else ROOT / args.output_dir)
+    summary = json.loads((output_dir / "metrics.json").read_text())
+    # What the run itself recorded: the flag given among the extra flags, else run_finetuning's default.
+    task_settings = json.loads((output_dir / "finetune_config.json").read_text())["task_settings"]
+    entry = record(args, command, summary, time.time() - start, args.extra, commit, task_settings)
     os.makedirs(args.results_dir, exist_ok=True)
     path = Path(args.results_dir) / f"{args.name}.json"
     path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")

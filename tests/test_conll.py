@@ -102,3 +102,23 @@ def test_conll2003_dev(shared_data):
     assert len(sentences) == 3250
     assert conll.label_list(sentences) == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER",
                                            "I-LOC", "I-MISC", "I-ORG", "I-PER"]
+
+
+def test_the_experiment_records_the_segment_id_its_run_fed():
+    import argparse
+    import json
+    import pathlib
+    import shlex
+
+    from experiments import conll_ner
+
+    args = argparse.Namespace(name="x", task="ner", model_label=None, init_checkpoint=None, model_size="tiny")
+    summary = {"median": {"f1": 50.0}, "runs": [{"train_steps": 3, "selected": {"f1": 50.0}}]}
+    for segment_id in (0, 1):
+        entry = conll_ner.record(args, ["python"], summary, 1.0, [], "abc", {"tagging_segment_id": segment_id})
+        assert entry["tagging_segment_id"] == segment_id
+    # Every committed record's command feeds the segment id it records (1 is run_finetuning's default).
+    for path in sorted(pathlib.Path(conll_ner.RESULTS).glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        given = [a.split("=", 1)[1] for a in shlex.split(run["command"]) if a.startswith("--tagging_segment_id=")]
+        assert int(given[-1] if given else 1) == run["tagging_segment_id"], path

@@ -136,7 +136,27 @@ def test_labels_on_the_first_wordpiece_only(tokenizer):
     ids = features["input_ids"][2].tolist()
     assert ids[2:7] == tokenizer.tokenize(["1996-08-22"])[0] and len(ids[2:7]) == 5  # all its pieces, label on the first
     assert ids[7] == ids[8] == tokenizer.unk_id  # the unknown word and the one without pieces: one [UNK] each
-    assert features["segment_ids"].max() == 0 and any(without_pieces)
+    assert any(without_pieces)
+
+
+@pytest.mark.parametrize("segment_id", [0, 1])
+def test_segment_id_on_every_real_token_and_0_on_padding(tokenizer, segment_id):
+    task = get_task("ner", labels=["O", "B-PER", "E-PER", "S-LOC", "S-MISC", "S-ORG", "S-PER"],
+                    tagging_segment_id=segment_id)
+    task._sentences["train"] = as_sentences(SENTENCES + [[("peter", "NNP", "B-NP", "B-PER")] * 9])
+    features = task.train_features(tokenizer, max_seq_length=12)  # windows of every length, some padded
+    mask = features["input_mask"]
+    assert mask.min() == 0 and mask.max() == 1 and len(set(mask.sum(axis=1).tolist())) > 2
+    np.testing.assert_array_equal(features["segment_ids"], segment_id * mask)
+    assert task.training_settings() == {"tagging_segment_id": segment_id}
+
+
+def test_the_default_segment_id_is_the_official_1(tokenizer):
+    assert FLAGS["tagging_segment_id"].default == 1 == tagging.DEFAULT_SEGMENT_ID
+    for name in ("ner", "chunk", "tagging"):
+        assert get_task(name).segment_id == 1
+    features, _, _ = tagging.align_features(tokenizer, as_sentences(SENTENCES), 32)
+    np.testing.assert_array_equal(features["segment_ids"], features["input_mask"])
 
 
 def test_windows_predict_every_word_exactly_once(tokenizer):
@@ -265,6 +285,8 @@ def test_ner_end_to_end_then_predict_with_the_saved_labels(tmp_path, conll_dir):
         assert [w for w, _ in predicted] == [w for w, _ in gold]  # every word, once, in order
     saved = json.loads((out / tagging.LABELS_FILE).read_text())
     assert saved["labels"][0] == "O" and saved["encoding"] == "bioes" and "E-PER" in saved["labels"]
+    assert saved["segment_id"] == 1 and json.loads((out / "run_settings.json").read_text())["tagging_segment_id"] == 1
+    assert json.loads((out / "finetune_config.json").read_text())["task_settings"] == {"tagging_segment_id": 1}
 
     # Prediction only, from the fine-tuned weights and the saved labels (no train file here).
     only_dev = tmp_path / "only_dev"
@@ -275,6 +297,16 @@ def test_ner_end_to_end_then_predict_with_the_saved_labels(tmp_path, conll_dir):
                                          "--do_predict"])
     assert (out / "dev_predictions.txt").read_text() == before
     assert json.loads((out / "metrics.json").read_text())["runs"][0]["final"] == final
+
+    # Another segment id than the weights were trained with: refused, for prediction and for resuming.
+    written = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    for args, message in ((["--do_train=false", f"--data_dir={only_dev}"],
+                           "the model was trained with --tagging_segment_id=1, not 0"),
+                          ([f"--data_dir={conll_dir}", "--max_train_steps=3"], "tagging_segment_id: 1 there vs 0 now")):
+        with pytest.raises(SystemExit) as info:
+            run_main(_common(tmp_path, "out") + ["--task=ner", "--tagging_segment_id=0", "--do_predict"] + args)
+        assert message in str(info.value.code) and "\n" not in str(info.value.code)
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == written
 
 
 @pytest.mark.parametrize("text, message", [
@@ -289,6 +321,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, conll_dir, text, mes
     with pytest.raises(SystemExit) as info:
         run_main(_common(tmp_path, "out") + ["--task=ner", f"--data_dir={conll_dir}"])
     assert message in str(info.value.code) and "\n" not in str(info.value.code)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["2", "-1"])
+def test_a_bad_segment_id_is_one_line_naming_the_flag(tmp_path, conll_dir, value):
+    with pytest.raises(SystemExit) as info:
+        run_main(_common(tmp_path, "out") + ["--task=ner", f"--data_dir={conll_dir}", f"--tagging_segment_id={value}"])
+    assert str(info.value.code) == f"run_finetuning.py: error: --tagging_segment_id: {value} is not 0 or 1"
     assert not (tmp_path / "out").exists()
 
 

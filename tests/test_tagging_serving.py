@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import types
 
 import keras
 import numpy as np
@@ -13,9 +14,9 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.finetuning import conll, tagging, tagging_metrics
-from electra_tf.serving.tagging import BEGIN, OUTSIDE, decode_bioes, iob_chunks, label_codes
+from electra_tf.serving.tagging import BEGIN, OUTSIDE, TaggingServer, decode_bioes, iob_chunks, label_codes
 from test_serving import ROOT
-from test_tagging import SENTENCES, TINY, VOCAB, conll_text, random_sentences, run_main
+from test_tagging import SENTENCES, TINY, VOCAB, as_sentences, conll_text, random_sentences, run_main
 
 SEQ = 32
 # A sentence of 36 pieces (two windows of whole words) and a word of 31 pieces (alone in its window, cut).
@@ -127,6 +128,36 @@ def test_labels_that_are_not_bioes_are_refused():
 
 # ---- the export against the Python path --------------------------------------------------------
 
+@pytest.mark.parametrize("segment_id", [0, 1])
+def test_served_features_equal_the_training_features(tmp_path, segment_id):
+    from electra_tf.text.tokenization import WordPieceTokenizer
+
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    tokenizer = WordPieceTokenizer(str(tmp_path / "vocab.txt"))
+    sentences = as_sentences(sentences_of(8, seed=5))
+    expected, _, _ = tagging.align_features(tokenizer, sentences, SEQ, segment_id=segment_id)
+    server = TaggingServer(None, tokenizer, ["O"], "none", SEQ, segment_id)
+    words = [w for sentence_words, _ in sentences for w in sentence_words]
+    is_first = [k == 0 for sentence_words, _ in sentences for k in range(len(sentence_words))]
+    served, _, _ = server.window_features(tf.constant(words), tf.constant(is_first))
+    assert set(served) == {"input_ids", "input_mask", "segment_ids"} and len(expected["input_ids"]) > len(sentences)
+    for key, values in served.items():
+        np.testing.assert_array_equal(values.numpy(), expected[key], err_msg=key)
+    assert set(np.unique(expected["segment_ids"]).tolist()) == {0, segment_id}
+
+
+def test_the_run_exports_with_the_trained_segment_id(monkeypatch):
+    from electra_tf.finetuning import export
+    from electra_tf.finetuning.registry import get_task
+    from electra_tf.serving import tagging as serving_tagging
+
+    exported = {}
+    monkeypatch.setattr(serving_tagging, "export_tagging", lambda *args, **kwargs: exported.update(kwargs) or "p")
+    for segment_id in (0, 1):
+        task = get_task("ner", labels=["O", "S-PER"], tagging_segment_id=segment_id)
+        export.export_tagging(None, task, None, types.SimpleNamespace(max_seq_length=SEQ, export_saved_model="p"))
+        assert exported == {"segment_id": segment_id}
+
 def python_tags(tmp_path, task_name, scheme, label_column, sentences):
     """A tiny random-weight tagger and run_finetuning's prediction path over `sentences` (dev and train)."""
     from electra_tf.config import get_config
@@ -156,7 +187,8 @@ def ner_export(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("tagging_serving")
     sentences = sentences_of(8, seed=4)
     model, tokenizer, task, predicted = python_tags(tmp_path, "ner", "iob2", None, sentences)
-    path = export_tagging(model, tokenizer, task.labels, task.scheme, SEQ, str(tmp_path / "export"))
+    path = export_tagging(model, tokenizer, task.labels, task.scheme, SEQ, str(tmp_path / "export"),
+                          segment_id=task.segment_id)
     return tf.saved_model.load(path).signatures["serving_default"], texts_of(sentences), predicted
 
 
@@ -171,15 +203,13 @@ def test_saved_model_tags_as_the_python_path(ner_export):
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["iob1", "none"])
 def test_graph_tags_as_the_python_path_for_iob1_and_plain_tags(tmp_path, scheme):
-    from electra_tf.serving.tagging import TaggingServer
-
     sentences = sentences_of(8, seed=6)
     if scheme == "iob1":
         sentences = [[(w, p, c, "I-" + t[2:] if t.startswith("B-") else t) for w, p, c, t in s] for s in sentences]
     task_name, column = ("ner", None) if scheme == "iob1" else ("tagging", 1)
     model, tokenizer, task, predicted = python_tags(tmp_path, task_name, scheme, column, sentences)
     texts = texts_of(sentences)
-    server = TaggingServer(model, tokenizer, task.labels, scheme, SEQ)
+    server = TaggingServer(model, tokenizer, task.labels, scheme, SEQ, task.segment_id)
     served = as_python(tf.function(server.tag)(tf.constant(texts)))
     assert padded(served["tags"], served["num_words"]) == predicted
     if scheme == "none":

@@ -414,9 +414,9 @@ def conll_ner(ctx: Context) -> str:
         dev_counts = run["data"].get("dev", {})
         seeds = (f"; F1 per seed {', '.join(number(f) for f in run['f1_per_seed'])}"
                  if len(run.get("f1_per_seed", [])) > 1 else "")
-        rows.append([i, f"{run['task']}: {run['model']}", number(dev["f1"]), number(dev["precision"]),
-                     number(dev["recall"]), number(dev["accuracy"]), per_type, run["train_steps"], run["seeds"],
-                     minutes(run["wall_seconds"])])
+        label = f"{run['task']}: {run['model']}; segment id {run['tagging_segment_id']}"
+        rows.append([i, label, number(dev["f1"]), number(dev["precision"]), number(dev["recall"]),
+                     number(dev["accuracy"]), per_type, run["train_steps"], run["seeds"], minutes(run["wall_seconds"])])
         commands.append(f"{i}. {code(run['command'])} ({ctx.source('conll/' + name)}; commit {run['commit']}, "
                         f"{run['date']}, {run['machine']}; {run['recipe']}{seeds}; dev: "
                         f"{dev_counts.get('split_sentences', 0)} of {dev_counts.get('sentences', 0)} sentences "

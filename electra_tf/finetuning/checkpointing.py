@@ -49,9 +49,12 @@ CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_
                      "finetune_weight_decay", "finetune_layerwise_lr_decay", "finetune_official_layerwise_lr_bug")
 
 
-def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None) -> dict:
-    """What identifies a fine-tuning run: task, model, initial weights, data size and training options."""
+def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None,
+                 task_settings=None) -> dict:
+    """What identifies a fine-tuning run: task, model, initial weights, data size, training options and the
+    task's own options that shape the weights (`Task.training_settings()`)."""
     settings = {"task": task_name, "init_checkpoint": init_checkpoint, "train_examples": num_train_examples}
+    settings.update(task_settings or {})
     settings.update({name: getattr(options, name) for name in TRAINING_OPTIONS})
     model = {k: v for k, v in config.to_dict().items() if k not in CONFIG_AS_OPTIONS}
     settings.update(_flat(model, "config."))

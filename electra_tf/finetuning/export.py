@@ -64,11 +64,11 @@ def export_squad(model, task, tokenizer, options: RunOptions) -> str:
 
 
 def export_tagging(model, task, tokenizer, options: RunOptions) -> str:
-    """Writes the text → tags and entities SavedModel with the run's labels, scheme and window length."""
+    """Writes the text → tags and entities SavedModel with the run's labels, scheme, window length and segment id."""
     from electra_tf.serving import tagging
 
     path = tagging.export_tagging(model, tokenizer, task.labels, task.scheme, options.max_seq_length,
-                                  options.export_saved_model)
+                                  options.export_saved_model, segment_id=task.segment_id)
     logging.info("Exported a tagging serving SavedModel (text → %s) to %s",
                  "tags and entities" if task.chunked else "tags", path)
     return path

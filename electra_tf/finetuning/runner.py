@@ -165,14 +165,15 @@ def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunO
     """All seeds; writes `finetune_config.json` and `metrics.json` to `options.output_dir`, returns the latter."""
     os.makedirs(options.output_dir, exist_ok=True)
     write_json_atomic(os.path.join(options.output_dir, "finetune_config.json"), {
-        "task": task.name, "config": config.to_dict(), "options": dataclasses.asdict(options),
-        "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file})
+        "task": task.name, "task_settings": task.training_settings(), "config": config.to_dict(),
+        "options": dataclasses.asdict(options), "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file})
     runs = []
     num_train = len(data["train"]["input_ids"]) if "train" in data else None
     for k in range(num_seeds):
         seeded = seed_options(options, k, num_seeds)
         run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)
-        settings = checkpointing.run_settings(task.name, config, seeded, init_checkpoint, num_train)
+        settings = checkpointing.run_settings(task.name, config, seeded, init_checkpoint, num_train,
+                                              task.training_settings())
         result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings)
         logging.info("seed %d: %s", seeded.seed, json.dumps(result.get("selected", {})))
         runs.append(result)

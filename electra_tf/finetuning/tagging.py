@@ -25,7 +25,10 @@ is not cut: it is split into consecutive windows of whole words, each
 (a single word of more pieces than a window holds keeps its first pieces;
 it is still predicted). Split sentences, windows and cut words are counted
 per split, logged in one line and reported under "data" in `metrics.json`.
-Segment ids are 0 (the official code feeds 1 for every token).
+Every real token gets segment id `segment_id` (`--tagging_segment_id`, default 1 as the
+official code; 0 is what every other task feeds a single text), padding 0; the id is saved
+with the labels and is part of the run's settings, so prediction, export and a resumed run
+use the id the weights were trained with.
 
 Metrics (percent): `conlleval`'s entity precision/recall/F1 (main: `f1`),
 token `accuracy`, and `<TYPE>_precision/recall/f1` per type. Prediction
@@ -57,6 +60,8 @@ from electra_tf.finetuning.task import EvalSet, Task
 from electra_tf.text.manifest import write_json_atomic
 
 SCHEMES = ("iob1", "iob2", "none")
+SEGMENT_IDS = (0, 1)
+DEFAULT_SEGMENT_ID = 1  # the official `featurize`: `segment_ids = pad([1] * len(input_ids))`
 LABELS_FILE = "tagging_labels.json"
 
 
@@ -143,12 +148,14 @@ def word_windows(piece_counts: Sequence[int], budget: int) -> tuple[list[tuple[i
     return windows, cut
 
 
-def align_features(tokenizer, sentences, max_seq_length: int, label_ids: Optional[Sequence[Sequence[int]]] = None):
+def align_features(tokenizer, sentences, max_seq_length: int, label_ids: Optional[Sequence[Sequence[int]]] = None,
+                   segment_id: int = DEFAULT_SEGMENT_ID):
     """`[CLS] words [SEP]` features of every window, their metadata and the split's counts.
 
     `label_ids` (per sentence, per word) become `label_ids` `[N, L]` on the first
-    piece of every word with `label_weights` 1 there, 0 elsewhere. Metadata per
-    window: `sentence`, `first_word` and `positions` (the first pieces' positions).
+    piece of every word with `label_weights` 1 there, 0 elsewhere. Every real token
+    gets `segment_id`, padding 0. Metadata per window: `sentence`, `first_word` and
+    `positions` (the first pieces' positions).
     """
     budget = max_seq_length - 2
     pieces = word_pieces(tokenizer, sentences)
@@ -176,6 +183,7 @@ def align_features(tokenizer, sentences, max_seq_length: int, label_ids: Optiona
     for i, (ids, m) in enumerate(zip(rows, meta)):
         features["input_ids"][i, :len(ids)] = ids
         features["input_mask"][i, :len(ids)] = 1
+        features["segment_ids"][i, :len(ids)] = segment_id
         if label_ids is not None:
             labels = label_ids[m["sentence"]][m["first_word"]:m["first_word"] + len(m["positions"])]
             features["label_ids"][i, m["positions"]] = labels
@@ -208,18 +216,22 @@ class TaggingTask(Task):
 
     `word_column` / `label_column` pick the columns (0-based; negative counts
     from the end); `scheme` is the files' tagging scheme (`iob1`, `iob2`, or
-    `none` for labels without chunks). `labels` fixes the label list (tests);
-    `output_dir` is where the label list is saved (and, with `do_train`
-    false, read back from).
+    `none` for labels without chunks). `segment_id` (0 or 1) goes on every real
+    token. `labels` fixes the label list (tests); `output_dir` is where the label
+    list is saved (and, with `do_train` false, read back from).
     """
 
     default_max_seq_length = 128
 
     def __init__(self, name="tagging", data_dir=None, file_overrides=None, word_column=conll.WORD_COLUMN,
-                 label_column=-1, scheme="iob2", labels=None, output_dir=None, do_train=True):
+                 label_column=-1, scheme="iob2", labels=None, output_dir=None, do_train=True,
+                 segment_id=DEFAULT_SEGMENT_ID):
         super().__init__(name)
         if scheme not in SCHEMES:
             raise ValueError(f"--tagging_scheme: {scheme!r} is not one of {', '.join(SCHEMES)}")
+        if segment_id not in SEGMENT_IDS:
+            raise ValueError(f"--tagging_segment_id: {segment_id!r} is not 0 or 1")
+        self.segment_id = int(segment_id)
         self.data_dir = data_dir
         self.file_overrides = {k: v for k, v in (file_overrides or {}).items() if v}
         self.word_column, self.label_column, self.scheme = int(word_column), int(label_column), scheme
@@ -266,9 +278,7 @@ class TaggingTask(Task):
             if not self.do_train and saved and os.path.isfile(saved):
                 with open(saved, encoding="utf-8") as f:
                     record = json.load(f)
-                if record.get("scheme") != self.scheme:
-                    raise ValueError(f"{saved}: labels of --tagging_scheme={record.get('scheme')}, "
-                                     f"not {self.scheme}")
+                self._check_saved(saved, record)
                 self._labels = list(record["labels"])
                 logging.info("%s: %d labels from %s", self.name, len(self._labels), saved)
             else:
@@ -277,13 +287,24 @@ class TaggingTask(Task):
                                 else sorted({tag for _, tags in encoded for tag in tags}))
         return self._labels
 
+    def _check_saved(self, saved: str, record: dict):
+        """Refuses to predict with weights trained on another scheme or segment id."""
+        if record.get("scheme") != self.scheme:
+            raise ValueError(f"{saved}: labels of --tagging_scheme={record.get('scheme')}, not {self.scheme}")
+        # Labels files without the field come from runs that fed 0 to every token.
+        trained = record.get("segment_id", 0)
+        if trained != self.segment_id:
+            raise ValueError(f"{saved}: the model was trained with --tagging_segment_id={trained}, "
+                             f"not {self.segment_id}")
+
     def save_labels(self) -> Optional[str]:
         if not self.output_dir:
             return None
         os.makedirs(self.output_dir, exist_ok=True)
         path = os.path.join(self.output_dir, LABELS_FILE)
         record = {"task": self.name, "scheme": self.scheme, "encoding": "bioes" if self.chunked else "tags",
-                  "word_column": self.word_column, "label_column": self.label_column, "labels": self.labels}
+                  "word_column": self.word_column, "label_column": self.label_column,
+                  "segment_id": self.segment_id, "labels": self.labels}
         write_json_atomic(path, record)
         return path
 
@@ -297,6 +318,8 @@ class TaggingTask(Task):
         return TokenClassificationHead(len(self.labels), name="tagging_head")
 
     def _features(self, split: str, tokenizer, max_seq_length: int, with_labels: bool):
+        if not self.do_train:
+            _ = self.labels  # reads and checks the saved labels (scheme, segment id) before anything is written
         sentences = self.sentences(split)
         label_ids = None
         if with_labels:
@@ -309,7 +332,7 @@ class TaggingTask(Task):
                     raise ValueError(f"{self.split_path(split)}: sentence {s + 1}: label {unknown!r} is not one "
                                      f"of the {len(index)} labels the model was trained with")
                 label_ids.append([index[t] for t in encoded])
-        features, meta, counts = align_features(tokenizer, sentences, max_seq_length, label_ids)
+        features, meta, counts = align_features(tokenizer, sentences, max_seq_length, label_ids, self.segment_id)
         self._counts[split] = counts
         logging.info("%s %s: %d sentences, %d words -> %d windows of <= %d tokens; %d sentence(s) longer than "
                      "that split into windows, %d word(s) cut to their first pieces (every word is predicted)",
@@ -361,26 +384,33 @@ class TaggingTask(Task):
     def data_summary(self) -> dict:
         return {split: dict(counts) for split, counts in self._counts.items()}
 
+    def training_settings(self) -> dict:
+        return {"tagging_segment_id": self.segment_id}
+
 
 def conll2003_task(name: str, label_column: int):
     """A factory of the CoNLL-2003 task on `label_column` (NER 3, chunks 2), IOB2 by default."""
     def factory(data_dir=None, file_overrides=None, tagging_word_column=None, tagging_label_column=None,
-                tagging_scheme=None, labels=None, output_dir=None, do_train=True):
+                tagging_scheme=None, labels=None, output_dir=None, do_train=True, tagging_segment_id=None):
         return TaggingTask(name, data_dir, file_overrides,
                            conll.WORD_COLUMN if tagging_word_column is None else tagging_word_column,
                            label_column if tagging_label_column is None else tagging_label_column,
-                           tagging_scheme or "iob2", labels, output_dir, do_train)
+                           tagging_scheme or "iob2", labels, output_dir, do_train,
+                           DEFAULT_SEGMENT_ID if tagging_segment_id is None else tagging_segment_id)
     return factory
 
 
 def generic_task(data_dir=None, file_overrides=None, tagging_word_column=None, tagging_label_column=None,
-                 tagging_scheme=None, labels=None, output_dir=None, do_train=True) -> TaggingTask:
+                 tagging_scheme=None, labels=None, output_dir=None, do_train=True,
+                 tagging_segment_id=None) -> TaggingTask:
     """`--task=tagging`: word column 0 and the last column as labels unless given, IOB2 unless given."""
     return TaggingTask("tagging", data_dir, file_overrides,
                        conll.WORD_COLUMN if tagging_word_column is None else tagging_word_column,
                        -1 if tagging_label_column is None else tagging_label_column,
-                       tagging_scheme or "iob2", labels, output_dir, do_train)
+                       tagging_scheme or "iob2", labels, output_dir, do_train,
+                       DEFAULT_SEGMENT_ID if tagging_segment_id is None else tagging_segment_id)
 
 
-__all__ = ["LABELS_FILE", "SCHEMES", "TaggingTask", "align_features", "bioes_spans", "conll2003_task",
-           "from_bioes", "generic_task", "spans_to_tags", "to_bioes", "word_pieces", "word_windows", "words_of"]
+__all__ = ["DEFAULT_SEGMENT_ID", "LABELS_FILE", "SCHEMES", "SEGMENT_IDS", "TaggingTask", "align_features",
+           "bioes_spans", "conll2003_task", "from_bioes", "generic_task", "spans_to_tags", "to_bioes", "word_pieces",
+           "word_windows", "words_of"]

@@ -10,8 +10,9 @@ its defaults, so the run never asks which kind of task it runs:
   the one that picks the best evaluation, and the prediction files;
 * `default_epochs`, `default_max_seq_length`, `min_sequence_length(config)`
   (the shortest a batch may be cut to), `serving_labels()` (what the
-  classifier SavedModel returns; only sentence tasks have one) and
-  `data_summary()` (counts about the inputs, reported in `metrics.json`).
+  classifier SavedModel returns; only sentence tasks have one),
+  `data_summary()` (counts about the inputs, reported in `metrics.json`) and
+  `training_settings()` (task options that shape the trained weights).
 
 Implementations: `sentence.SentenceTask` (`glue.GlueTask`,
 `text_classification.TextClassificationTask`), `squad.task.SquadTask` and
@@ -101,6 +102,10 @@ class Task(abc.ABC):
 
     def data_summary(self) -> dict:
         """Counts about the task's inputs (e.g. sentences split into windows), for `metrics.json`."""
+        return {}
+
+    def training_settings(self) -> dict:
+        """Task options that shape the trained weights: a resumed run must not change them."""
         return {}
 
     def serving_labels(self) -> Optional[list[str]]:

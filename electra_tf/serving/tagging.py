@@ -1,12 +1,13 @@
 """A fine-tuned tagger (`--task=ner|chunk|tagging`) as one text-in / tags-and-entities-out TF SavedModel.
 
-`export_tagging(model, tokenizer, labels, scheme, max_seq_length, path)` writes a SavedModel whose
+`export_tagging(model, tokenizer, labels, scheme, max_seq_length, path, segment_id=...)` writes a SavedModel whose
 `serving_default` signature takes `text` (a string batch). Each text is split into words as Python's
 `str.split()` splits it (what a CoNLL line's word column holds), and every word gets a tag, as
 `run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): WordPiece per
 word (`[UNK]` for a word without pieces), the label read at its first piece, sentences longer than
-`max_seq_length - 2` pieces split into windows of whole words, BIOES labels decoded back into the
-training files' scheme (IOB1 or IOB2).
+`max_seq_length - 2` pieces split into windows of whole words, every real token fed the segment id the
+model was trained with (`--tagging_segment_id`), BIOES labels decoded back into the training files'
+scheme (IOB1 or IOB2).
 
 Outputs, padded per batch row (`""` for strings, −1 for integers past the row's count):
 
@@ -93,10 +94,13 @@ def iob_chunks(prefix, type_id, is_first, is_last):
 class TaggingServer(tf.Module):
     """Whitespace words, the in-graph tokeniser, windows of whole words, the fine-tuned model, tags and entities."""
 
-    def __init__(self, model, tokenizer, labels, scheme: str, max_seq_length: int):
+    def __init__(self, model, tokenizer, labels, scheme: str, max_seq_length: int, segment_id: int):
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"tagging scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
+        if segment_id not in (0, 1):
+            raise ValueError(f"tagging segment id {segment_id!r} is not 0 or 1")
+        self.segment_id = int(segment_id)
         self.model = model
         self.tokenizer = GraphTokenizer(tokenizer)
         self.scheme, self.chunked = scheme, scheme != "none"
@@ -133,9 +137,16 @@ class TaggingServer(tf.Module):
         position = 1 + before - tf.gather(tf.math.segment_min(before, window), window)
         return window, position
 
+    def window_features(self, words, is_first):
+        """The model's inputs for the flat `words` (`is_first`: a sentence's first word), as
+        `tagging.align_features` makes them, and each word's window and first-piece position there."""
+        pieces, counts = self._pieces(words)
+        window, position = self._windows(counts, is_first)
+        return self._features(pieces, counts, window, position), window, position
+
     def _features(self, pieces, counts, window, position):
-        """`[CLS] pieces [SEP]` rows of every window; one `[CLS] [SEP]` row where the batch has no word, so the
-        model always sees a batch."""
+        """`[CLS] pieces [SEP]` rows of every window, the trained segment id on every real token; one
+        `[CLS] [SEP]` row where the batch has no word, so the model always sees a batch."""
         num_windows = tf.maximum(tf.reduce_max(tf.concat([[-1], window], 0)) + 1, 1)
         length = tf.math.unsorted_segment_sum(counts, window, num_windows)
         rows = tf.range(num_windows)
@@ -148,7 +159,7 @@ class TaggingServer(tf.Module):
         shape = tf.stack([num_windows, tf.constant(self.max_seq_length, tf.int64)])
         ids = tf.tensor_scatter_nd_update(tf.fill(shape, self.pad_id), indices, values)
         mask = tf.cast(tf.range(self.max_seq_length, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
-        return {"input_ids": ids, "input_mask": mask, "segment_ids": tf.zeros_like(ids)}
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": mask * self.segment_id}
 
     # ---- outputs --------------------------------------------------------------------------------
     def _tags(self, label_ids, is_first, is_last):
@@ -186,9 +197,8 @@ class TaggingServer(tf.Module):
                  "char_start": flat(char_offsets(texts, byte_start)), "char_end": flat(char_offsets(texts, byte_end))}
         sentence, word_in_sentence = words.value_rowids(), tf.ragged.range(lengths).flat_values
         is_first, is_last = word_in_sentence == 0, word_in_sentence == tf.gather(lengths, sentence) - 1
-        pieces, counts = self._pieces(words.flat_values)
-        window, position = self._windows(counts, is_first)
-        logits = self.model(self._features(pieces, counts, window, position), training=False)["logits"]
+        features, window, position = self.window_features(words.flat_values, is_first)
+        logits = self.model(features, training=False)["logits"]
         label_ids = tf.argmax(tf.gather_nd(logits, tf.stack([window, position], 1)), axis=-1, output_type=tf.int32)
         tags, prefix, type_id = self._tags(label_ids, is_first, is_last)
         by_row = lambda values, fill: tf.RaggedTensor.from_row_lengths(values, lengths).to_tensor(fill)  # noqa: E731
@@ -200,9 +210,10 @@ class TaggingServer(tf.Module):
         return result
 
 
-def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, path: str) -> str:
-    """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
-    server = TaggingServer(model, tokenizer, labels, scheme, max_seq_length)
+def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, path: str, *, segment_id: int) -> str:
+    """Writes the SavedModel to `path` (via a temporary directory renamed into place); `segment_id` is the one
+    the model was trained with (no default, so an export cannot silently feed another)."""
+    server = TaggingServer(model, tokenizer, labels, scheme, max_seq_length, segment_id)
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(server.tokenizer)
