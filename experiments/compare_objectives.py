@@ -677,8 +677,13 @@ def ordering_lines(results: dict) -> list[str]:
     spread = (f"the largest STS-B spread between pre-training seeds of one arm is {max(spreads):.1f} points: "
               "arms closer than that cannot be told apart" if spreads else
               "no arm has two pre-training seeds yet, so the seed spread is unknown")
-    return [f"- The paper's Table 5 (GLUE, Base-sized, equal steps): {paper}.",
-            f"- Ours (STS-B, median over pre-training seeds): {ours}; {spread}."]
+    lines = [f"- The paper's Table 5 (GLUE, Base-sized, equal steps): {paper}.",
+             f"- Ours (STS-B, median over pre-training seeds): {ours}; {spread}."]
+    ner = {arm: s["tasks"]["NER"]["median"] for arm, s in results["arms"].items() if "NER" in s["tasks"]}
+    if ner:
+        lines.append("- NER (CoNLL-2003 dev entity F1, median over pre-training seeds): "
+                     + " > ".join(f"{arm} {ner[arm]:.1f}" for arm in sorted(ner, key=ner.get, reverse=True)) + ".")
+    return lines
 
 
 def markdown(results: dict) -> str:
