@@ -19,7 +19,7 @@ costlier than rtd per step therefore get more compute than rtd, and the table sa
 
 Fine-tuning per arm: STS-B and MRPC at each learning rate of the grid, several seeds; the arm's
 learning rate is the one with the better STS-B median; with it, SST-2, CoLA and RTE (`--tasks`; `NER`,
-CoNLL-2003 entity F1, on request). STS-B runs
+CoNLL-2003 entity F1 over the whole grid, on request). STS-B runs
 right after each arm's pre-training (and `none` right after the first arm), so the headline
 comparison is known early; the other tasks follow once every arm has pre-trained.
 
@@ -108,6 +108,9 @@ TASKS = {"STS-B": ("spearman", 3), "MRPC": ("accuracy", 3), "SST-2": ("accuracy"
 GLUE_TASKS = ("STS-B", "MRPC", "SST-2", "CoLA", "RTE")  # the default tasks and the average's
 # run_finetuning's --task and --data_dir of the tasks that are not GLUE's.
 TASK_DATA = {"NER": ("ner", CONLL)}
+# Tasks that run the whole learning-rate grid and report their own best lr: a per-token task need not
+# share the sentence tasks' best lr, and comparing arms at different lrs would confound the two.
+OWN_GRID_TASKS = ("NER",)
 TUNING_TASKS = ("STS-B", "MRPC")
 SELECTION_TASK = "STS-B"
 # The paper's Table 5 (GLUE dev score, ELECTRA-Base-sized models trained for the same steps).
@@ -425,12 +428,17 @@ def finetune_grid(recorder: Recorder, run: Run, export_dir, progress, task: str,
 
 
 def finetune_run(recorder: Recorder, run: Run, export_dir, progress, jobs: int = 1, tasks=None) -> None:
-    """The tuning tasks' grid, then the other tasks (`tasks`: all by default) at the chosen lr."""
+    """The tuning tasks' grid, then the other tasks (`tasks`: the GLUE ones by default) at the chosen lr,
+    or over the grid for `OWN_GRID_TASKS`."""
     for task in TUNING_TASKS:
         finetune_grid(recorder, run, export_dir, progress, task, jobs)
     lr = chosen_lr(collect_finetune(recorder.budget, run, recorder.work_dir))
     other_tasks = [task for task in (tasks or GLUE_TASKS) if task not in TUNING_TASKS]
-    run_all(finetune_runs(recorder, run, export_dir, other_tasks, [lr]), progress, jobs)
+    runs = []
+    for task in other_tasks:
+        learning_rates = recorder.budget.learning_rates if task in OWN_GRID_TASKS else [lr]
+        runs += finetune_runs(recorder, run, export_dir, [task], learning_rates)
+    run_all(runs, progress, jobs)
 
 
 def schedule(runs) -> list:
@@ -446,7 +454,9 @@ def schedule(runs) -> list:
 
 def runs_per_arm(budget: Budget, tasks=None) -> int:
     others = [task for task in (tasks or GLUE_TASKS) if task not in TUNING_TASKS]
-    return (len(TUNING_TASKS) * len(budget.learning_rates) + len(others)) * len(budget.seeds)
+    grid = len(budget.learning_rates)
+    return (len(TUNING_TASKS) * grid + sum(grid if task in OWN_GRID_TASKS else 1 for task in others)) \
+        * len(budget.seeds)
 
 
 class Progress:
@@ -605,11 +615,18 @@ def median_or_none(values):
     return statistics.median(values) if values else None
 
 
+def headline_lr(entry: dict, task: str) -> Optional[str]:
+    """The lr of the task's headline: the run's chosen one, or the task's own best for `OWN_GRID_TASKS`."""
+    by_lr = entry["finetune"].get(task, {})
+    if task in OWN_GRID_TASKS and by_lr:
+        return max(by_lr, key=lambda lr: statistics.median(by_lr[lr]))
+    return None if entry.get("chosen_lr") is None else f"{entry['chosen_lr']:g}"
+
+
 def headline(entry: dict, task: str) -> Optional[float]:
-    """The task's median over fine-tuning seeds at the run's chosen learning rate."""
-    if entry.get("chosen_lr") is None:
-        return None
-    return median_or_none(entry["finetune"].get(task, {}).get(f"{entry['chosen_lr']:g}", []))
+    """The task's median over fine-tuning seeds at its headline lr (`headline_lr`)."""
+    lr = headline_lr(entry, task)
+    return None if lr is None else median_or_none(entry["finetune"].get(task, {}).get(lr, []))
 
 
 def glue_average(entry: dict) -> Optional[float]:
@@ -694,13 +711,15 @@ def markdown(results: dict) -> str:
              "Each row is one pre-training run (arm × pre-training seed) with the commits that ran it. Cells: the "
              "median over fine-tuning seeds at the run's chosen learning rate (the better STS-B median of the "
              "grid), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, RTE), MCC (CoLA), entity F1 "
-             "(NER: CoNLL-2003 dev); the fine-tuning seeds in brackets; the average is over the GLUE tasks.", "",
+             "(NER: CoNLL-2003 dev, at its own best lr of the grid, named); the fine-tuning seeds in brackets; the "
+             "average is over the GLUE tasks.", "",
              "| arm | pre-training seed | commits | steps | examples | pre-train FLOPs | × ELECTRA-Small | chosen lr | "
              + " | ".join(tasks) + " | average |",
              "|---|---|---|---|---|---|---|---|" + "---|" * len(tasks) + "---|"]
     for entry in results["runs"].values():
         lr = entry["chosen_lr"]
-        cells = [_cell(headline(entry, task), entry["finetune"].get(task, {}).get(f"{lr:g}", []) if lr else ())
+        cells = [_cell(headline(entry, task), entry["finetune"].get(task, {}).get(headline_lr(entry, task) or "", []))
+                 + (f" (lr {headline_lr(entry, task)})" if task in OWN_GRID_TASKS and headline(entry, task) else "")
                  for task in tasks]
         average = glue_average(entry)
         lines.append(f"| {entry['arm']} | {entry['pretrain_seed'] if entry['steps'] else '–'} | {_commit(entry)} | "
@@ -715,11 +734,11 @@ def markdown(results: dict) -> str:
                  else "–" for t in tasks]
         lines.append(f"| {arm} | {', '.join(map(str, summary['pretrain_seeds']))} | " + " | ".join(cells) + " |")
     lines += ["", "Ordering:", ""] + ordering_lines(results)
-    lines += ["", "Learning-rate grid (median [seeds]) on the tuning tasks:", "",
+    lines += ["", "Learning-rate grid (median [seeds]) on the tuning tasks and NER:", "",
               "| run | task | " + " | ".join(f"lr {lr}" for lr in _grid(results)) + " |",
               "|---|---|" + "---|" * len(_grid(results))]
     for name, entry in results["runs"].items():
-        for task in TUNING_TASKS:
+        for task in TUNING_TASKS + tuple(t for t in OWN_GRID_TASKS if t in entry["finetune"]):
             by_lr = entry["finetune"].get(task, {})
             cells = [f"{statistics.median(by_lr[lr]):.1f} [{', '.join(f'{v:.1f}' for v in by_lr[lr])}]"
                      if lr in by_lr else "–" for lr in _grid(results)]

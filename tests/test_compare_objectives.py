@@ -182,8 +182,14 @@ def test_ner_fine_tunes_conll_and_stays_out_of_the_glue_average():
     command = co.finetune_command(co.BUDGETS["cpu"], co.Path("export"), "NER", 1e-4, 2, co.Path("out"))
     assert "--task=ner" in command and f"--data_dir={co.CONLL}" in command and "--seed=2" in command
     assert co.runs_per_arm(co.BUDGETS["cpu"]) == co.runs_per_arm(co.BUDGETS["cpu"], co.GLUE_TASKS)  # opt-in
+    assert co.runs_per_arm(co.BUDGETS["cpu"], ("NER",)) == (2 * 2 + 2) * 3  # NER runs the whole lr grid
     entry = {"chosen_lr": 1e-4, "finetune": {task: {"0.0001": [10.0 * (i + 1)]} for i, task in enumerate(co.TASKS)}}
     assert co.glue_average(entry) == 30.0  # 10..50 over the five GLUE tasks, not NER's 60
+    entry["finetune"]["NER"]["0.0003"] = [70.0, 65.0, 71.0]
+    entry["finetune"]["SST-2"]["0.0003"] = [90.0]
+    # NER at its own best lr of the grid; the other tasks at the run's chosen lr (1e-4)
+    assert (co.headline(entry, "NER"), co.headline_lr(entry, "NER")) == (70.0, "0.0003")
+    assert co.headline(entry, "SST-2") == 30.0
 
 
 def test_a_new_work_folder_takes_the_committed_results_and_going_on_keeps_them(tmp_path):
@@ -214,3 +220,17 @@ def test_a_new_work_folder_takes_the_committed_results_and_going_on_keeps_them(t
     assert record["finetune_commits"] == ["abc1234"] and record["finetune_seconds"] == committed["finetune_seconds"]
     recorder.restore(run)  # once only: a second call adds nothing
     assert co.collect_finetune(budget, run, new_work)["STS-B"] == committed["finetune"]["STS-B"]
+
+
+def test_ner_runs_the_whole_grid_and_the_other_tasks_the_chosen_lr(tmp_path, monkeypatch):
+    budget, run = co.BUDGETS["cpu"], co.Run("rtd", 1)
+    for seed in budget.seeds:
+        for task in co.TUNING_TASKS:
+            write_result(tmp_path, run, task, 1e-4, seed, 30.0)
+            write_result(tmp_path, run, task, 3e-4, seed, 40.0)  # chosen: 3e-4
+    scheduled = []
+    monkeypatch.setattr(co, "run_all", lambda runs, progress, jobs=1: scheduled.extend(r[1:4] for r in runs))
+    co.finetune_run(co.Recorder(budget, tmp_path, tmp_path / "runs"), run, None, None, tasks=("RTE", "NER"))
+    later = [(task, lr) for task, lr, _ in scheduled if task not in co.TUNING_TASKS]
+    assert sorted(set(later)) == [("NER", 1e-4), ("NER", 3e-4), ("RTE", 3e-4)]
+    assert len(later) == 3 * len(budget.seeds)
