@@ -15,6 +15,8 @@ Example:
 
 >>> differing_settings({"task": "RTE", "learning_rate": 1e-4}, {"task": "RTE", "learning_rate": 2e-4})
 ['learning_rate: 0.0001 there vs 0.0002 now']
+>>> differing_settings({"task": "ner"}, {"task": "ner", "tagging_segment_id": 1})
+['tagging_segment_id: not recorded there vs 1 now']
 """
 
 from __future__ import annotations
@@ -70,7 +72,12 @@ def _flat(values: dict, prefix: str) -> dict:
 
 
 def differing_settings(stored: dict, current: dict) -> list[str]:
-    return [f"{k}: {stored.get(k)} there vs {current.get(k)} now" for k in sorted(set(stored) | set(current))
+    """`name: stored there vs current now` per setting that differs ("not recorded" where a run lacks it)."""
+    def shown(settings, key):
+        return settings[key] if key in settings else "not recorded"
+
+    # A setting one run lacks compares as None: settings added later with a None default still resume.
+    return [f"{k}: {shown(stored, k)} there vs {shown(current, k)} now" for k in sorted(set(stored) | set(current))
             if stored.get(k) != current.get(k)]
 
 
