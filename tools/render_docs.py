@@ -209,16 +209,18 @@ def objectives_summary(ctx: Context) -> str:
         medians = [entry["tasks"].get(task, {}).get("median") for task in TASKS]
         done = [m for m in medians if m is not None]
         average = f"{sum(done) / len(done):.1f}" if len(done) == len(TASKS) else "–"
+        ner = entry["tasks"].get("NER", {}).get("median")
         rows.append([f"`{arm}`", ", ".join(map(str, entry["pretrain_seeds"])), f"{steps:,}", f"{flops:.2e}" if flops else "0",
-                     *("–" if m is None else f"{m:.1f}" for m in medians), average])
+                     *("–" if m is None else f"{m:.1f}" for m in medians), average,
+                     "–" if ner is None else f"{ner:.1f}"])
     order = {"rtd": 0, "mlm": 1, "none": 2}
     rows.sort(key=lambda row: order.get(row[0].strip("`"), 3))
     head = (f"From {ctx.source('compare_objectives.json')}, written by `{data['command']}`; budget "
             f"`{data['budget']}`, model shape `{data['model_size']}`. Medians over fine-tuning seeds (and over "
             "pre-training seeds where an arm has several), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, "
-            "RTE), MCC (CoLA).")
-    return paragraph(head) + "\n\n" + table(["arm", "pre-training seeds", "steps", "pre-training FLOPs", *TASKS, "average"],
-                                 rows, "llrr" + "r" * (len(TASKS) + 1))
+            "RTE), MCC (CoLA); the average is theirs. NER: CoNLL-2003 dev entity F1 at its own best learning rate.")
+    return paragraph(head) + "\n\n" + table(["arm", "pre-training seeds", "steps", "pre-training FLOPs", *TASKS, "average",
+                                              "NER"], rows, "llrr" + "r" * (len(TASKS) + 2))
 
 
 DEMO_ROWS = (  # (label, "train" or "eval", key, decimals)
