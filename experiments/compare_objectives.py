@@ -516,18 +516,22 @@ def restored(work_dir: Path, run: Run) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"finetune_commits": [], "finetune_seconds": 0.0}
 
 
+def finished_results(work_dir: Path, run: Run) -> list[dict]:
+    """Every `result.json` of the run's finished fine-tuning runs (task/lr/seed folders)."""
+    return [json.loads(path.read_text())
+            for path in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json")]
+
+
 def finetune_commits(work_dir: Path, run: Run) -> list[str]:
-    results = [json.loads(path.read_text())
-               for path in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json")]
-    ran = {result.get("commit", "unknown") for result in results if "restored_from" not in result}
+    ran = {result.get("commit", "unknown") for result in finished_results(work_dir, run)
+           if "restored_from" not in result}
     return sorted(ran | set(restored(work_dir, run)["finetune_commits"]))
 
 
 def finetune_seconds(work_dir: Path, run: Run) -> float:
     """Wall-clock of the run's finished fine-tuning runs (restored ones as their record counted them)."""
     return restored(work_dir, run)["finetune_seconds"] + sum(
-        json.loads(done.read_text()).get("seconds", 0.0)
-        for done in (work_dir / "arms" / run.name / "finetune").glob("*/*/*/result.json"))
+        result.get("seconds", 0.0) for result in finished_results(work_dir, run))
 
 
 def restore_finetune(budget: Budget, run: Run, work_dir: Path, record_path: Path) -> int:
@@ -539,7 +543,7 @@ def restore_finetune(budget: Budget, run: Run, work_dir: Path, record_path: Path
     record keeps values in seed order, so a partial list cannot be matched to its seeds). Returns
     how many results were restored.
     """
-    if not record_path.exists() or (restored_marker(work_dir, run)).exists():
+    if not record_path.exists() or restored_marker(work_dir, run).exists():
         return 0
     record = json.loads(record_path.read_text())
     count = 0
@@ -678,6 +682,14 @@ def _cell(value: Optional[float], seeds=()) -> str:
     return f"**{value:.1f}**" + (f" [{', '.join(f'{v:.1f}' for v in seeds)}]" if seeds else "")
 
 
+def _headline_cell(entry: dict, task: str) -> str:
+    """The task's headline with its seeds; an `OWN_GRID_TASKS` cell names its lr."""
+    lr = headline_lr(entry, task)
+    value = headline(entry, task)
+    cell = _cell(value, entry["finetune"].get(task, {}).get(lr or "", []))
+    return cell + (f" (lr {lr})" if task in OWN_GRID_TASKS and value else "")
+
+
 def _commit(entry: dict) -> str:
     commits = sorted(set(entry.get("pretrain_commits", [])) | set(entry.get("finetune_commits", [])))
     return ", ".join(f"`{c}`" for c in commits) or "–"
@@ -718,9 +730,7 @@ def markdown(results: dict) -> str:
              "|---|---|---|---|---|---|---|---|" + "---|" * len(tasks) + "---|"]
     for entry in results["runs"].values():
         lr = entry["chosen_lr"]
-        cells = [_cell(headline(entry, task), entry["finetune"].get(task, {}).get(headline_lr(entry, task) or "", []))
-                 + (f" (lr {headline_lr(entry, task)})" if task in OWN_GRID_TASKS and headline(entry, task) else "")
-                 for task in tasks]
+        cells = [_headline_cell(entry, task) for task in tasks]
         average = glue_average(entry)
         lines.append(f"| {entry['arm']} | {entry['pretrain_seed'] if entry['steps'] else '–'} | {_commit(entry)} | "
                      f"{entry['pretrain_steps_done']}/{entry['steps']} | {entry['examples']:,} | "

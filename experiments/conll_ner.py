@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from electra_tf.text.manifest import write_json_atomic
 from experiments.provenance import git_commit, machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     entry = record(args, command, summary, time.time() - start, args.extra, commit, task_settings)
     os.makedirs(args.results_dir, exist_ok=True)
     path = Path(args.results_dir) / f"{args.name}.json"
-    path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(str(path), entry)
     print(f"dev entity F1 {entry['dev'].get('f1')} (P {entry['dev'].get('precision')}, "
           f"R {entry['dev'].get('recall')}); wrote {path}")
     return 0
