@@ -54,6 +54,7 @@ use_onednn_kernels()  # before TensorFlow is imported
 from absl import app, flags  # noqa: E402
 
 from electra_tf.config import MODEL_SIZES  # noqa: E402
+from electra_tf.finetuning.conll import SCHEMES  # noqa: E402
 from electra_tf.finetuning.errors import UsageError  # noqa: E402
 from electra_tf.options import (PRECISIONS, STRATEGIES, RunOptions, SquadOptions, default,  # noqa: E402
                                 define_execution_flags, execution_from_flags)
@@ -145,7 +146,7 @@ flags.DEFINE_integer("tagging_word_column", None, "ner/chunk/tagging: 0-based co
                      "CoNLL files (default 0).")
 flags.DEFINE_integer("tagging_label_column", None, "ner/chunk/tagging: 0-based column of the tags, negative "
                      "from the end (default: ner 3, chunk 2, tagging -1, the last).")
-flags.DEFINE_enum("tagging_scheme", None, ["iob1", "iob2", "none"], "ner/chunk/tagging: the files' tags "
+flags.DEFINE_enum("tagging_scheme", None, list(SCHEMES), "ner/chunk/tagging: the files' tags "
                   "(default iob2); iob1/iob2 are scored by entity F1 (conlleval), none (e.g. POS) by token accuracy.")
 flags.DEFINE_integer("tagging_segment_id", 1, "ner/chunk/tagging: segment id of every real token, 0 or 1 (padding "
                      "gets 0). The official code feeds 1 to every real token; 0 is what every other task and "

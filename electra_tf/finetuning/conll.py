@@ -57,7 +57,8 @@ def is_iob_tag(tag: str) -> bool:
     return tag == "O" or (tag[:2] in ("B-", "I-") and len(tag) > 2)
 
 
-TAG_CHECKS = ("iob", "iob1", "iob2", "none")
+SCHEMES = ("iob1", "iob2", "none")  # the tagging schemes a file may declare (`--tagging_scheme`)
+TAG_CHECKS = ("iob", *SCHEMES)  # "iob": either IOB scheme
 
 
 def read_conll(path: str, word_column: int = WORD_COLUMN, label_column: int = NER_COLUMN,

@@ -55,12 +55,12 @@ import numpy as np
 from absl import logging
 
 from electra_tf.finetuning import conll, tagging_metrics
+from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.heads import TokenClassificationHead
 from electra_tf.finetuning.task import EvalSet, Task
+from electra_tf.serving.tagging import SEGMENT_ID_CHOICES
 from electra_tf.text.manifest import write_json_atomic
 
-SCHEMES = ("iob1", "iob2", "none")
-SEGMENT_IDS = (0, 1)
 DEFAULT_SEGMENT_ID = 1  # the official `featurize`: `segment_ids = pad([1] * len(input_ids))`
 LABELS_FILE = "tagging_labels.json"
 
@@ -229,7 +229,7 @@ class TaggingTask(Task):
         super().__init__(name)
         if scheme not in SCHEMES:
             raise ValueError(f"--tagging_scheme: {scheme!r} is not one of {', '.join(SCHEMES)}")
-        if segment_id not in SEGMENT_IDS:
+        if segment_id not in SEGMENT_ID_CHOICES:
             raise ValueError(f"--tagging_segment_id: {segment_id!r} is not 0 or 1")
         self.segment_id = int(segment_id)
         self.data_dir = data_dir
@@ -411,6 +411,6 @@ def generic_task(data_dir=None, file_overrides=None, tagging_word_column=None, t
                        DEFAULT_SEGMENT_ID if tagging_segment_id is None else tagging_segment_id)
 
 
-__all__ = ["DEFAULT_SEGMENT_ID", "LABELS_FILE", "SCHEMES", "SEGMENT_IDS", "TaggingTask", "align_features",
+__all__ = ["DEFAULT_SEGMENT_ID", "LABELS_FILE", "TaggingTask", "align_features",
            "bioes_spans", "conll2003_task", "from_bioes", "generic_task", "spans_to_tags", "to_bioes", "word_pieces",
            "word_windows", "words_of"]

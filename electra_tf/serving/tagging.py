@@ -28,10 +28,11 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.serving.text import GraphTokenizer, char_offsets, python_whitespace, write_archive
 
 INPUT_NAMES = ("text",)
-SCHEMES = ("iob1", "iob2", "none")
+SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
 OUTSIDE, BEGIN, INSIDE, END, SINGLE = range(5)
 PREFIXES = {"B": BEGIN, "I": INSIDE, "E": END, "S": SINGLE}
@@ -98,7 +99,7 @@ class TaggingServer(tf.Module):
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"tagging scheme {scheme!r} is not one of {', '.join(SCHEMES)}")
-        if segment_id not in (0, 1):
+        if segment_id not in SEGMENT_ID_CHOICES:
             raise ValueError(f"tagging segment id {segment_id!r} is not 0 or 1")
         self.segment_id = int(segment_id)
         self.model = model
