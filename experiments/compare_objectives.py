@@ -541,7 +541,9 @@ def restore_finetune(budget: Budget, run: Run, work_dir: Path, record_path: Path
     a run (another task, a later stage) would redo its finished fine-tuning and rewrite the record
     with only the new results. A task × lr is restored only when the record has every seed (the
     record keeps values in seed order, so a partial list cannot be matched to its seeds). Returns
-    how many results were restored.
+    how many results were restored. Runs once per work folder (`restored_marker`): the marker carries
+    the record's commits and fine-tuning seconds, which must be counted once, so a record rewritten
+    elsewhere afterwards is not merged again (a work folder is used on one machine at a time).
     """
     if not record_path.exists() or restored_marker(work_dir, run).exists():
         return 0
@@ -673,7 +675,8 @@ def build_results(budget: Budget, records: list[dict], command: str) -> dict:
         summary[arm] = {"pretrain_seeds": [e["pretrain_seed"] for e in entries], "tasks": per_task,
                         "generator_width": generator_width(arm)}
     return {"budget": budget.name, "command": command, "model_size": "mini",
-            "electra_small_pretrain_flops": small_flops, "runs": runs, "arms": summary}
+            "electra_small_pretrain_flops": small_flops, "average_tasks": list(GLUE_TASKS), "runs": runs,
+            "arms": summary}
 
 
 def _cell(value: Optional[float], seeds=()) -> str:

@@ -99,6 +99,31 @@ def test_a_demo_curve_without_evaluations_has_train_rows_only(tmp_path):
     assert "held-out" not in out
 
 
+def tiny_objectives(average_tasks: list) -> dict:
+    def run(arm, seed, flops):
+        return {"arm": arm, "pretrain_seed": seed, "pretrain_flops": flops, "steps": 10 if flops else 0}
+    return {"budget": "cpu", "command": "python -m experiments.compare_objectives --stage=report", "model_size": "mini",
+            "average_tasks": average_tasks,
+            "runs": {"mlm-pseed0": run("mlm", 0, 2e12), "rtd-pseed0": run("rtd", 0, 2e12),
+                     "rtd-pseed1": run("rtd", 1, 2e12), "none-pseed0": run("none", 0, 0)},
+            "arms": {"mlm": {"pretrain_seeds": [0], "tasks": {"A": {"median": 20.0}, "B": {"median": 60.0}}},
+                     "none": {"pretrain_seeds": [0], "tasks": {"A": {"median": 10.0}}},
+                     "rtd": {"pretrain_seeds": [0, 1], "tasks": {"A": {"median": 30.0}, "B": {"median": 70.0},
+                                                                   "NER": {"median": 55.55}}}}}
+
+
+def test_the_objectives_summary_has_a_column_per_averaged_task_and_averages_only_complete_rows(tmp_path):
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "compare_objectives.json").write_text(json.dumps(tiny_objectives(["B", "A"])))
+    page = "<!-- begin generated: objectives_summary -->\n<!-- end generated: objectives_summary -->\n"
+    out = render_docs.render_page(page, Path("docs/results.md"), tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| arm | pre-training seeds | steps | pre-training FLOPs | B | A | average | NER |"
+    assert rows[1:] == ["| `rtd` | 0, 1 | 10 | 2.00e+12 | 70.0 | 30.0 | 50.0 | 55.5 |",
+                        "| `mlm` | 0 | 10 | 2.00e+12 | 60.0 | 20.0 | 40.0 | – |",
+                        "| `none` | 0 | 0 | 0 | – | 10.0 | – | – |"]
+
+
 def test_check_finds_a_stale_block_and_a_rewrite_fixes_it(tmp_path, capsys):
     (tmp_path / "docs" / "results").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "results" / "compare_objectives.json", tmp_path / "docs" / "results")

@@ -181,9 +181,6 @@ def paragraph(text: str, width: int = 115) -> str:
 # Renderers: NAME -> function(Context) -> Markdown
 
 
-TASKS = ("STS-B", "MRPC", "SST-2", "CoLA", "RTE")
-
-
 def objectives_headline(ctx: Context) -> str:
     """One sentence: rtd against mlm and no pre-training on STS-B, with the link to the full report."""
     data = ctx.load("compare_objectives.json")
@@ -201,14 +198,15 @@ def objectives_headline(ctx: Context) -> str:
 def objectives_summary(ctx: Context) -> str:
     """Per arm: pre-training steps and FLOPs, the task medians and their average."""
     data = ctx.load("compare_objectives.json")
+    tasks = data["average_tasks"]  # the columns are the tasks the driver averages, in its order
     rows = []
     for arm, entry in data["arms"].items():
         runs = [run for run in data["runs"].values() if run["arm"] == arm]
         flops = max((run["pretrain_flops"] for run in runs), default=0)
         steps = max((run["steps"] for run in runs), default=0)
-        medians = [entry["tasks"].get(task, {}).get("median") for task in TASKS]
+        medians = [entry["tasks"].get(task, {}).get("median") for task in tasks]
         done = [m for m in medians if m is not None]
-        average = f"{sum(done) / len(done):.1f}" if len(done) == len(TASKS) else "–"
+        average = f"{sum(done) / len(done):.1f}" if len(done) == len(tasks) else "–"
         ner = entry["tasks"].get("NER", {}).get("median")
         rows.append([f"`{arm}`", ", ".join(map(str, entry["pretrain_seeds"])), f"{steps:,}", f"{flops:.2e}" if flops else "0",
                      *("–" if m is None else f"{m:.1f}" for m in medians), average,
@@ -219,8 +217,8 @@ def objectives_summary(ctx: Context) -> str:
             f"`{data['budget']}`, model shape `{data['model_size']}`. Medians over fine-tuning seeds (and over "
             "pre-training seeds where an arm has several), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, "
             "RTE), MCC (CoLA); the average is theirs. NER: CoNLL-2003 dev entity F1 at its own best learning rate.")
-    return paragraph(head) + "\n\n" + table(["arm", "pre-training seeds", "steps", "pre-training FLOPs", *TASKS, "average",
-                                              "NER"], rows, "llrr" + "r" * (len(TASKS) + 2))
+    return paragraph(head) + "\n\n" + table(["arm", "pre-training seeds", "steps", "pre-training FLOPs", *tasks, "average",
+                                              "NER"], rows, "llrr" + "r" * (len(tasks) + 2))
 
 
 DEMO_ROWS = (  # (label, "train" or "eval", key, decimals)
