@@ -820,11 +820,17 @@ def _plot_generator_width(plt, results, out_dir):
     for ratio, task in points:
         ax.scatter([ratio] * len(task["per_seed"]), task["per_seed"], color="C0", s=25, alpha=0.6)
     ax.plot([p[0] for p in points], [p[1]["median"] for p in points], "o-", color="C1", label="median over seeds")
+    for arm, style in (("mlm", "--"), ("none", ":")):  # the bars a generator size has to clear
+        reference = results["arms"].get(arm, {}).get("tasks", {}).get(SELECTION_TASK)
+        if reference:
+            ax.axhline(reference["median"], linestyle=style, color="grey", linewidth=1, label=f"{arm} (median)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("generator width / discriminator width")
+    ratios = [p[0] for p in points]
+    ax.set_xticks(ratios, [f"{ratio:g}\n({round(ratio * DISCRIMINATOR_WIDTH)})" for ratio in ratios])
+    ax.set_xlabel("generator width / discriminator width (generator hidden size)")
     ax.set_ylabel("STS-B Spearman × 100")
     ax.set_title("generator size (rtd, equal steps)")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     path = out_dir / "compare_objectives_generator_size.png"
     fig.savefig(path, dpi=100)
