@@ -14,7 +14,7 @@ from electra_tf.model import masking
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.training.optimization import create_optimizer
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_vocab
-from test_objectives import masked_position_grid, sigmoid_ce
+from test_objectives import losses_and_gradients_by_kernels, masked_position_grid, sigmoid_ce
 from test_pretrainer import log_softmax, make_batch
 
 
@@ -87,6 +87,16 @@ def test_no_gradient_flows_through_sampling_or_log_q(model):
     assert all(g is not None for g in tape.gradient(out["disc_loss"], main_own))
     assert all(g is None for g in tape.gradient(out["gen_loss"], main_own))
     assert all(g is not None for g in tape.gradient(out["gen_loss"], generator_own))  # both towers and the head
+
+
+def test_the_fused_cloze_softmax_equals_the_reference_ops():
+    """The cloze loss and log q from the XLA:CPU softmax pass: the same values and gradients."""
+    results = losses_and_gradients_by_kernels(electric_config(), "loss", lambda model: run(model, make_batch()))
+    (ref, ref_grads), (fused, fused_grads) = results["reference"], results["xla_cpu"]
+    for name in ("gen_loss", "disc_loss", "log_q"):
+        np.testing.assert_allclose(fused[name].numpy(), ref[name].numpy(), rtol=1e-5, atol=1e-6)
+    for got, want in zip(fused_grads, ref_grads):
+        np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_electric_pretrains_a_few_steps_with_finite_falling_loss():

@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from electra_tf.model import masking
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.model.heads import gather_positions
+from electra_tf.model.heads import gather_positions, vocabulary_log_probs
 
 TOWERS = ("ltr", "rtl")
 
@@ -101,12 +101,6 @@ def nce_logits(energy, log_q, mask_prob: float):
     return tf.cast(energy, tf.float32) + log_q + math.log(mask_prob / (1.0 - mask_prob))
 
 
-def token_log_probs(logits, token_ids):
-    """`log softmax(logits)[token_ids]`, `[B, S, V]` × `[B, S]` → `[B, S]`, without a `[B, S, V]` copy."""
-    picked = tf.gather(logits, token_ids, batch_dims=2)
-    return picked - tf.reduce_logsumexp(logits, axis=-1)
-
-
 def noise_labels(masked: masking.MaskedBatch, seq_length):
     """`[B, S]` float: 1 at every drawn position (a sample of q, whatever token it is), else 0."""
     _, drawn = masking.scatter_to_sequence(tf.ones_like(masked.positions), masked.positions, masked.weights,
@@ -124,7 +118,8 @@ def compute_losses(model, batch, masked: masking.MaskedBatch, seeds, normalizers
     # The uncorrupted input: the two towers never let position t see x_t.
     cloze_logits = model.generator_head(model.generator(model._encoder_inputs(input_ids, batch), training=training))
     candidates = tf.cast(masking.candidate_positions(input_ids, input_mask, model._special_id_tuple()), tf.float32)
-    cloze_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(input_ids, cloze_logits)
+    cloze = vocabulary_log_probs(cloze_logits, input_ids, model.execution.kernels)
+    cloze_losses = -cloze.at_labels
     gen_logits = gather_positions(cloze_logits, masked.positions)
     out = {"masked": masked, "gen_logits": gen_logits, "gen_loss_weights": candidates,
            "gen_predictions": tf.argmax(gen_logits, -1, output_type=tf.int32),
@@ -135,7 +130,7 @@ def compute_losses(model, batch, masked: masking.MaskedBatch, seeds, normalizers
     labels = noise_labels(masked, tf.shape(input_ids)[1])
     energy = model.discriminator_head(model.discriminator(model._encoder_inputs(fake_ids, batch), training=training))
     # q is the fixed noise distribution of the NCE problem: its own loss alone trains it.
-    log_q = tf.stop_gradient(token_log_probs(cloze_logits, fake_ids))
+    log_q = tf.stop_gradient(tf.gather(cloze_logits, fake_ids, batch_dims=2) - cloze.log_norm)
     disc_logits = nce_logits(energy, log_q, config.mask_prob)
     token_mask = tf.cast(input_mask, tf.float32)
     disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)

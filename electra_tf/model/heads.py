@@ -12,11 +12,15 @@ Example:
 (1, 2, 3)
 """
 
+from typing import NamedTuple
+
 import keras
+import tensorflow as tf
 from keras import layers, ops
 
 from electra_tf.model.execution import resolve_execution, without_legacy_fields
 from electra_tf.model.layers import ElectraDense, get_activation, layer_norm, truncated_normal
+from electra_tf.ops import xla_cpu
 from electra_tf.ops.reference import PACKAGE
 
 
@@ -98,3 +102,29 @@ class MaskedLMHead(layers.Layer):
 def gather_positions(sequence, positions):
     """`sequence[b, positions[b, i]]` for `[B, S, H]` and int `[B, N]` → `[B, N, H]`."""
     return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)
+
+
+class VocabularyLogProbs(NamedTuple):
+    """`[..., V]` logits read at one token per position, each `[...]`: log q(v) = logits[v] − log_norm."""
+
+    at_labels: tf.Tensor  # log softmax at the labels (the only differentiable part)
+    log_norm: tf.Tensor  # log Σ exp(logits)
+    top: tf.Tensor  # the largest logit: log softmax at the argmax is top − log_norm
+    predictions: tf.Tensor  # the argmax, int32
+
+
+def vocabulary_log_probs(logits, labels, kernels: str) -> VocabularyLogProbs:
+    """Log softmax of float32 `[..., V]` logits at `labels`, with what reading it at other tokens needs.
+
+    For a softmax at every position (`all_tokens_mlm`, Electric's cloze model) this is most of the
+    step's element-wise work on CPUs: under `kernels="xla_cpu"` it is one fused pass forward and one
+    backward (`xla_cpu.vocabulary_softmax`); the reference is TensorFlow's cross-entropy.
+    """
+    if kernels == "xla_cpu":
+        softmax = xla_cpu.vocabulary_softmax(logits, labels)
+        top = tf.reshape(softmax.top, tf.shape(labels))
+        log_mass = tf.reshape(tf.math.log(tf.reduce_sum(softmax.block_masses, -1)), tf.shape(labels))
+        return VocabularyLogProbs(-softmax.losses, top + log_mass, top, softmax.predictions)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    return VocabularyLogProbs(-losses, tf.stop_gradient(tf.reduce_logsumexp(logits, -1)),
+                              tf.stop_gradient(tf.reduce_max(logits, -1)), tf.argmax(logits, -1, output_type=tf.int32))

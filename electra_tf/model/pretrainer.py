@@ -49,7 +49,7 @@ from electra_tf.model import electric, masking
 from electra_tf.model.embeddings import GdesEmbeddings
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.execution import resolve_execution
-from electra_tf.model.heads import DiscriminatorHead, MaskedLMHead, gather_positions
+from electra_tf.model.heads import DiscriminatorHead, MaskedLMHead, gather_positions, vocabulary_log_probs
 from electra_tf.ops import xla_cpu
 from electra_tf.ops.replicas import all_reduce_sum, replica_context_info
 from electra_tf.options import ExecutionOptions
@@ -369,18 +369,16 @@ class ElectraPretrainer(keras.Model):
         """
         logits = self.discriminator_mlm_head(hidden)  # [B, S, V], float32
         copy_logit = tf.cast(self.discriminator_head(hidden), tf.float32)
-        log_probs = tf.nn.log_softmax(logits)
-        log_p_softmax = tf.gather(log_probs, input_ids, batch_dims=2)
+        log_probs = vocabulary_log_probs(logits, input_ids, self.execution.kernels)
         log_keep, log_change = tf.math.log_sigmoid(copy_logit), tf.math.log_sigmoid(-copy_logit)
         is_copy = tf.equal(fake_ids, input_ids)
-        log_p = tf.where(is_copy, tf.math.reduce_logsumexp(tf.stack([log_keep, log_change + log_p_softmax]), 0),
-                         log_change + log_p_softmax)
+        log_p_change = log_change + log_probs.at_labels
+        log_p = tf.where(is_copy, tf.math.reduce_logsumexp(tf.stack([log_keep, log_p_change]), 0), log_p_change)
         # Predicted token: the input (copy) unless some other word is more probable under the mixture.
-        best = tf.argmax(logits, -1, output_type=tf.int32)
-        log_p_best = tf.reduce_max(log_probs, -1)
-        copy_score = tf.math.reduce_logsumexp(tf.stack([
-            log_keep, log_change + tf.gather(log_probs, fake_ids, batch_dims=2)]), 0)
-        prediction = tf.where(copy_score >= log_change + log_p_best, fake_ids, best)
+        log_p_fake = tf.gather(logits, fake_ids, batch_dims=2) - log_probs.log_norm
+        copy_score = tf.math.reduce_logsumexp(tf.stack([log_keep, log_change + log_p_fake]), 0)
+        log_p_best = log_probs.top - log_probs.log_norm
+        prediction = tf.where(copy_score >= log_change + log_p_best, fake_ids, log_probs.predictions)
         correct = tf.cast(tf.equal(prediction, input_ids), tf.float32)
         return {"main_loss": -tf.reduce_sum(log_p * token_mask) / num_tokens,
                 "main_correct": correct, "main_weights": token_mask, "main_logits": logits, "copy_logit": copy_logit}
