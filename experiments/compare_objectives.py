@@ -702,6 +702,9 @@ def ordering_lines(results: dict) -> list[str]:
     """Our ordering by STS-B median beside the paper's Table 5, with the seed spread."""
     stsb = {arm: s["tasks"][SELECTION_TASK]["median"] for arm, s in results["arms"].items()
             if SELECTION_TASK in s["tasks"]}
+    widths = {arm: results["arms"][arm]["generator_width"] for arm in stsb
+              if results["arms"][arm]["generator_width"]}  # rtd and the generator-size arms
+    sizes = {arm: stsb.pop(arm) for arm in list(stsb) if arm in widths and arm != "rtd"}
     spreads = [s["tasks"][SELECTION_TASK]["spread"] for s in results["arms"].values()
                if SELECTION_TASK in s["tasks"] and len(s["tasks"][SELECTION_TASK]["per_seed"]) > 1]
     paper = " > ".join(f"{label} {score}" for _, label, score in PAPER_TABLE5)
@@ -711,6 +714,13 @@ def ordering_lines(results: dict) -> list[str]:
               "no arm has two pre-training seeds yet, so the seed spread is unknown")
     lines = [f"- The paper's Table 5 (GLUE, Base-sized, equal steps): {paper}.",
              f"- Ours (STS-B, median over pre-training seeds): {ours}; {spread}."]
+    if sizes:
+        by_width = sorted([*sizes, "rtd"] if "rtd" in stsb else sizes, key=widths.get)
+        curve = ", ".join(f"{widths[arm]} ({widths[arm] / DISCRIMINATOR_WIDTH:g}): "
+                          f"{sizes.get(arm, stsb.get(arm)):.1f}" for arm in by_width)
+        lines.append(f"- Generator size, the paper's Figure 3: GLUE is best with a generator 1/4–1/2 of the "
+                     f"discriminator's width. Ours, STS-B by generator hidden size (÷ the discriminator's "
+                     f"{DISCRIMINATOR_WIDTH}): {curve}.")
     ner = {arm: s["tasks"]["NER"]["median"] for arm, s in results["arms"].items() if "NER" in s["tasks"]}
     if ner:
         lines.append("- NER (CoNLL-2003 dev entity F1, median over pre-training seeds): "

@@ -85,6 +85,17 @@ def test_run_record_is_what_the_report_needs_and_the_report_needs_no_work_folder
     assert "- NER (CoNLL-2003 dev entity F1, median over pre-training seeds): rtd 69.0 > mlm 61.0 > none 51.0." in table
 
 
+def test_generator_sizes_get_their_own_ordering_line_by_width():
+    def arm(median, width=None):
+        return {"tasks": {"STS-B": {"median": median, "per_seed": [median], "spread": 0.0}}, "generator_width": width}
+
+    results = {"arms": {"rtd": arm(34.0, 64), "mlm": arm(21.0), "gen256": arm(25.5, 256), "gen32": arm(30.0, 32)}}
+    lines = co.ordering_lines(results)
+    assert lines[1].startswith("- Ours (STS-B, median over pre-training seeds): rtd 34.0 > mlm 21.0;")
+    assert lines[2].endswith("STS-B by generator hidden size (÷ the discriminator's 256): 32 (0.125): 30.0, "
+                             "64 (0.25): 34.0, 256 (1): 25.5.")
+
+
 def test_schedule_fine_tunes_no_pretraining_right_after_the_first_arm():
     rtd, mlm, none, gdes = co.Run("rtd"), co.Run("mlm"), co.Run("none"), co.Run("gdes")
     assert co.schedule((rtd, mlm, none)) == [rtd, none, mlm]
