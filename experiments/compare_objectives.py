@@ -704,20 +704,19 @@ def ordering_lines(results: dict) -> list[str]:
             if SELECTION_TASK in s["tasks"]}
     widths = {arm: results["arms"][arm]["generator_width"] for arm in stsb
               if results["arms"][arm]["generator_width"]}  # rtd and the generator-size arms
-    sizes = {arm: stsb.pop(arm) for arm in list(stsb) if arm in widths and arm != "rtd"}
+    by_width = sorted(widths, key=widths.get)
+    table5 = {arm: value for arm, value in stsb.items() if arm not in widths or arm == "rtd"}
     spreads = [s["tasks"][SELECTION_TASK]["spread"] for s in results["arms"].values()
                if SELECTION_TASK in s["tasks"] and len(s["tasks"][SELECTION_TASK]["per_seed"]) > 1]
     paper = " > ".join(f"{label} {score}" for _, label, score in PAPER_TABLE5)
-    ours = " > ".join(f"{arm} {stsb[arm]:.1f}" for arm in sorted(stsb, key=stsb.get, reverse=True))
+    ours = " > ".join(f"{arm} {table5[arm]:.1f}" for arm in sorted(table5, key=table5.get, reverse=True))
     spread = (f"the largest STS-B spread between pre-training seeds of one arm is {max(spreads):.1f} points: "
               "arms closer than that cannot be told apart" if spreads else
               "no arm has two pre-training seeds yet, so the seed spread is unknown")
     lines = [f"- The paper's Table 5 (GLUE, Base-sized, equal steps): {paper}.",
              f"- Ours (STS-B, median over pre-training seeds): {ours}; {spread}."]
-    if sizes:
-        by_width = sorted([*sizes, "rtd"] if "rtd" in stsb else sizes, key=widths.get)
-        curve = ", ".join(f"{widths[arm]} ({widths[arm] / DISCRIMINATOR_WIDTH:g}): "
-                          f"{sizes.get(arm, stsb.get(arm)):.1f}" for arm in by_width)
+    if any(arm != "rtd" for arm in by_width):
+        curve = ", ".join(f"{widths[arm]} ({widths[arm] / DISCRIMINATOR_WIDTH:g}): {stsb[arm]:.1f}" for arm in by_width)
         lines.append(f"- Generator size, the paper's Figure 3: GLUE is best with a generator 1/4–1/2 of the "
                      f"discriminator's width. Ours, STS-B by generator hidden size (÷ the discriminator's "
                      f"{DISCRIMINATOR_WIDTH}): {curve}.")

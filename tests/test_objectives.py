@@ -8,6 +8,7 @@ from electra_tf.model import masking
 from electra_tf.config import OBJECTIVES
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.options import ExecutionOptions
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 from test_pretrainer import log_softmax, make_batch
 
@@ -131,8 +132,6 @@ def test_every_objective_trains_and_reports_its_losses(objective):
 
 def losses_and_gradients_by_kernels(config, loss_name, compute=run):
     """Per `kernels` value: the model's outputs and the gradients of `loss_name`, from the same weights."""
-    from electra_tf.options import ExecutionOptions
-
     models = {kernels: ElectraPretrainer(config, special_token_ids=SPECIAL_IDS,
                                          execution=ExecutionOptions(kernels=kernels)).build_all()
               for kernels in ("reference", "xla_cpu")}

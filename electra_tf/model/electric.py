@@ -130,7 +130,7 @@ def compute_losses(model, batch, masked: masking.MaskedBatch, seeds, normalizers
     labels = noise_labels(masked, tf.shape(input_ids)[1])
     energy = model.discriminator_head(model.discriminator(model._encoder_inputs(fake_ids, batch), training=training))
     # q is the fixed noise distribution of the NCE problem: its own loss alone trains it.
-    log_q = tf.stop_gradient(tf.gather(cloze_logits, fake_ids, batch_dims=2) - cloze.log_norm)
+    log_q = cloze.at(cloze_logits, fake_ids)
     disc_logits = nce_logits(energy, log_q, config.mask_prob)
     token_mask = tf.cast(input_mask, tf.float32)
     disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)

@@ -112,6 +112,10 @@ class VocabularyLogProbs(NamedTuple):
     top: tf.Tensor  # the largest logit: log softmax at the argmax is top − log_norm
     predictions: tf.Tensor  # the argmax, int32
 
+    def at(self, logits, token_ids):
+        """Log softmax at other tokens `[...]` (`logits` the same `[..., V]`), with no gradient."""
+        return tf.stop_gradient(tf.gather(logits, token_ids, batch_dims=len(token_ids.shape)) - self.log_norm)
+
 
 def vocabulary_log_probs(logits, labels, kernels: str) -> VocabularyLogProbs:
     """Log softmax of float32 `[..., V]` logits at `labels`, with what reading it at other tokens needs.

@@ -375,8 +375,7 @@ class ElectraPretrainer(keras.Model):
         log_p_change = log_change + log_probs.at_labels
         log_p = tf.where(is_copy, tf.math.reduce_logsumexp(tf.stack([log_keep, log_p_change]), 0), log_p_change)
         # Predicted token: the input (copy) unless some other word is more probable under the mixture.
-        log_p_fake = tf.gather(logits, fake_ids, batch_dims=2) - log_probs.log_norm
-        copy_score = tf.math.reduce_logsumexp(tf.stack([log_keep, log_change + log_p_fake]), 0)
+        copy_score = tf.math.reduce_logsumexp(tf.stack([log_keep, log_change + log_probs.at(logits, fake_ids)]), 0)
         log_p_best = log_probs.top - log_probs.log_norm
         prediction = tf.where(copy_score >= log_change + log_p_best, fake_ids, log_probs.predictions)
         correct = tf.cast(tf.equal(prediction, input_ids), tf.float32)
