@@ -676,7 +676,7 @@ def build_results(budget: Budget, records: list[dict], command: str) -> dict:
                         "generator_width": generator_width(arm)}
     return {"budget": budget.name, "command": command, "model_size": "mini",
             "electra_small_pretrain_flops": small_flops, "average_tasks": list(GLUE_TASKS), "runs": runs,
-            "arms": summary}
+            "arms": summary, "arm_order": list(summary)}  # the JSON's keys are sorted; this keeps ARMS order
 
 
 def _cell(value: Optional[float], seeds=()) -> str:

@@ -76,6 +76,7 @@ def test_run_record_is_what_the_report_needs_and_the_report_needs_no_work_folder
     results = co.report(budget, results_dir, "python -m experiments.compare_objectives --stage=report")
     saved = json.loads((results_dir / "compare_objectives.json").read_text())
     assert set(saved["runs"]) == {"rtd-pseed0", "rtd-pseed1", "mlm-pseed0", "none-pseed0"}
+    assert saved["arm_order"] == ["rtd", "mlm", "none"]  # ARMS order, though the JSON's keys are sorted
     assert saved["arms"]["rtd"]["tasks"]["STS-B"] == {"median": 69.0, "per_seed": [71.0, 67.0], "spread": 4.0}
     assert co.headline(results["runs"]["rtd-pseed0"], "STS-B") == 71.0
     table = (results_dir / "compare_objectives.md").read_text()

@@ -103,7 +103,7 @@ def tiny_objectives(average_tasks: list) -> dict:
     def run(arm, seed, flops):
         return {"arm": arm, "pretrain_seed": seed, "pretrain_flops": flops, "steps": 10 if flops else 0}
     return {"budget": "cpu", "command": "python -m experiments.compare_objectives --stage=report", "model_size": "mini",
-            "average_tasks": average_tasks,
+            "average_tasks": average_tasks, "arm_order": ["rtd", "mlm", "none"],
             "runs": {"mlm-pseed0": run("mlm", 0, 2e12), "rtd-pseed0": run("rtd", 0, 2e12),
                      "rtd-pseed1": run("rtd", 1, 2e12), "none-pseed0": run("none", 0, 0)},
             "arms": {"mlm": {"pretrain_seeds": [0], "tasks": {"A": {"median": 20.0}, "B": {"median": 60.0}}},

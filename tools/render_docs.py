@@ -200,7 +200,8 @@ def objectives_summary(ctx: Context) -> str:
     data = ctx.load("compare_objectives.json")
     tasks = data["average_tasks"]  # the columns are the tasks the driver averages, in its order
     rows = []
-    for arm, entry in data["arms"].items():
+    for arm in data["arm_order"]:  # the report's order (rtd, mlm, none first)
+        entry = data["arms"][arm]
         runs = [run for run in data["runs"].values() if run["arm"] == arm]
         flops = max((run["pretrain_flops"] for run in runs), default=0)
         steps = max((run["steps"] for run in runs), default=0)
@@ -211,8 +212,6 @@ def objectives_summary(ctx: Context) -> str:
         rows.append([f"`{arm}`", ", ".join(map(str, entry["pretrain_seeds"])), f"{steps:,}", f"{flops:.2e}" if flops else "0",
                      *("–" if m is None else f"{m:.1f}" for m in medians), average,
                      "–" if ner is None else f"{ner:.1f}"])
-    order = {"rtd": 0, "mlm": 1, "none": 2}
-    rows.sort(key=lambda row: order.get(row[0].strip("`"), 3))
     head = (f"From {ctx.source('compare_objectives.json')}, written by `{data['command']}`; budget "
             f"`{data['budget']}`, model shape `{data['model_size']}`. Medians over fine-tuning seeds (and over "
             "pre-training seeds where an arm has several), metric × 100: Spearman (STS-B), accuracy (MRPC, SST-2, "
