@@ -104,11 +104,11 @@ def load(pretrain_dir: str, data_dir: str, checkpoint: str | None):
     if config.objective != "electric":
         raise ValueError(f"--pretrain_dir: {pretrain_dir} was trained with objective {config.objective!r}, "
                          "not 'electric'")
-    newest = tf.train.latest_checkpoint(os.path.join(pretrain_dir, "checkpoints"))
-    path = os.path.join(pretrain_dir, "checkpoints", checkpoint) if checkpoint else newest
+    directory = os.path.join(pretrain_dir, "checkpoints")
+    path = os.path.join(directory, checkpoint) if checkpoint else tf.train.latest_checkpoint(directory)
     if path is None or not tf.io.gfile.exists(path + ".index"):
         raise ValueError(f"--{'checkpoint' if checkpoint else 'pretrain_dir'}: no checkpoint "
-                         f"{path or os.path.join(pretrain_dir, 'checkpoints')}")
+                         f"{path or directory}")
     try:
         manifest = load_manifest(data_dir)
     except ValueError as e:

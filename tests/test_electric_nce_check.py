@@ -59,10 +59,10 @@ def test_record_loss_is_the_models_own_disc_loss(electric_run, tmp_path):
     # The same batches, masks and samples through the model's loss (TF's sigmoid cross-entropy).
     model, _, manifest, held_out = electric_nce_check.load(model_dir, data_dir, None)
     evaluator = evaluation.Evaluator(model, (data_dir, manifest), 8, 2, None)
-    metrics = evaluation.metrics_from_outputs(evaluator.collect(), 1.0, 50.0)
+    parts = evaluator.collect()
+    metrics = evaluation.metrics_from_outputs(parts, 1.0, 50.0)
     assert record["loss"] == pytest.approx(metrics["disc_loss"], rel=1e-5)
     assert record["tokens"] == sum(int(np.sum(b["input_mask"])) for b in evaluator.batches)
-    parts = evaluator.collect()
     drawn = sum(float(np.sum(part["mlm_weights"])) for part in parts)
     assert record["noise_fraction"] * record["tokens"] == pytest.approx(drawn)  # every drawn position is noise
     assert not held_out and record["data"].startswith("training shards")
