@@ -1,0 +1,367 @@
+r"""Score against pre-training compute for rtd and mlm: the paper's Figure 1 in miniature.
+
+    python -m experiments.efficiency_curve --arms=rtd,mlm        # hours per arm; stops and resumes
+    python -m experiments.efficiency_curve --stage=report        # the curve, table and ratio from committed JSON
+
+Each arm (`rtd`, `mlm`) pre-trains the objectives experiment's `mini` shape once, for 4× that
+experiment's budget in FLOPs (rtd: 6000 steps × 128 = 768k examples; mlm: the steps that spend the
+same FLOPs), with the same data, seed, warm-up (150 steps) and peak learning rate, the learning rate
+decaying linearly over the whole run. The run stops at five milestones, 1/4, 1/2, 1, 2 and 4 × the
+objectives budget (48k, 96k, 192k, 384k and 768k rtd-equivalent examples); each milestone's
+weights are kept (its export and checkpoint, outside the checkout) and fine-tuned with the
+objectives protocol: STS-B and MRPC, 3 fine-tuning seeds at each learning rate of the 1e-4/3e-4
+grid, each milestone reported at its own chosen learning rate (the better STS-B median).
+`none` (no pre-training) is the objectives experiment's committed record: the floor.
+
+The held-out curve along the run: WikiText-2's validation text (`../shared/data/pretrain/
+wikitext-2`), Wikipedia the training shards do not hold, evaluated every 125 steps; the training
+shards are the objectives experiment's (same build), so a milestone at 192k examples differs from
+the objectives' decayed 192k run in the learning rate schedule alone.
+
+Results survive the machine: each arm writes `docs/results/efficiency_curve/<arm>-pseed0.json`
+(commits, compute, the pre-training and held-out curves, every milestone's fine-tuning results)
+after every stage, small JSON meant to be committed as it arrives. A run whose work folder was lost
+(a new machine) restarts from its newest kept checkpoint, or from step 0 with the same seed (the
+record's `pretrain_invocations` say which), and does not redo the milestones its record already
+holds. The report (`--stage=report`) is built from the committed records alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from electra_tf.runtime import use_onednn_kernels
+from experiments import compare_objectives as objectives
+from experiments.provenance import git_commit, machine_line
+
+ROOT = objectives.ROOT
+RESULTS_DIR = objectives.RESULTS_DIR
+ARMS = ("rtd", "mlm")
+MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)  # milestones, × the objectives budget's compute
+PRETRAIN_SEED = 0  # the objectives' first seed: its 192k runs share this run's data order and init
+WIKITEXT_VALID = objectives.DATA / "pretrain" / "wikitext-2" / "wiki.valid.tokens"
+EVAL_EVERY_STEPS = 125
+TUNING_TASKS = objectives.TUNING_TASKS  # STS-B, MRPC
+SEED_SPREAD = 3.9  # STS-B points between rtd's two pre-training seeds in the objectives report
+EVAL_CURVE_KEYS = ("step", "loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "disc_accuracy")
+
+
+def milestone_budget(budget: objectives.Budget, multiple: float) -> objectives.Budget:
+    return dataclasses.replace(budget, name=f"x{multiple:g}", rtd_steps=round(budget.rtd_steps * multiple))
+
+
+def milestone_steps(budget: objectives.Budget, arm: str, multiple: float) -> int:
+    """The arm's steps at the milestone: rtd's, or those that spend rtd's FLOPs there."""
+    return objectives.arm_steps(milestone_budget(budget, multiple), arm)
+
+
+def total_steps(budget: objectives.Budget, arm: str) -> int:
+    return milestone_steps(budget, arm, MULTIPLES[-1])
+
+
+def milestone_compute(budget: objectives.Budget, arm: str, multiple: float) -> dict:
+    steps = milestone_steps(budget, arm, multiple)
+    per_step = objectives.arm_compute(milestone_budget(budget, multiple), arm)["flops_per_step"]
+    return {"steps": steps, "examples": steps * budget.train_batch_size, "pretrain_flops": per_step * steps,
+            "rtd_equivalent_examples": round(budget.rtd_steps * multiple) * budget.train_batch_size}
+
+
+@dataclasses.dataclass(frozen=True)
+class Milestone:
+    """One milestone of one arm, as `compare_objectives`' fine-tuning helpers take a run (by `name`)."""
+
+    arm: str
+    multiple: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-x{self.multiple:g}"
+
+
+# --------------------------------------------------------------------------- work folder
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """One budget's curve: where its work folder and committed records are."""
+
+    budget: objectives.Budget
+    work_dir: Path
+    results_dir: Path
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.work_dir / "arms" / arm
+
+    def model_dir(self, arm: str) -> Path:
+        return self.arm_dir(arm) / "pretrain"
+
+    def milestone_dir(self, milestone: Milestone) -> Path:
+        return self.arm_dir(milestone.arm) / "milestones" / f"x{milestone.multiple:g}"
+
+    def record_path(self, arm: str) -> Path:
+        return records_dir(self.results_dir, self.budget) / f"{arm}-pseed{PRETRAIN_SEED}.json"
+
+    def read_record(self, arm: str) -> dict:
+        path = self.record_path(arm)
+        return json.loads(path.read_text()) if path.exists() else {}
+
+
+def records_dir(results_dir: Path, budget: objectives.Budget) -> Path:
+    return Path(results_dir) / "efficiency_curve" / budget.name
+
+
+def build_eval_data(work_dir: Path) -> Path:
+    """WikiText-2's validation text as a data_prep directory: the held-out set of the curve."""
+    eval_dir = work_dir / "eval_data"
+    if (eval_dir / "manifest.json").exists():
+        return eval_dir
+    objectives.log(f"building the held-out shards in {eval_dir}")
+    subprocess.run([sys.executable, "-m", "data_prep.build_pretraining_dataset", f"--input={WIKITEXT_VALID}",
+                    "--input_format=text", f"--vocab_file={objectives.EN_VOCAB}", f"--output_dir={eval_dir}",
+                    "--max_seq_length=128", "--num_processes=1", "--num_shards=1"], check=True, cwd=ROOT)
+    return eval_dir
+
+
+def pretrain_command(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stop_after: int) -> list[str]:
+    """The objectives' pre-training command at 4× the budget, stopping at `stop_after`, with the held-out curve."""
+    budget = milestone_budget(curve.budget, MULTIPLES[-1])
+    command = objectives.pretrain_command(budget, objectives.Run(arm, PRETRAIN_SEED), data_dir, curve.model_dir(arm))
+    return command + [f"--stop_after_steps={stop_after}", f"--eval_data_dir={eval_dir}",
+                      f"--eval_every_steps={EVAL_EVERY_STEPS}"]
+
+
+def checkpoint_step(model_dir: Path) -> int:
+    """The step of the newest checkpoint in the run (0 without one)."""
+    state = model_dir / "checkpoints" / "checkpoint"
+    if not state.exists():
+        return 0
+    first = state.read_text().splitlines()[0]  # model_checkpoint_path: "ckpt-N"
+    return int(first.rsplit("-", 1)[1].rstrip('"'))
+
+
+def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Path) -> None:
+    """Runs (or resumes) the arm's pre-training up to `steps`; appends the invocation to its log."""
+    model_dir = curve.model_dir(arm)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    command = pretrain_command(curve, arm, data_dir, eval_dir, steps)
+    start = checkpoint_step(model_dir)
+    objectives.log(f"[{arm}] pre-training from step {start} to {steps} of {total_steps(curve.budget, arm)}: "
+                   f"{' '.join(command[1:])}")
+    started = time.time()
+    with open(model_dir / "stdout.log", "a") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        last = None
+        while process.poll() is None:
+            time.sleep(5)
+            rows = objectives.read_train_log(model_dir)
+            if rows and rows[-1]["step"] != last:
+                row, last = rows[-1], rows[-1]["step"]
+                objectives.log(f"[{arm}] step {last}/{steps}  {row['examples_per_second']:.1f} ex/s  "
+                               f"loss {row['loss']:.3f}")
+    if process.returncode != 0:
+        raise RuntimeError(f"[{arm}] pre-training failed (exit {process.returncode}); see {model_dir / 'stdout.log'}")
+    with open(curve.arm_dir(arm) / "invocations.jsonl", "a") as f:
+        f.write(json.dumps({"from_step": start, "to_step": steps, "commit": git_commit(objectives.CODE_PATHS),
+                            "seconds": round(time.time() - started, 1), "date": time.strftime("%Y-%m-%d")}) + "\n")
+
+
+def keep_milestone(curve: Curve, milestone: Milestone, steps: int) -> Path:
+    """Moves the export written at `steps` and copies that step's checkpoint into the milestone's folder
+    (the run keeps only its newest checkpoints). Returns the milestone's export."""
+    model_dir, target = curve.model_dir(milestone.arm), curve.milestone_dir(milestone)
+    export = model_dir / "export"
+    written = json.loads((export / "electra_config.json").read_text()).get("step") if export.exists() else None
+    if written != steps or checkpoint_step(model_dir) != steps:
+        raise RuntimeError(f"[{milestone.name}] {model_dir} holds no export and checkpoint at step {steps} "
+                           f"(export at {written}, checkpoint at {checkpoint_step(model_dir)})")
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    (partial / "checkpoint").mkdir(parents=True)
+    for path in (model_dir / "checkpoints").glob(f"ckpt-{steps}.*"):
+        shutil.copy2(path, partial / "checkpoint" / path.name)
+    (partial / "checkpoint" / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{steps}"\n')
+    shutil.move(str(export), partial / "export")
+    (partial / "milestone.json").write_text(json.dumps({"steps": steps, "export_step": written}))
+    partial.rename(target)
+    return target / "export"
+
+
+# --------------------------------------------------------------------------- the committed record
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written
+            pass
+    return rows
+
+
+def milestone_record(curve: Curve, milestone: Milestone, committed: dict) -> dict:
+    """The milestone's compute and fine-tuning results; results the work folder lacks come from `committed`."""
+    entry = {**committed, **milestone_compute(curve.budget, milestone.arm, milestone.multiple)}
+    finetune = objectives.collect_finetune(curve.budget, milestone, curve.work_dir)
+    entry["finetune"] = {task: {**committed.get("finetune", {}).get(task, {}), **finetune.get(task, {})}
+                         for task in sorted(set(finetune) | set(committed.get("finetune", {})))}
+    results = objectives.finished_results(curve.work_dir, milestone)
+    if results:
+        entry["finetune_commits"] = sorted({r.get("commit", "unknown") for r in results}
+                                           | set(committed.get("finetune_commits", [])))
+        entry["finetune_seconds"] = max(committed.get("finetune_seconds", 0.0),
+                                        sum(r.get("seconds", 0.0) for r in results))
+    kept = curve.milestone_dir(milestone) / "milestone.json"
+    if kept.exists():
+        entry["export_step"] = json.loads(kept.read_text())["export_step"]
+    return entry
+
+
+def write_record(curve: Curve, arm: str) -> Path:
+    """The arm's record from its work folder, keeping what only the committed record still holds."""
+    committed = curve.read_record(arm)
+    model_dir = curve.model_dir(arm)
+    evals = read_jsonl(model_dir / "eval_log.jsonl")
+    milestones = {f"{m:g}": milestone_record(curve, Milestone(arm, m), committed.get("milestones", {}).get(f"{m:g}", {}))
+                  for m in MULTIPLES}
+    invocations = _merge(committed.get("pretrain_invocations", []), read_jsonl(curve.arm_dir(arm) / "invocations.jsonl"))
+    record = {
+        "arm": arm, "pretrain_seed": PRETRAIN_SEED, "budget": curve.budget.name, "hparams": objectives.ARMS[arm],
+        "total_steps": total_steps(curve.budget, arm), "warmup_steps": curve.budget.warmup_steps,
+        "train_batch_size": curve.budget.train_batch_size, "updated": time.strftime("%Y-%m-%d"),
+        "machine": machine_line(), "milestones": milestones, "pretrain_invocations": invocations,
+        "pretrain_commits": sorted({i["commit"] for i in invocations}),
+        # A new work folder restarts the curves: the committed ones stay until the new ones are longer.
+        "pretrain_curve": _longer(objectives.curve(objectives.read_train_log(model_dir)),
+                                  committed.get("pretrain_curve", [])),
+        "eval_curve": _longer([{k: round(r[k], 6) if isinstance(r[k], float) else r[k] for k in EVAL_CURVE_KEYS
+                                if k in r} for r in evals], committed.get("eval_curve", [])),
+    }
+    objectives.write_json_atomic(curve.record_path(arm), record)
+    return curve.record_path(arm)
+
+
+def _longer(new: list, old: list) -> list:
+    return new if len(new) >= len(old) else old
+
+
+def _merge(committed: list, work: list) -> list:
+    seen = {json.dumps(i, sort_keys=True) for i in committed}
+    return committed + [i for i in work if json.dumps(i, sort_keys=True) not in seen]
+
+
+def finetune_complete(budget: objectives.Budget, entry: dict) -> bool:
+    return all(len(entry.get("finetune", {}).get(task, {}).get(f"{lr:g}", [])) == len(budget.seeds)
+               for task in TUNING_TASKS for lr in budget.learning_rates)
+
+
+# --------------------------------------------------------------------------- running an arm
+
+def run_arm(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stage: str, jobs: int) -> None:
+    """Each milestone in turn: pre-train to it, keep it, fine-tune it. A milestone the record holds in
+    full is skipped (the pre-training passes through it on the way to the next)."""
+    budget = curve.budget
+    progress = objectives.Progress(len(MULTIPLES) * len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds),
+                                   jobs)
+    recorder = _Recorder(curve, arm)
+    for multiple in MULTIPLES:
+        milestone = Milestone(arm, multiple)
+        if finetune_complete(budget, curve.read_record(arm).get("milestones", {}).get(f"{multiple:g}", {})):
+            continue
+        export = curve.milestone_dir(milestone) / "export"
+        if not (export / "electra_config.json").exists():
+            steps = milestone_steps(budget, arm, multiple)
+            if checkpoint_step(curve.model_dir(arm)) > steps:
+                raise RuntimeError(f"[{milestone.name}] the run is past step {steps} but the milestone was not "
+                                   f"kept; move {curve.arm_dir(arm)} aside to start the arm again")
+            pretrain_to(curve, arm, steps, data_dir, eval_dir)
+            keep_milestone(curve, milestone, steps)
+            write_record(curve, arm)
+            objectives.log(f"[{milestone.name}] kept at step {steps}; record {curve.record_path(arm)}")
+        if stage == "pretrain":
+            continue
+        runs = [(milestone.name, task, lr, seed, recorder.finetune_fn(milestone, export, task, lr, seed))
+                for task in TUNING_TASKS for lr in budget.learning_rates for seed in budget.seeds]
+        objectives.run_all(runs, progress, jobs)
+
+
+class _Recorder:
+    """Rewrites the arm's record after each fine-tuning run (the runs of `--jobs` share it)."""
+
+    def __init__(self, curve: Curve, arm: str):
+        import threading
+
+        self.curve, self.arm = curve, arm
+        self.lock = threading.Lock()
+
+    def finetune_fn(self, milestone: Milestone, export: Path, task: str, lr: float, seed: int):
+        def fn(threads):
+            value = objectives.finetune(self.curve.budget, milestone, export, task, lr, seed, self.curve.work_dir,
+                                        threads)
+            with self.lock:
+                write_record(self.curve, self.arm)
+            return value
+        return fn
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", choices=("cpu", "smoke"), default="cpu",
+                        help="cpu: the objectives budget (the curve of the report); smoke: its minutes-long "
+                             "stand-in, to check the pipeline")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
+    parser.add_argument("--stage", choices=("all", "pretrain", "report"), default="all",
+                        help="all: pre-train and fine-tune each milestone as it is reached; pretrain: only keep "
+                             "the milestones; report: the curve from the committed records")
+    parser.add_argument("--jobs", type=int, default=2, help="fine-tuning runs at once (the cores shared out)")
+    parser.add_argument("--work_dir", default=None,
+                        help="default: ~/.cache/electra_tf/efficiency_curve/<budget> (outside the checkout)")
+    parser.add_argument("--results_dir", default=str(RESULTS_DIR),
+                        help="where the records (efficiency_curve/<budget>/), the table, JSON and plot go")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.arms.split(",")) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    budget = objectives.BUDGETS[args.budget]
+    work_dir = Path(args.work_dir or Path.home() / ".cache" / "electra_tf" / "efficiency_curve" / budget.name)
+    curve = Curve(budget, work_dir, Path(args.results_dir))
+    if args.stage != "report":
+        if not objectives.GLUE.is_dir() or not objectives.ENWIKI.is_dir() or not WIKITEXT_VALID.exists():
+            sys.exit(f"efficiency_curve: error: the shared data folder {objectives.DATA} (glue/, pretrain/enwiki/, "
+                     "pretrain/wikitext-2/) is absent")
+        data_dir, eval_dir = objectives.build_data(work_dir), build_eval_data(work_dir)
+        for arm in args.arms.split(","):
+            run_arm(curve, arm, data_dir, eval_dir, args.stage, args.jobs)
+    report(curve)
+
+
+def report(curve: Curve) -> Optional[dict]:
+    """The curve's report, once written (experiments.efficiency_report)."""
+    try:
+        from experiments import efficiency_report
+    except ImportError:
+        return None
+    return efficiency_report.report(curve)
+
+
+if __name__ == "__main__":
+    use_onednn_kernels()  # before TensorFlow is imported (electra_tf.model.flops imports it)
+    main()
