@@ -39,7 +39,8 @@ training batches are drawn from similar lengths (`--length_bucketing`).
 A killed run resumes when the same command is run again: each seed checkpoints every
 `--save_checkpoints_steps` (default: once per epoch) and at each epoch end, seeds that finished
 are not trained again, and a different command against the same `--output_dir` is refused
-(`--overwrite_output_dir` starts over). See docs/finetuning.md, "Resuming".
+(`--overwrite_output_dir` starts over). See docs/finetuning.md, "Resuming". One run writes to an
+`--output_dir` at a time: it holds `<output_dir>/run.lock` as `run_pretraining.py` holds its `--model_dir`'s.
 """
 
 from __future__ import annotations
@@ -284,14 +285,31 @@ def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
                      FLAGS.init_checkpoint)
 
 
+def lock_output_dir():
+    """--output_dir's run.lock (None on object stores), taken before anything is loaded or written, so that a
+    second run on the directory is refused at once in one line (exit 1)."""
+    from electra_tf.training import run_lock
+
+    try:
+        check_flags()  # --output_dir is set
+        return run_lock.lock_run_dir(FLAGS.output_dir, flag="--output_dir")
+    except (ValueError, run_lock.RunLockError) as e:
+        sys.exit(f"run_finetuning.py: error: {e}")
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        prepared = setup()
-    except (ValueError, FileNotFoundError) as e:  # UsageError is a ValueError
-        sys.exit(f"run_finetuning.py: error: {e}")
-    run(*prepared)
+    lock = lock_output_dir()
+    try:  # held through training, evaluation and export; released on every exit
+        try:
+            prepared = setup()
+        except (ValueError, FileNotFoundError) as e:  # UsageError is a ValueError
+            sys.exit(f"run_finetuning.py: error: {e}")
+        run(*prepared)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ writes into `<model_dir>/phase2/`:
     python run_pretraining.py --model_size=base --data_dir=shards_512/ \
         --model_dir=runs/base --phase2 --train_batch_size=256 --num_train_steps=...
 
-One run writes to a `--model_dir` at a time: a run holds `<model_dir>/run.lock`
-(host, pid, start time) until it exits, and a second run there is refused naming
-that host and pid; the lock of a killed run on this host is taken over with a
-warning (see `electra_tf/training/run_lock.py`; not on gs:// and other object stores).
+One run writes to a `--model_dir` at a time: a run holds a kernel lock on
+`<model_dir>/run.lock` (which names its host, pid and start time) until it exits,
+and a second run there is refused naming them; the kernel frees a killed run's
+lock and the next run takes the file over with a warning (see
+`electra_tf/training/run_lock.py`; not on gs:// and other object stores).
 
 Several machines (MultiWorkerMirroredStrategy; `--model_dir` on storage all of
 them reach, e.g. GCS or NFS), the same command on each, only --task_index
