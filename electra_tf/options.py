@@ -110,6 +110,14 @@ class ExecutionOptions:
                              "--kernels=reference")
         return resolved
 
+    @classmethod
+    def portable(cls) -> "ExecutionOptions":
+        """TensorFlow's standard ops and no XLA, on any device: what serving SavedModels are built with
+        (TF Serving compiles no XLA on CPU and fails on XLA-marked functions on GPU) and what a layer
+        built without options computes."""
+        return cls(kernels="reference", dropout_masks="keras", sampling="gumbel", adam_kernel="ops",
+                   jit_compile=False, graph_optimizer="on")
+
     @property
     def resolved(self) -> bool:
         return "auto" not in (self.kernels, self.dropout_masks, self.sampling, self.adam_kernel,

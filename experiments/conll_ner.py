@@ -98,11 +98,13 @@ def main(argv=None) -> int:
     parser.add_argument("--data_dir", default=os.path.relpath(CONLL, ROOT))
     parser.add_argument("--vocab_file", default=os.path.relpath(EN_VOCAB, ROOT), help="without --init_checkpoint")
     parser.add_argument("--num_seeds", type=int, default=1)
-    parser.add_argument("--output_dir", default=None, help="default /tmp/conll/<name>")
+    parser.add_argument("--output_dir", default=None,
+                        help="default out/conll/<name> (relative paths: to the repository root, as recorded)")
     parser.add_argument("--results_dir", default=str(RESULTS))
     parser.add_argument("extra", nargs="*", help="more run_finetuning flags (after --)")
     args = parser.parse_args(argv)
-    args.output_dir = args.output_dir or f"/tmp/conll/{args.name}"
+    # Relative, so the recorded command names no folder of this machine (docs/finetuning.md shows it).
+    args.output_dir = args.output_dir or f"out/conll/{args.name}"
     command = command_for(args, args.extra)
     print("+", " ".join(shlex.quote(c) for c in command), flush=True)
     start, commit = time.time(), git_commit()  # the code that ran

@@ -11,6 +11,7 @@ import pytest
 from electra_tf.finetuning.tasks import encode_pairs
 from electra_tf.text.tokenization import WordPieceTokenizer
 from test_finetuning_run import TINY, VOCAB, _common, _read_tsv, glue_dir, run_main, vocab_file  # noqa: F401
+from test_serving_portable import xla_marked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOAD_AND_PREDICT = """
@@ -48,11 +49,12 @@ def keras_outputs(weights, num_labels, features):
 def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, vocab_file, glue_dir, task, pair):
     export = tmp_path / "serving"
     run_main(_common(tmp_path, vocab_file) + [f"--task={task}", f"--data_dir={glue_dir}", "--max_train_steps=3",
-                                              f"--export_saved_model={export}"])
+                                              "--kernels=xla_cpu", f"--export_saved_model={export}"])
     rows = _read_tsv(glue_dir / task / "dev.tsv")[1:]
     texts_a = [r[-3] if pair else r[0] for r in rows]
     texts_b = [r[-2] for r in rows] if pair else None
     inputs = {"text": texts_a, **({"text_b": texts_b} if pair else {})}
+    assert xla_marked(export) == []  # trained with the XLA:CPU kernels, served without
     served = fresh_process_predictions(export, inputs)
     features = encode_pairs(WordPieceTokenizer(vocab_file), texts_a, texts_b, 16)
     expected = keras_outputs(tmp_path / "out" / "final.weights.h5", 1 if pair else 2, features)

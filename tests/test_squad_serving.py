@@ -10,6 +10,7 @@ import keras
 import pytest
 import tensorflow as tf
 
+from electra_tf.serving.squad import NO_SPAN_TEXT
 from test_finetuning_run import TINY, run_main
 from test_serving import ROOT
 from test_squad_features import CONTEXT_1, CONTEXT_2, VOCAB, squad_json
@@ -157,6 +158,15 @@ def test_saved_model_answers_as_the_python_decoding(tiny_export):
     out = signature(question=tf.constant(questions), context=tf.constant(contexts))
     served = as_python(out)
     check_against_python(served, ids, contexts, predictions, nbest)
+
+
+def test_a_context_without_words_gets_the_nonce_answer_alone_and_in_a_batch(tiny_export):
+    """No document token, no window in the Python path: "empty", whichever questions share the batch (it crashed
+    the whole batch when alone)."""
+    signature = tf.saved_model.load(tiny_export[0]).signatures["serving_default"]
+    for contexts in ([" \n "], [CONTEXTS[0], " \n "]):
+        served = as_python(signature(question=tf.constant(QUESTIONS[:len(contexts)]), context=tf.constant(contexts)))
+        assert (served["answer"][-1], served["start"][-1], served["end"][-1]) == (NO_SPAN_TEXT, -1, -1)
 
 
 @pytest.mark.parametrize("joint, v2", [(True, True), pytest.param(False, False, marks=pytest.mark.slow),

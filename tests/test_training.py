@@ -219,7 +219,7 @@ def test_tensorboard_shows_what_the_discriminator_sees(data_dir, tmp_path):
     text = tf.make_ndarray(tensor).item().decode()
     assert plugin == "text" and "| position | original | discriminator input | p(replaced) |" in text
     assert "(replaced)" in text and "tok" in text  # tokens shown by name from the manifest's vocab
-    assert found["train/disc_auc"][0] == "scalars"
+    assert found["disc_auc"][0] == "scalars"  # the held-out run tags it alike (tests/test_tensorboard_tags.py)
 
 
 def test_graph_optimizer_option_reaches_the_loop_and_leaves_the_training_unchanged(data_dir, tmp_path, caplog):

@@ -5,7 +5,9 @@
 sentence or sentence-pair classification or regression task, `squad` (question + context in,
 answer out) for SQuAD 1.1 / 2.0, `tagging` (text in, tags and entity spans out) for NER,
 chunking and other CoNLL tagging; other tasks are refused by `Task.serving_labels`. Whether a
-classifier reads one text or two follows the features it was trained (or evaluated) on.
+classifier reads one text or two follows the features it was trained (or evaluated) on. Each
+holds the serving signature only, traced from a float32 copy of the model with TensorFlow's standard
+ops (`electra_tf.serving.portable`), whatever execution options and precision trained it.
 
 Example:
 

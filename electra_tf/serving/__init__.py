@@ -3,6 +3,8 @@ the graph (load them with TensorFlow and tensorflow-text only).
 
 * `text`: what every export shares: the in-graph WordPiece tokeniser, whitespace words with their
   character offsets, writing the SavedModel atomically;
+* `portable`: the model every export holds: the trained weights in a copy built with TensorFlow's standard
+  ops (no XLA) in float32, whatever device and precision trained them;
 * `classifier`: sentence (pair) classification and regression: text in, label or score out;
 * `squad`: SQuAD 1.1 / 2.0: question + context in, answer out (`python -m electra_tf.ask`);
 * `tagging`: NER, chunking, any CoNLL tags: text in, tags and entity spans out (`python -m electra_tf.tag`);

@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from electra_tf.serving.portable import serving_copy
 from electra_tf.serving.text import GraphTokenizer, write_archive
 
 
@@ -86,13 +87,14 @@ class ClassifierServer(tf.Module):
 
 
 def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: str, two_texts: bool) -> str:
-    """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
-    server = ClassifierServer(model, tokenizer, label_names, max_seq_length)
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary
+    directory renamed into place)."""
+    server = ClassifierServer(serving_copy(model, max_seq_length), tokenizer, label_names, max_seq_length)
     text = tf.TensorSpec([None], tf.string, name="text")
     # keras.export.ExportArchive tracks the variables the way TF Serving and saved_model_cli's
     # TF1 session loader expect (a plain tf.saved_model.save of the module only loads in TF2).
     archive = keras.export.ExportArchive()
-    archive.track(model)
+    archive.track(server.model)
     archive.track(server.tokenizer)
     if two_texts:
         text_b = tf.TensorSpec([None], tf.string, name="text_b")

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from electra_tf.serving.portable import serving_copy
 from electra_tf.serving.text import GraphTokenizer, char_offsets, write_archive
 from electra_tf.text import tokenization
 
@@ -279,6 +280,10 @@ class SquadServer(tf.Module):
         starts = tf.cumsum(step, axis=1, exclusive=True)  # each word's first char in the joined text
         before = tf.reduce_sum(tf.cast(in_words & (starts <= chars[:, None]), tf.int64), axis=1)
         word = first_word + tf.maximum(before, 1) - 1
+        # A question without a span (its result is masked) may point at no word of its context (-1, or another
+        # question's window): it reads a padding column instead, so the batch still runs.
+        word_chars, starts = tf.pad(word_chars, [[0, 0], [0, 1]]), tf.pad(starts, [[0, 0], [0, 1]])
+        word = tf.clip_by_value(word, 0, tf.cast(tf.shape(word_chars)[1] - 1, word.dtype))
         return (tf.gather(word_chars, word[:, None], batch_dims=1)[:, 0]
                 + chars - tf.gather(starts, word[:, None], batch_dims=1)[:, 0])
 
@@ -324,12 +329,13 @@ class SquadServer(tf.Module):
 
 
 def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) -> str:
-    """Writes the SavedModel to `path` (via a temporary directory renamed into place)."""
-    server = SquadServer(model, tokenizer, settings)
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary
+    directory renamed into place)."""
+    server = SquadServer(serving_copy(model, settings.max_seq_length), tokenizer, settings)
     question = tf.TensorSpec([None], tf.string, name="question")
     context = tf.TensorSpec([None], tf.string, name="context")
     archive = keras.export.ExportArchive()
-    archive.track(model)
+    archive.track(server.model)
     archive.track(server.tokenizer)
     archive.add_endpoint("serving_default", lambda question, context: server.answer(question, context),
                          [question, context])

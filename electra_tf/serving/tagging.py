@@ -29,6 +29,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
+from electra_tf.serving.portable import serving_copy
 from electra_tf.serving.text import GraphTokenizer, char_offsets, python_whitespace, write_archive
 
 INPUT_NAMES = ("text",)
@@ -212,11 +213,12 @@ class TaggingServer(tf.Module):
 
 
 def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, path: str, *, segment_id: int) -> str:
-    """Writes the SavedModel to `path` (via a temporary directory renamed into place); `segment_id` is the one
-    the model was trained with (no default, so an export cannot silently feed another)."""
-    server = TaggingServer(model, tokenizer, labels, scheme, max_seq_length, segment_id)
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary directory
+    renamed into place); `segment_id` is the one the model was trained with (no default, so an export cannot
+    silently feed another)."""
+    server = TaggingServer(serving_copy(model, max_seq_length), tokenizer, labels, scheme, max_seq_length, segment_id)
     archive = keras.export.ExportArchive()
-    archive.track(model)
+    archive.track(server.model)
     archive.track(server.tokenizer)
     archive.add_endpoint("serving_default", server.tag, [tf.TensorSpec([None], tf.string, name="text")])
     return write_archive(archive, path)

@@ -60,13 +60,18 @@ def char_offsets(texts, byte_offsets):
     return tf.searchsorted(char_bytes, byte_offsets.to_tensor(0), side="left", out_type=tf.int64)
 
 
+# Serving computes no gradient: the functions of the model's custom gradients (which TensorFlow saves by
+# default) stay out of the SavedModel.
+SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
 def write_archive(archive, path: str) -> str:
     """Writes `archive` to `path` through a temporary sibling directory, so `path` is never half-written."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".saved_model_", dir=parent)
     try:
-        archive.write_out(tmp, verbose=False)
+        archive.write_out(tmp, options=SAVE_OPTIONS, verbose=False)
         if os.path.exists(path):
             shutil.rmtree(path)
         os.replace(tmp, path)

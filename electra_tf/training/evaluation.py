@@ -21,7 +21,8 @@ probabilities, not a thresholded approximation as the training log's
 `keras.metrics.AUC` is. Accuracy, precision and recall threshold p(replaced) at 0.5.
 Metrics an objective does not have (no discriminator for `mlm`) are left out.
 
-Results go to TensorBoard (`<model_dir>/eval`, tags `eval/<metric>`) and, one JSON
+Results go to TensorBoard (the run `<model_dir>/eval`, tags `<metric>` as in the training run
+`<model_dir>/train`, so the two curves share a chart) and, one JSON
 object per evaluation with its step, to `<model_dir>/eval_log.jsonl`.
 
 Example (`metrics_from_outputs` on collected predictions):

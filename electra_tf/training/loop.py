@@ -293,16 +293,25 @@ def next_stop(step: int, total: int, *intervals, extra_stops=()) -> int:
 
 
 class ScalarLogger:
-    """TensorBoard scalars (`<log_dir>/<subdir>`) plus one JSON object per write in `jsonl_name`."""
+    """TensorBoard scalars (the run `<log_dir>/<subdir>`) plus one JSON object per write in `jsonl_name`.
+
+    A run that holds one split, named after it (pre-training's `train/` and `eval/`), tags a metric by its name
+    alone (`disc_auc` in both), so TensorBoard draws the splits' curves on one chart, as Keras' `train/` and
+    `validation/` runs; a run that several splits share (fine-tuning's `tensorboard/`) tags `<split>/<name>`.
+    """
 
     def __init__(self, log_dir: str, subdir: str, jsonl_name: str):
         self.writer = tf.summary.create_file_writer(os.path.join(log_dir, subdir))
+        self.run_name = os.path.basename(os.path.normpath(subdir))
         self.jsonl = os.path.join(log_dir, jsonl_name)
+
+    def tag(self, name: str, prefix: str) -> str:
+        return name if prefix == self.run_name else f"{prefix}/{name}"
 
     def write(self, step: int, scalars: dict, prefix: str = "train", nested: bool = False):
         with self.writer.as_default(step=step):
             for name, value in scalars.items():
-                tf.summary.scalar(f"{prefix}/{name}", value)
+                tf.summary.scalar(self.tag(name, prefix), value)
         self.writer.flush()
         record = {"step": step, prefix: scalars} if nested else {"step": step, **scalars}
         with open(self.jsonl, "a") as f:

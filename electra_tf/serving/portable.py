@@ -1,0 +1,59 @@
+"""The model a serving SavedModel holds: the trained weights in a copy of the model built to run wherever
+TensorFlow runs.
+
+Training chooses its kernels for its devices (`ExecutionOptions.resolve`: XLA-compiled element-wise kernels on
+CPUs) and its precision for the run (`--mixed_precision`). A SavedModel traced from that model would carry both:
+functions marked `_XlaMustCompile`, which TF Serving does not compile on CPU unless an experimental flag is set
+and fails on in its GPU build (tensorflow/serving#2214). So every export traces `serving_copy(model)` instead: the
+same encoder and head rebuilt with `ExecutionOptions.portable()` (TensorFlow's standard ops, no XLA) in float32,
+holding the trained weights.
+
+Example:
+
+>>> from electra_tf.config import get_config
+>>> from electra_tf.finetuning.heads import ClassificationHead
+>>> from electra_tf.finetuning.model import FinetuningModel
+>>> from electra_tf.model.encoder import ElectraEncoder
+>>> from electra_tf.options import ExecutionOptions
+>>> config = get_config("tiny", vocab_size=50, num_layers=1)
+>>> xla = ExecutionOptions(kernels="xla_cpu").resolve({"CPU"})
+>>> model = FinetuningModel(ElectraEncoder.from_config_object(config, execution=xla), ClassificationHead(2))
+>>> copy = serving_copy(model.build_all(8), seq_length=8)
+>>> copy.encoder.execution.kernels, copy.compute_dtype
+('reference', 'float32')
+"""
+
+from __future__ import annotations
+
+from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.options import ExecutionOptions
+
+SERVING_DTYPE = "float32"  # what every device computes; bf16 and fp16 are training choices
+
+
+def serving_copy(model: FinetuningModel, seq_length: int) -> FinetuningModel:
+    """`model` (a built `FinetuningModel`) rebuilt with the portable execution options in float32, its weights
+    copied in; built for `seq_length` tokens (any length runs afterwards)."""
+    encoder = ElectraEncoder(**{**model.encoder.get_config(), "dtype": SERVING_DTYPE},
+                             execution=ExecutionOptions.portable())
+    head = type(model.head).from_config({**model.head.get_config(), "dtype": SERVING_DTYPE})
+    copy = FinetuningModel(encoder, head, clip_norm=model.clip_norm, loss_reduction=model.loss_reduction,
+                           name=model.name, dtype=SERVING_DTYPE)
+    copy.build_all(seq_length)
+    copy_weights(model, copy)
+    return copy
+
+
+def copy_weights(source, target) -> None:
+    """Assigns `target`'s variables the values of `source`'s, pair by pair in their order: both models are built
+    by the same classes, which track their variables in one order whatever kernels compute them (a variable's
+    path is no key: it depends on where the layer was first built). ValueError where the pairs disagree."""
+    pairs = list(zip(source.weights, target.weights))
+    mismatched = [f"{a.path} {tuple(a.shape)} vs {b.path} {tuple(b.shape)}" for a, b in pairs
+                  if (a.name, tuple(a.shape)) != (b.name, tuple(b.shape))]
+    if mismatched or len(source.weights) != len(target.weights):
+        raise ValueError(f"cannot export {source.name}: its {len(source.weights)} weights do not match the serving "
+                         f"model's {len(target.weights)} ({'; '.join(mismatched[:3]) or 'counts differ'})")
+    for a, b in pairs:
+        b.assign(a.numpy())
