@@ -4,12 +4,21 @@ model and optimizer of a phase-1 run (phase 2).
 Phase 2 is BERT's two-phase recipe (NVIDIA's `--phase2`): most steps at length 128, then a short run at
 512 with its own batch size and schedule. It continues a phase-1 run directory `<model_dir>` in the folder
 `<model_dir>/phase2/` (`PHASE2_DIR`), a run directory of its own (checkpoints, logs, export,
-`run_config.json`), so phase 1's files stay as they were. At its first start it restores the model and the
-optimizer's slots (Adam's m and v, LAMB's too) from phase 1's newest checkpoint and sets the step to 0: its
-warm-up, decay, masking seeds and checkpoint numbers start over, and its data iterator is new. From then
-on it is an ordinary run: re-running the command resumes phase 2 from its own checkpoints. The bias
-correction of LAMB (and of `adam_bias_correction`) restarts with the step, which NVIDIA's phase 2 also
-sets to 0: with warm moments this makes the first steps smaller, not larger.
+`run_config.json`), so phase 1's files stay as they were. Its config is phase 1's recorded one with only
+what phase 2 is for changed (`PHASE2_CHANGES`: length, batch, steps, schedule; `phase2_config`). At its
+first start it restores the model and the optimizer's slots (Adam's m and v, LAMB's too) from phase 1's
+newest checkpoint and sets the step to 0: its warm-up, decay, masking seeds and checkpoint numbers start
+over, and its data iterator is new. From then on it is an ordinary run: re-running the command resumes
+phase 2 from its own checkpoints. The bias correction of LAMB (and of `adam_bias_correction`) restarts
+with the step, which NVIDIA's phase 2 also sets to 0: with warm moments this makes the first steps
+smaller, not larger.
+
+A run's recipe is recorded in `run_config.json` when it starts: the whole `ElectraConfig` and, under
+`convert_api.RUN_OPTIONS_KEY`, the options that decide what it learns or the order it reads its data in
+(`recipe_options`). A resume compares them field by field (`check_run_config`) and refuses a change in one line;
+what may change is everything else a command holds (paths, logging, evaluation and checkpoint cadence,
+`--stop_after_steps`, fault handling, execution options) and `num_train_steps` where the learning rate of the
+steps already taken stays as it was (`new_total_allowed`).
 
 Example (a phase-1 run in `runs/base`, trained on 128-token shards):
 
@@ -26,16 +35,29 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.config import CHECKPOINT_FIELDS, ElectraConfig
+from electra_tf.config import ElectraConfig, flatten
 from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
+from electra_tf.options import PRECISIONS
 from electra_tf.text.manifest import load_manifest
 from electra_tf.training import loop
 
 PHASE2_DIR = "phase2"
-# Phase 2 restores phase 1's optimizer slots, so these must match too; what may change is the sequence
-# length, the batch and the schedule (and the other hyper-parameters no variable depends on).
-PHASE2_FIELDS = CHECKPOINT_FIELDS + ("optimizer", "embedding_sharing")
+# What phase 2 is for: its sequence length, batch, steps and schedule. Every other field is phase 1's: the
+# model, the objective and masking, and the optimizer whose slots phase 2 restores.
+PHASE2_CHANGES = ("max_seq_length", "train_batch_size", "num_train_steps", "num_warmup_steps", "learning_rate",
+                  "lr_decay_power")
+# The `TrainOptions` that belong to a run's recipe beside its config: the seed (initialisation, data order,
+# masks, samples, dropout), the data order (the shuffle buffer; `input_sharding`: file sharding reads in
+# another order), the arithmetic (mixed_precision; fp16 also adds the loss scale to the optimizer state).
+RECIPE_OPTIONS = ("seed", "shuffle_buffer", "input_sharding", "mixed_precision")
+# The vocabulary the token ids mean: the sha256 of the vocab file, as data_prep's manifest records it.
+VOCABULARY = "vocab_sha256"
+# The flag that sets a recorded value, named in a refusal (the other config fields: --hparams).
+FLAG_OF = {**{name: f"--{name}" for name in ("model_size", "objective", "optimizer", "train_batch_size",
+                                              "learning_rate", "num_train_steps", "num_warmup_steps",
+                                              "max_seq_length", *RECIPE_OPTIONS)},
+           VOCABULARY: "--data_dir's vocabulary"}
 
 
 def phase2_dir(model_dir: str) -> str:
@@ -43,28 +65,90 @@ def phase2_dir(model_dir: str) -> str:
     return os.path.join(model_dir, PHASE2_DIR)
 
 
-def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True, record: dict | None = None):
-    """Stores `config` in `model_dir` (if `write`); refuses to resume a run whose architecture differs.
+def recipe_options(options, manifest: dict) -> dict:
+    """The recipe's part of `options` (`TrainOptions`) and the vocabulary of the data (`manifest`; None where
+    its build recorded no sha256)."""
+    values = {name: getattr(options, name) for name in RECIPE_OPTIONS}
+    values["mixed_precision"] = PRECISIONS[options.mixed_precision]  # "none" and "fp32" are one policy
+    return {**values, VOCABULARY: manifest.get(VOCABULARY)}
+
+
+def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True, record: dict | None = None,
+                     options: dict | None = None):
+    """Refuses to resume the run in `model_dir` with another recipe (`config`, and `options` from
+    `recipe_options`), in one line naming each field and both values; then records both there (if `write`).
 
     `record`: facts of the run kept beside the config (`convert_api.RUN_RECORD_KEY`: where phase 2 started);
     the first run's record is kept when the run resumes.
     """
+    options = options or {}
     existing = convert_api.run_config_path(model_dir)
     if existing:
-        previous = convert_api.load_run_config(existing)
-        diff = {f: (previous.get(f), config.get(f)) for f in CHECKPOINT_FIELDS if previous.get(f) != config.get(f)}
-        if diff:
-            details = ", ".join(f"{f}: {old} in {model_dir} vs {new} now" for f, (old, new) in diff.items())
-            raise ValueError(f"--model_dir {model_dir} holds a run with a different model ({details}); "
-                             "use a new --model_dir or the same flags")
+        _check_same_recipe(model_dir, existing, config, options)
         record = convert_api.run_record(existing) or record
-    if not write:
-        return
-    os.makedirs(model_dir, exist_ok=True)
-    path = existing or os.path.join(model_dir, convert_api.RUN_CONFIG)
+        options = options or convert_api.run_record(existing, convert_api.RUN_OPTIONS_KEY) or {}  # kept if none given
+    if write:
+        _write_run_config(existing or os.path.join(model_dir, convert_api.RUN_CONFIG), config, record, options)
+
+
+def _check_same_recipe(model_dir: str, path: str, config: ElectraConfig, options: dict) -> None:
+    stored_options = convert_api.run_record(path, convert_api.RUN_OPTIONS_KEY) or {}
+    changes = recipe_changes(convert_api.load_run_config(path), config, stored_options, options)
+    steps = steps_taken(model_dir)
+    if "num_train_steps" in changes and new_total_allowed(config, steps):
+        old, new = changes.pop("num_train_steps")
+        logging.info("num_train_steps: %d -> %d; the learning rate of the %d step(s) taken is the same under both",
+                     old, new, steps)
+    if changes:
+        details = "; ".join(_change_line(name, old, new, steps) for name, (old, new) in changes.items())
+        raise ValueError(f"--model_dir {model_dir} holds a run with another recipe ({details}): re-run with the "
+                         f"values recorded in {path} to resume it, or use a new --model_dir")
+    unchecked = [name for name in options if name not in stored_options]
+    if unchecked:  # a run folder written before the options were recorded: they are from now on
+        logging.warning("--model_dir %s was written before runs recorded %s: this resume cannot check them "
+                        "(the config is checked; these are recorded from now on)", model_dir, ", ".join(unchecked))
+
+
+def recipe_changes(stored: ElectraConfig, config: ElectraConfig, stored_options: dict, options: dict) -> dict:
+    """`{name: (stored, now)}` for each config field (encoder fields as dotted names) and recipe option that
+    differs. An option one side lacks (not recorded yet, a vocabulary without a sha256) is not compared."""
+    before, now = flatten(stored.to_dict()), flatten(config.to_dict())
+    changes = {name: (value, now[name]) for name, value in before.items() if value != now[name]}
+    changes.update({name: (stored_options[name], value) for name, value in options.items()
+                    if None not in (stored_options.get(name), value) and stored_options[name] != value})
+    return changes
+
+
+def new_total_allowed(config: ElectraConfig, steps: int) -> bool:
+    """Whether a resume at `steps` may change `num_train_steps`: only where the learning rate of every step
+    taken stays as it was, so the run equals one started with the new total. The rate decays towards 0 at
+    num_train_steps from the first step on (`optimization.WarmupLinearDecay`), so that is before the first
+    step, or with `lr_decay_power=0` (no decay)."""
+    return steps == 0 or config.lr_decay_power == 0
+
+
+def steps_taken(model_dir: str) -> int:
+    """The step of the newest checkpoint in run directory `model_dir` (0 if none)."""
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    return _checkpoint_step(latest) if latest else 0
+
+
+def _change_line(name: str, old, new, steps: int) -> str:
+    line = f"{name} ({FLAG_OF.get(name, '--hparams')}): {old} there vs {new} now"
+    if name == "num_train_steps":
+        line += (f", refused at step {steps}: the learning rate decays to 0 at num_train_steps from the first step "
+                 "on, so a new total changes the rate of the steps taken (allowed before the first checkpoint or "
+                 "with lr_decay_power=0)")
+    return line
+
+
+def _write_run_config(path: str, config: ElectraConfig, record: dict | None, options: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     values = config.to_dict()
     if record:
         values[convert_api.RUN_RECORD_KEY] = record
+    if options:
+        values[convert_api.RUN_OPTIONS_KEY] = options
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(json.dumps(values, indent=2, sort_keys=True))
@@ -114,24 +198,49 @@ def phase2_start(phase1_dir: str, model_dir: str, config: ElectraConfig, init_ch
         raise ValueError(f"--phase2: no checkpoint in {os.path.join(phase1_dir, 'checkpoints')} to start from; "
                          "run phase 1 there first")
     step = _checkpoint_step(checkpoint)
-    planned = convert_api.load_run_config(convert_api.run_config_path(phase1_dir)).num_train_steps
+    planned = phase1_config(phase1_dir).num_train_steps
     if step < planned:
         logging.warning("--phase2: phase 1's newest checkpoint %s is at step %d of its %d; phase 2 starts "
                         "from it", checkpoint, step, planned)
     return Phase1(phase1_dir, checkpoint, step)
 
 
-def _check_matches_phase1(phase1_dir: str, config: ElectraConfig) -> None:
+def phase1_config(phase1_dir: str) -> ElectraConfig:
+    """The config recorded by the phase-1 run in `phase1_dir`."""
     path = convert_api.run_config_path(phase1_dir)
     if path is None:
         raise ValueError(f"--phase2: {phase1_dir} holds no pre-training run (no run_config.json); "
                          "run phase 1 there first")
-    phase1 = convert_api.load_run_config(path)
-    for field in PHASE2_FIELDS:
-        if phase1.get(field) != config.get(field):
-            raise ValueError(f"--phase2: {field} is {phase1.get(field)} in phase 1 ({phase1_dir}) but "
-                             f"{config.get(field)} now; phase 2 changes only the sequence length, batch and "
-                             "schedule: pass phase 1's --model_size, --hparams and --optimizer")
+    return convert_api.load_run_config(path)
+
+
+def phase2_config(phase1_dir: str, hparams: dict, flag_values: dict) -> ElectraConfig:
+    """Phase 2's config: phase 1's recorded one, with what `hparams` (--hparams) and `flag_values` (the config
+    fields set by flags; None = unset) change of `PHASE2_CHANGES`. A value that contradicts phase 1's
+    anywhere else is refused in one line; one equal to phase 1's is accepted."""
+    phase1 = phase1_config(phase1_dir)
+    flag_values = {name: value for name, value in flag_values.items() if value is not None}
+    requested = {**flatten(hparams), **flag_values}
+    recorded = flatten(phase1.to_dict())  # names it does not hold are refused by `replace` below
+    contradictions = [f"{f'--{name}' if name in flag_values else f'--hparams {name}'}={value} "
+                      f"(phase 1: {recorded[name]})" for name, value in requested.items()
+                      if name in recorded and name not in PHASE2_CHANGES and value != recorded[name]]
+    if contradictions:
+        raise ValueError(f"--phase2: {', '.join(contradictions)} "
+                         f"{'contradicts' if len(contradictions) == 1 else 'contradict'} phase 1's config in "
+                         f"{convert_api.run_config_path(phase1_dir)}; phase 2 keeps phase 1's model, objective and "
+                         f"optimizer and changes only {', '.join(PHASE2_CHANGES)}: drop the flag or pass phase 1's "
+                         "value")
+    return phase1.replace(**requested)
+
+
+def _check_matches_phase1(phase1_dir: str, config: ElectraConfig) -> None:
+    phase1 = flatten(phase1_config(phase1_dir).to_dict())
+    now = flatten(config.to_dict())
+    for field, value in phase1.items():
+        if field not in PHASE2_CHANGES and value != now[field]:
+            raise ValueError(f"--phase2: {field} is {value} in phase 1 ({phase1_dir}) but {now[field]} now; phase 2 "
+                             f"keeps phase 1's config and changes only {', '.join(PHASE2_CHANGES)}")
 
 
 def _checkpoint_step(path: str) -> int:
