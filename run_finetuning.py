@@ -45,6 +45,7 @@ are not trained again, and a different command against the same `--output_dir` i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -244,13 +245,11 @@ def setup():
     task = make_task()
     config, encoder_fn, tokenizer = prepare.prepare_model(task, model_options())
     strategy = make_strategy()
-    from electra_tf.training.distribution import device_types, resolve_execution
-    from electra_tf.model.execution import set_default_execution
+    from electra_tf.finetuning.runner import finetuning_execution
 
-    requested = execution_from_flags(FLAGS)
-    execution = resolve_execution(requested, strategy, config.hidden_act)
-    set_default_execution(requested, device_types(strategy))  # for the encoder and heads built later
-    options = run_options(task, config, strategy, execution)
+    options = run_options(task, config, strategy, execution_from_flags(FLAGS))
+    # Decided once for the run; the encoder, heads and loop take it explicitly.
+    options = dataclasses.replace(options, execution=finetuning_execution(options, strategy, config))
     data = prepare.load_data(task, tokenizer, options)
     check_output_dir(task, config, options, data)
     return task, config, encoder_fn, tokenizer, strategy, options, data

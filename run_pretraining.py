@@ -36,6 +36,7 @@ differs (0 is the chief):
         --worker_hosts=host1:2222,host2:2222 --task_index=0 ...
 """
 
+import dataclasses
 import os
 import re
 import signal
@@ -48,8 +49,8 @@ use_onednn_kernels()  # before TensorFlow is imported
 from absl import app, flags, logging  # noqa: E402
 
 from electra_tf.config import MODEL_SIZES, OBJECTIVES  # noqa: E402
-from electra_tf.options import (INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default,  # noqa: E402
-                                define_execution_flags, execution_from_flags)
+from electra_tf.options import (EXECUTION_HELP, INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions,  # noqa: E402
+                                default, define_execution_flags, execution_from_flags)
 
 FLAGS = flags.FLAGS
 DEMO_DIR = "electra_demo"
@@ -69,8 +70,7 @@ flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig 
 flags.DEFINE_enum("objective", None, list(OBJECTIVES),
                   "rtd = ELECTRA; mlm = BERT-style masked LM only; the others are the paper's ablations "
                   "(see electra_tf/config.py).")
-flags.DEFINE_integer("gradient_accumulation_steps", None, "Split each batch into K micro-batches and sum their "
-                     "gradients before one update (same update, less memory).")
+flags.DEFINE_integer("gradient_accumulation_steps", None, EXECUTION_HELP["gradient_accumulation_steps"])
 flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
 flags.DEFINE_enum("strategy", "auto", STRATEGIES,
                   "tf.distribute strategy. multi_worker takes the cluster from TF_CONFIG or --worker_hosts.")
@@ -104,9 +104,10 @@ flags.DEFINE_integer("shuffle_buffer", default(TrainOptions, "shuffle_buffer"),
 flags.DEFINE_string("init_checkpoint", None, "Start from this export/run (continued pre-training).")
 flags.DEFINE_bool("phase2", False, "Phase 2 of the run in --model_dir (BERT's 128-then-512 recipe): train on "
                   "--data_dir's shards (--max_seq_length defaults to theirs) with this --train_batch_size, "
-                  "--num_train_steps, --num_warmup_steps and --learning_rate, starting from phase 1's model and "
-                  "optimizer state at step 0, in <model_dir>/phase2/ (phase 1's files stay as they are). The "
-                  "same command resumes phase 2.")
+                  "--num_train_steps, --num_warmup_steps and --learning_rate (unset: phase 1's; every other "
+                  "hyper-parameter is phase 1's recorded one), starting from phase 1's model and optimizer state at "
+                  "step 0, in <model_dir>/phase2/ (phase 1's files stay as they are). The same command resumes "
+                  "phase 2.")
 flags.DEFINE_integer("stop_after_steps", None, "Stop this invocation at this step (resume later).")
 flags.DEFINE_bool("export_only", False, "Export the newest checkpoint of --model_dir and exit.")
 flags.DEFINE_bool("skip_nonfinite_steps", default(TrainOptions, "skip_nonfinite_steps"),
@@ -204,13 +205,15 @@ def sequence_length(model_size):
     from electra_tf.config import get_config, parse_hparams
     from electra_tf.training import restore
 
-    if FLAGS.phase2 and (not FLAGS.data_dir or FLAGS.init_checkpoint):
-        raise app.UsageError("--phase2 needs --data_dir (phase 2's shards) and takes no --init_checkpoint "
-                             "(it starts from phase 1's checkpoint in --model_dir)")
+    if FLAGS.phase2 and (not FLAGS.data_dir or not FLAGS.model_dir or FLAGS.init_checkpoint):
+        raise app.UsageError("--phase2 needs --data_dir (phase 2's shards) and --model_dir (phase 1's run), and takes "
+                             "no --init_checkpoint (it starts from phase 1's checkpoint in --model_dir)")
     if FLAGS.init_checkpoint:  # the checkpoint's table decides (config.merge_architecture)
         return FLAGS.max_seq_length
-    # The size's position table, as --hparams sets it (a length of 1 fits any table: the length is checked below).
-    table = get_config(model_size, parse_hparams(FLAGS.hparams), max_seq_length=1).max_position_embeddings
+    if FLAGS.phase2:  # phase 2 keeps phase 1's model
+        table = restore.phase1_config(FLAGS.model_dir).max_position_embeddings
+    else:  # the size's table, as --hparams sets it (a length of 1 fits any table: the length is checked below)
+        table = get_config(model_size, parse_hparams(FLAGS.hparams), max_seq_length=1).max_position_embeddings
     return restore.requested_sequence_length(FLAGS.max_seq_length, FLAGS.data_dir if FLAGS.phase2 else None, table)
 
 
@@ -224,12 +227,13 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     hparams = parse_hparams(FLAGS.hparams)
     if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
         hparams = {"vocab_size": demo_vocab_size, **hparams}
-    config = get_config(
-        model_size, hparams, num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
-        train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
-        max_seq_length=max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer,
-        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-    )
+    flag_values = dict(num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
+                       train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
+                       max_seq_length=max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer)
+    if FLAGS.phase2:  # phase 1's recorded config; the flags change only what phase 2 is for
+        config = restore.phase2_config(model_dir, hparams, dict(flag_values, model_size=FLAGS.model_size))
+    else:
+        config = get_config(model_size, hparams, **flag_values)
     if FLAGS.init_checkpoint:
         from electra_tf.config import merge_architecture
         from electra_tf.convert import read_config
@@ -249,9 +253,6 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     if demo_vocab_size is not None:
         for line in demo_lines(model_size, data_dir, model_dir, config, get_config(model_size).vocab_size):
             logging.info("%s", line)
-    if strategy is not None and distribution.all_cpu(strategy):
-        chosen = FLAGS.gradient_accumulation_steps is not None or "gradient_accumulation_steps" in hparams
-        config = fit_to_cpu_memory(config, chosen)
     options = TrainOptions(
         data_dir=data_dir, model_dir=model_dir, seed=FLAGS.seed,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps, keep_checkpoint_max=FLAGS.keep_checkpoint_max,
@@ -280,7 +281,7 @@ def eval_every_steps(demo: bool):
 def evaluate_run(data_dir, model_dir):
     """--do_eval: the run's own config (stored in --model_dir) on the held-out data; nothing is trained."""
     from electra_tf.convert import api as convert_api
-    from electra_tf.training import evaluation
+    from electra_tf.training import distribution, evaluation
     from electra_tf.training.input_pipeline import load_checked_manifest
 
     if not convert_api.run_config_path(model_dir):
@@ -293,7 +294,13 @@ def evaluate_run(data_dir, model_dir):
                          "--eval_data_dir is unset")
     if FLAGS.eval_batches < 1:
         raise ValueError(f"--do_eval needs --eval_batches >= 1, not {FLAGS.eval_batches}")
-    model = evaluation.build_model(config, manifest)
+    import tensorflow as tf
+
+    # The entry point resolves the execution options for this process's devices, as training does; the
+    # sampling method is part of what an evaluation draws.
+    requested = dataclasses.replace(execution_from_flags(FLAGS), gradient_accumulation_steps=1)
+    execution, _ = distribution.resolve_execution(requested, tf.distribute.get_strategy(), config)
+    model = evaluation.build_model(config, manifest, execution)
     batch_size = FLAGS.eval_batch_size or config.train_batch_size
     results = evaluation.evaluate_checkpoints(model, source, model_dir, batch_size, FLAGS.eval_batches,
                                               FLAGS.eval_all_checkpoints)
@@ -302,21 +309,6 @@ def evaluate_run(data_dir, model_dir):
             f"{k}={v:.4f}" for k, v in result.items() if k != "step"))
     print(f"Eval results: {os.path.join(model_dir, evaluation.LOG_FILE)}, "
           f"TensorBoard {os.path.join(model_dir, evaluation.LOG_DIR)}")
-
-
-def fit_to_cpu_memory(config, chosen: bool):
-    """On CPUs: logs the step's cost up front and, unless the micro-batches were `chosen` (by
-    --gradient_accumulation_steps or --hparams), splits a batch whose activations exceed the memory
-    into micro-batches (the same update)."""
-    from electra_tf.training import cost
-
-    available = cost.available_memory_bytes()
-    if not chosen and available:
-        config = config.replace(
-            gradient_accumulation_steps=cost.micro_batches_to_fit(config, config.train_batch_size, available))
-    for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second()):
-        logging.info("%s", line)
-    return config
 
 
 def summarize(history, model_dir):

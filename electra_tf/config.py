@@ -141,9 +141,6 @@ class ElectraConfig:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-6
     clip_norm: float = 1.0
-    # Split each batch into this many micro-batches and sum their gradients before one update:
-    # the same step as the whole batch (up to dropout draws), in less memory.
-    gradient_accumulation_steps: int = 1
     lr_decay_power: float = 1.0  # 1.0 = linear decay to zero
     # The official AdamWeightDecayOptimizer has no bias correction: lr · (m / (√v + ε) + wd · w).
     # True gives Keras' bias-corrected Adam step (smaller by (1 − β1^t) / √(1 − β2^t) early on).
@@ -182,9 +179,6 @@ class ElectraConfig:
             problems.append(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
         for role in ROLES:
             problems += _encoder_problems(role, getattr(self, role))
-        if self.gradient_accumulation_steps < 1 or self.train_batch_size % self.gradient_accumulation_steps:
-            problems.append(f"train_batch_size={self.train_batch_size} must be a multiple of "
-                            f"gradient_accumulation_steps={self.gradient_accumulation_steps}")
         if self.optimizer not in ("adamw", "lamb"):
             problems.append(f"optimizer must be 'adamw' or 'lamb', got {self.optimizer!r}")
         if self.finetune_loss_reduction not in ("sum", "mean"):
@@ -260,7 +254,7 @@ class ElectraConfig:
         """From `to_dict()`'s nested form or the flat form of configs written before the tree.
 
         Fields that stored configs held before they became execution options (`fused_kernels`,
-        `dropout_masks`, `sampling`, `adam_fused_kernel`) and `attention_dropout_rate` (always
+        `dropout_masks`, `sampling`, `adam_fused_kernel`, `gradient_accumulation_steps`) and `attention_dropout_rate` (always
         equal to `dropout_rate`) are dropped: they never changed the function learned.
         """
         values = dict(values)

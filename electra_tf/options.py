@@ -45,10 +45,15 @@ EXECUTION_HELP = {
                    "GPUs and TPUs.",
     "graph_optimizer": "TF's graph optimizer (grappler) for the training loop: auto = off where every device "
                        "is a CPU (start-up seconds, no step time saved: bench/startup_bench.py), on elsewhere.",
+    "gradient_accumulation_steps": "Split each replica's batch into K micro-batches and sum their gradients before "
+                                   "one update (the same update, less memory). Unset = auto: on CPUs the fewest "
+                                   "micro-batches whose activations fit the memory free at the run's start "
+                                   "(recorded in the run and reused on resume), elsewhere 1.",
 }
 # Execution fields that configs written before they became options may hold (dropped on load).
 LEGACY_EXECUTION_FIELDS = {"fused_kernels": "kernels", "dropout_masks": "dropout_masks", "sampling": "sampling",
-                           "adam_fused_kernel": "adam_kernel"}
+                           "adam_fused_kernel": "adam_kernel",
+                           "gradient_accumulation_steps": "gradient_accumulation_steps"}
 
 
 def only_cpus(device_types) -> bool:
@@ -63,9 +68,9 @@ class ExecutionOptions:
     Example:
 
     >>> ExecutionOptions().resolve({"CPU"})
-    ExecutionOptions(kernels='xla_cpu', dropout_masks='16bit', sampling='inverse_cdf', adam_kernel='fused', jit_compile=False, graph_optimizer='off')
+    ExecutionOptions(kernels='xla_cpu', dropout_masks='16bit', sampling='inverse_cdf', adam_kernel='fused', jit_compile=False, graph_optimizer='off', gradient_accumulation_steps=1)
     >>> ExecutionOptions(sampling="inverse_cdf").resolve({"GPU", "CPU"}).describe()
-    'kernels=reference dropout_masks=keras sampling=inverse_cdf adam_kernel=ops jit_compile=on graph_optimizer=on'
+    'kernels=reference dropout_masks=keras sampling=inverse_cdf adam_kernel=ops jit_compile=on graph_optimizer=on gradient_accumulation_steps=1'
     """
 
     kernels: str = "auto"
@@ -74,17 +79,23 @@ class ExecutionOptions:
     adam_kernel: str = "auto"
     jit_compile: Optional[bool] = None  # None: auto
     graph_optimizer: str = "auto"
+    gradient_accumulation_steps: Optional[int] = None  # None: auto (see `resolve`'s fitted_micro_batches)
 
     def __post_init__(self):
+        steps = self.gradient_accumulation_steps
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"--gradient_accumulation_steps must be a positive integer, got {steps!r}")
         for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS),
                               ("sampling", SAMPLING_METHODS), ("adam_kernel", ADAM_KERNELS),
                               ("graph_optimizer", GRAPH_OPTIMIZERS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {choices}, got {getattr(self, name)!r}")
 
-    def resolve(self, device_types, backend: str = "tensorflow", hidden_act: str = "gelu") -> "ExecutionOptions":
+    def resolve(self, device_types, backend: str = "tensorflow", hidden_act: str = "gelu",
+                fitted_micro_batches: int = 1) -> "ExecutionOptions":
         """The concrete options for a run whose replicas are on `device_types` ("CPU", "GPU", "TPU"),
-        of a model whose activation is `hidden_act`.
+        of a model whose activation is `hidden_act`; `fitted_micro_batches` is what an unset
+        `gradient_accumulation_steps` becomes (the caller's memory fit, or a run's recorded value).
 
         Raises ValueError for a requested combination that cannot run (the XLA:CPU kernels need the
         TensorFlow backend, the exact GELU and 16-bit dropout masks) instead of falling back silently.
@@ -99,7 +110,8 @@ class ExecutionOptions:
             sampling=self.sampling if self.sampling != "auto" else ("inverse_cdf" if cpu else "gumbel"),
             adam_kernel=self.adam_kernel if self.adam_kernel != "auto" else ("fused" if cpu else "ops"),
             jit_compile=self.jit_compile if self.jit_compile is not None else not cpu,
-            graph_optimizer=self.graph_optimizer if self.graph_optimizer != "auto" else ("off" if cpu else "on"))
+            graph_optimizer=self.graph_optimizer if self.graph_optimizer != "auto" else ("off" if cpu else "on"),
+            gradient_accumulation_steps=self.gradient_accumulation_steps or fitted_micro_batches)
         if resolved.kernels == "xla_cpu" and backend != "tensorflow":
             raise ValueError(f"--kernels=xla_cpu needs the TensorFlow backend, not {backend}; use --kernels=reference")
         if resolved.kernels == "xla_cpu" and hidden_act != "gelu":
@@ -116,17 +128,18 @@ class ExecutionOptions:
         (TF Serving compiles no XLA on CPU and fails on XLA-marked functions on GPU) and what a layer
         built without options computes."""
         return cls(kernels="reference", dropout_masks="keras", sampling="gumbel", adam_kernel="ops",
-                   jit_compile=False, graph_optimizer="on")
+                   jit_compile=False, graph_optimizer="on", gradient_accumulation_steps=1)
 
     @property
     def resolved(self) -> bool:
         return "auto" not in (self.kernels, self.dropout_masks, self.sampling, self.adam_kernel,
-                              self.graph_optimizer) and self.jit_compile is not None
+                              self.graph_optimizer) and None not in (self.jit_compile, self.gradient_accumulation_steps)
 
     def describe(self) -> str:
         """One line for the log: every option as resolved."""
         values = dataclasses.asdict(self)
         values["jit_compile"] = {None: "auto", True: "on", False: "off"}[self.jit_compile]
+        values["gradient_accumulation_steps"] = self.gradient_accumulation_steps or "auto"
         return " ".join(f"{name}={value}" for name, value in values.items())
 
 
@@ -140,7 +153,8 @@ def define_execution_flags(flags) -> None:
 
 def execution_from_flags(values) -> ExecutionOptions:
     """The `ExecutionOptions` the parsed flags (`absl.flags.FLAGS`) ask for."""
-    return ExecutionOptions(**{field.name: getattr(values, field.name)
+    # --gradient_accumulation_steps is run_pretraining.py's alone (fine-tuning takes one batch per step).
+    return ExecutionOptions(**{field.name: getattr(values, field.name, None)
                                for field in dataclasses.fields(ExecutionOptions)})
 
 

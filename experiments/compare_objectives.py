@@ -256,7 +256,11 @@ def pretrain_command(budget: Budget, run: Run, data_dir: Path, model_dir: Path) 
 
 
 def read_train_log(model_dir: Path) -> list[dict]:
-    path = model_dir / "train_log.jsonl"
+    return read_jsonl(model_dir / "train_log.jsonl")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines file's rows (none if it is absent), skipping a last line still being written."""
     if not path.exists():
         return []
     rows = []

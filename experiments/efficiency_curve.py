@@ -37,7 +37,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
 from experiments import compare_objectives as objectives
@@ -196,18 +195,6 @@ def keep_milestone(curve: Curve, milestone: Milestone, steps: int) -> Path:
 
 # --------------------------------------------------------------------------- the committed record
 
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written
-            pass
-    return rows
-
-
 def milestone_record(curve: Curve, milestone: Milestone, committed: dict) -> dict:
     """The milestone's compute and fine-tuning results; results the work folder lacks come from `committed`."""
     entry = {**committed, **milestone_compute(curve.budget, milestone.arm, milestone.multiple)}
@@ -230,10 +217,12 @@ def write_record(curve: Curve, arm: str) -> Path:
     """The arm's record from its work folder, keeping what only the committed record still holds."""
     committed = curve.read_record(arm)
     model_dir = curve.model_dir(arm)
-    evals = read_jsonl(model_dir / "eval_log.jsonl")
-    milestones = {f"{m:g}": milestone_record(curve, Milestone(arm, m), committed.get("milestones", {}).get(f"{m:g}", {}))
+    evals = objectives.read_jsonl(model_dir / "eval_log.jsonl")
+    committed_milestones = committed.get("milestones", {})
+    milestones = {f"{m:g}": milestone_record(curve, Milestone(arm, m), committed_milestones.get(f"{m:g}", {}))
                   for m in MULTIPLES}
-    invocations = _merge(committed.get("pretrain_invocations", []), read_jsonl(curve.arm_dir(arm) / "invocations.jsonl"))
+    invocations = _merge(committed.get("pretrain_invocations", []),
+                         objectives.read_jsonl(curve.arm_dir(arm) / "invocations.jsonl"))
     record = {
         "arm": arm, "pretrain_seed": PRETRAIN_SEED, "budget": curve.budget.name, "hparams": objectives.ARMS[arm],
         "total_steps": total_steps(curve.budget, arm), "warmup_steps": curve.budget.warmup_steps,
@@ -353,12 +342,10 @@ def main(argv=None):
     report(curve)
 
 
-def report(curve: Curve) -> Optional[dict]:
-    """The curve's report, once written (experiments.efficiency_report)."""
-    try:
-        from experiments import efficiency_report
-    except ImportError:
-        return None
+def report(curve: Curve) -> dict:
+    """The curve's report (`experiments.efficiency_report`, which imports this module: imported here)."""
+    from experiments import efficiency_report
+
     return efficiency_report.report(curve)
 
 

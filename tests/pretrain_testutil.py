@@ -83,3 +83,9 @@ def tiny_config(**overrides):
                   dropout_rate=0.1)
     values.update(overrides)
     return get_config("tiny", **values)
+
+
+def mirrored_cpus():
+    """MirroredStrategy over the two logical CPUs of tests/conftest.py, with no collective ops: another test's
+    MirroredStrategy in the same process would clash on their instance keys."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())

@@ -65,7 +65,7 @@ def trained_export(tmp_path_factory):
     from electra_tf.config import get_config
     from electra_tf.convert.ours import save_ours
     from electra_tf.training.optimization import create_optimizer
-    from electra_tf.model.pretrainer import ElectraPretrainer
+    from electra_tf.model.networks import pretrainer_from_config
 
     root = tmp_path_factory.mktemp("detect")
     vocab_file = root / "vocab.txt"
@@ -76,7 +76,7 @@ def trained_export(tmp_path_factory):
         generator_num_layers=1, hidden_size=64, intermediate_size=256, embedding_size=32,
         max_seq_length=SEQ, max_position_embeddings=SEQ, learning_rate=2e-3,
         num_train_steps=TRAIN_STEPS, num_warmup_steps=TRAIN_STEPS // 10)
-    model = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    model = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     model.compile(optimizer=create_optimizer(config))
     step = tf.function(model.train_step)
     rng = np.random.RandomState(0)

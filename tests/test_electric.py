@@ -11,7 +11,7 @@ from electra_tf.convert import ConversionError, initialize_pretrainer, save_hf
 from electra_tf.convert.cli import main as convert_main
 from electra_tf.convert.ours import save_ours
 from electra_tf.model import masking
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.training.optimization import create_optimizer
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_vocab
 from test_objectives import losses_and_gradients_by_kernels, masked_position_grid, sigmoid_ce
@@ -24,7 +24,7 @@ def electric_config(**overrides):
 
 @pytest.fixture(scope="module")
 def model():
-    return ElectraPretrainer(electric_config(), special_token_ids=SPECIAL_IDS).build_all()
+    return pretrainer_from_config(electric_config(), special_token_ids=SPECIAL_IDS).build_all()
 
 
 def run(model, batch):
@@ -101,10 +101,10 @@ def test_the_fused_cloze_softmax_equals_the_reference_ops():
 
 def test_electric_pretrains_a_few_steps_with_finite_falling_loss():
     config = electric_config(learning_rate=2e-3, num_warmup_steps=1, num_train_steps=10)
-    model = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    model = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     model.compile(optimizer=create_optimizer(config))
     batch = make_batch(batch_size=8)
-    losses = [model.train_step(batch) for _ in range(6)]
+    losses = [model.replica_step(batch) for _ in range(6)]
     assert all(np.isfinite(float(v)) for step in losses for v in step.values())
     total = [float(step["loss"]) for step in losses]
     assert np.mean(total[-2:]) < np.mean(total[:2])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.training import evaluation, restore
 from experiments import electric_nce_check
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
@@ -44,7 +44,7 @@ def electric_run(tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("electric"))
     config = tiny_config(objective="electric", num_layers=1, generator_num_layers=1)
     restore.check_run_config(model_dir, config)
-    model = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    model = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), os.path.join(model_dir, "checkpoints"), 1)
     manager.save(checkpoint_number=2)
     return data_dir, model_dir

@@ -11,10 +11,13 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.text.manifest import eval_shard_name, load_manifest
+from electra_tf.options import ExecutionOptions
 from electra_tf.training import evaluation, pretraining
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CPU_DEFAULTS = ExecutionOptions(gradient_accumulation_steps=1).resolve({"CPU"})
 
 
 def add_eval_shards(data_dir, tmp, num_examples=24):
@@ -75,7 +78,7 @@ def test_evaluating_leaves_training_unchanged_and_writes_each_evaluation(data_di
     assert os.listdir(tmp_path / "eval" / "eval")  # TensorBoard events
     # --do_eval of the last checkpoint gives what training wrote at that step: the same batches and masks.
     manifest = load_manifest(data_dir)
-    model = evaluation.build_model(config, manifest)
+    model = evaluation.build_model(config, manifest, CPU_DEFAULTS)  # what training resolved: the same sampling
     source = evaluation.resolve_source(None, data_dir, manifest, config)
     again = evaluation.evaluate_checkpoints(model, source, str(tmp_path / "eval"), 8, 2, all_checkpoints=True)
     assert [r["step"] for r in again] == [2]  # the checkpoints (every 2 steps)

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import numpy as np
 import pytest
@@ -55,7 +56,7 @@ def test_skip_nonfinite_steps_counts_them_and_finishes(data_dir, tmp_path, nan_a
 
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(data_dir, tmp_path, caplog):
     model_dir = str(tmp_path / "run")
-    run(small(num_train_steps=4), data_dir, model_dir, export=False)
+    run(small(num_train_steps=6), data_dir, model_dir, stop_after_steps=4, export=False)
     newest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
     assert newest.endswith("ckpt-4")
     data_file = glob.glob(newest + ".data-*")[0]
@@ -90,6 +91,23 @@ def test_a_truncated_shard_fails_before_the_first_step_naming_it_and_the_sizes(t
     assert os.listdir(model_dir) == []  # nothing written: no run config, checkpoint or log
 
 
+def test_a_truncated_shard_under_skip_corrupt_records_is_read_to_the_cut_and_the_rest_counted(tmp_path, caplog):
+    data = str(tmp_path / "data")
+    manifest = write_shards(data, num_examples=48, num_shards=3)  # 16 records of ~175 bytes per shard
+    shard = os.path.join(data, manifest["shards"][1])
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:  # cuts into its last record
+        f.truncate(size - 100)
+    history = run(small(num_train_steps=8), data, str(tmp_path / "run"), skip_corrupt_records=True, steps_per_loop=4,
+                  log_steps=4, save_checkpoints_steps=8, export=False)
+    # 64 examples, 47 readable per pass: the cut is met once.
+    assert [h["step"] for h in history] == [4, 8] and history[-1]["skipped_records"] == 1
+    assert f"shard {shard} has {size - 100} bytes, the build recorded {size} bytes (truncated?): " \
+        "--skip_corrupt_records: its records past the cut are not read, and are counted" in caplog.text
+    assert re.search(rf"{re.escape(shard)}: record 15, byte offset \d+: not readable, .*: 1 of its 16 records not "
+                     "read", caplog.text), caplog.text
+
+
 def test_a_build_that_recorded_no_sizes_is_not_size_checked(tmp_path):
     from electra_tf.text.verify import check_shard_sizes
 
@@ -103,3 +121,23 @@ def test_a_build_that_recorded_no_sizes_is_not_size_checked(tmp_path):
         f.write('{"size_bytes": 1}')
     with pytest.raises(ValueError, match=f"shard {shard} has .* bytes, the build recorded 1 bytes"):
         check_shard_sizes(data, manifest)
+
+
+@pytest.fixture
+def fp16_policy():
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_fp16_with_a_diverging_learning_rate_stops_within_a_bounded_number_of_steps(data_dir, tmp_path, fp16_policy):
+    """Keras' loss-scale optimizer skips overflowed steps and halves its scale, with no floor: on a loss that
+    stays non-finite `iterations` never advances. The run must end with the one-line error, not loop forever
+    (before the bound it was still looping when killed at 300 s)."""
+    with pytest.raises(loop.NonFiniteError) as error:
+        run(small(num_train_steps=300, learning_rate=1e6), data_dir, str(tmp_path / "run"), mixed_precision="fp16",
+            steps_per_loop=20, log_steps=20, save_checkpoints_steps=20, export=False)
+    message = str(error.value)
+    assert "\n" not in message and "in a row were skipped" in message and "fp16 loss scale down to" in message

@@ -51,11 +51,11 @@ def test_a_missing_text_column(tmp_path, vocab_file):
 def test_an_init_checkpoint_whose_vocab_disagrees_with_vocab_file(tmp_path, vocab_file, glue_dir):
     from electra_tf.convert import ours
     from electra_tf.config import get_config
-    from electra_tf.model.pretrainer import ElectraPretrainer
+    from electra_tf.model.networks import pretrainer_from_config
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB), generator_num_layers=1, generator_hidden_size=8,
                         generator_num_heads=1, generator_intermediate_size=16, max_seq_length=16)
-    pretrainer = ElectraPretrainer(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
+    pretrainer = pretrainer_from_config(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
     pretrainer.build_all()
     export_dir = tmp_path / "export"
     ours.save_ours(pretrainer, str(export_dir), vocab_file=vocab_file, keras_hub=False)

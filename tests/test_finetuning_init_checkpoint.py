@@ -27,9 +27,9 @@ def _run(tmp_path, glue_dir, checkpoint, out, extra=()):
 
 
 def _pretrainer(config):
-    from electra_tf.model.pretrainer import ElectraPretrainer
+    from electra_tf.model.networks import pretrainer_from_config
 
-    pretrainer = ElectraPretrainer(config, special_token_ids=SPECIAL)
+    pretrainer = pretrainer_from_config(config, special_token_ids=SPECIAL)
     pretrainer.build_all()
     return pretrainer
 
@@ -114,7 +114,12 @@ def test_graph_optimizer_flag_reaches_the_fine_tuning_loop(tmp_path, glue_dir, m
     from electra_tf.training import loop
 
     seen = []
-    original = loop.grappler_enabled
-    monkeypatch.setattr(loop, "grappler_enabled", lambda mode, strategy: seen.append(mode) or original(mode, strategy))
+    original = loop.make_step_driver
+
+    def driver(*args, graph_optimizer, **kwargs):
+        seen.append(graph_optimizer)
+        return original(*args, graph_optimizer=graph_optimizer, **kwargs)
+
+    monkeypatch.setattr(loop, "make_step_driver", driver)
     _, options = _run(tmp_path, glue_dir, HF_FIXTURE, "on", extra=("--graph_optimizer=on", "--do_eval=false"))
     assert options["execution"]["graph_optimizer"] == "on" and seen == ["on"]

@@ -178,11 +178,11 @@ def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_d
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.model.encoder import ElectraEncoder
-    from electra_tf.model.pretrainer import ElectraPretrainer
+    from electra_tf.model.networks import pretrainer_from_config
 
     config = get_config("tiny", TINY, vocab_size=len(VOCAB), generator_num_layers=1, generator_hidden_size=8,
                         generator_num_heads=1, generator_intermediate_size=16, max_seq_length=16)
-    pretrainer = ElectraPretrainer(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
+    pretrainer = pretrainer_from_config(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
     pretrainer.build_all()
     export_dir = str(tmp_path / "export")
     ours.save_ours(pretrainer, export_dir, vocab_file=vocab_file, keras_hub=False)
@@ -317,3 +317,18 @@ def test_layerwise_bug_default_comes_from_the_config(tmp_path, vocab_file, glue_
         config = json.loads((tmp_path / out / "finetune_config.json").read_text())
         assert config["options"]["official_layerwise_lr_bug"] is expected, out
         assert config["config"]["finetune_official_layerwise_lr_bug"] is expected, out
+
+
+def test_fp16_with_a_diverging_learning_rate_stops_instead_of_finishing_with_no_update(tmp_path, vocab_file, glue_dir):
+    """Fine-tuning counted a step the loss-scale optimizer skipped as done: a diverged fp16 run "finished"
+    having applied nothing. Now a skipped step does not count, and a run of them stops it in one line."""
+    import keras
+
+    from electra_tf.training.loop import NonFiniteError
+
+    try:
+        with pytest.raises(NonFiniteError, match=r"fine-tuning step \d+: \d+ fine-tuning steps in a row were skipped"):
+            run_main(_common(tmp_path, vocab_file) + ["--task=SST-2", f"--data_dir={glue_dir}", "--max_train_steps=400",
+                                                      "--mixed_precision=fp16", "--learning_rate=1e6", "--do_eval=false"])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

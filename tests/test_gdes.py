@@ -8,14 +8,14 @@ from electra_tf import convert
 from electra_tf.model import masking
 from electra_tf.convert import ours
 from electra_tf.model.embeddings import ElectraEmbeddings, GdesEmbeddings
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 from test_pretrainer import make_batch
 
 
 def build(**overrides):
     config = tiny_config(embedding_sharing="gdes", dropout_rate=0.0, **overrides)
-    return ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    return pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
 
 
 def gradients(model, loss_name):

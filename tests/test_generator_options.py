@@ -13,7 +13,7 @@ from electra_tf.convert import hf, keras_model, names, ours
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model import flops, masking
 from electra_tf.model.heads import gather_positions
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text.tokenization import WordPieceTokenizer
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.training.input_pipeline import whole_words_table
@@ -30,7 +30,7 @@ def tied_config(**overrides):
 
 
 def build(config):
-    return ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    return pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
 
 
 # --------------------------------------------------------------------------- config
@@ -221,9 +221,9 @@ def test_pretrainer_needs_the_table_and_training_reads_it_from_the_manifest(tmp_
         whole_words_table(config, {"vocab_file": vocab_file, "vocab_sha256": "0" * 64})
     model.whole_words = table
     model.compile(optimizer=create_optimizer(config))
-    context = model.accumulation_context(make_batch())
+    context = model.step_context(make_batch())
     out = model.compute_losses(make_batch(), training=False, seeds=context["per_example"]["seeds"])
-    assert float(context["normalizers"]["num_masked"]) == float(tf.reduce_sum(out["masked"].weights))
+    assert float(context["kwargs"]["normalizers"]["num_masked"]) == float(tf.reduce_sum(out["masked"].weights))
 
 
 # --------------------------------------------------------------------------- FLOPs and converters

@@ -74,10 +74,10 @@ def test_a_data_dir_mismatch_stays_a_one_line_error(tmp_path):
 
 @pytest.mark.parametrize("size", ["tiny", "small"])
 def test_parameter_count_matches_the_model(size):
-    from electra_tf.model.pretrainer import ElectraPretrainer
+    from electra_tf.model.networks import pretrainer_from_config
 
     config = get_config(size, objective="rtd")
-    model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
+    model = pretrainer_from_config(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
     model.build_all()
     encoders = model.generator.count_params() + model.discriminator.count_params() - \
         model.discriminator.embeddings.count_params()  # the embeddings block is shared

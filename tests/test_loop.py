@@ -7,9 +7,11 @@ import re
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from absl import logging
 
+from electra_tf.model import step as model_step
 from electra_tf.training import loop
 
 
@@ -28,14 +30,16 @@ class Quadratic(keras.Model):
         pass
 
 
-def test_step_driver_runs_the_clipped_sgd_update_for_each_batch():
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_step_driver_runs_the_clipped_sgd_update_for_each_batch(jit_compile):
     model = Quadratic()
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5))
     rng = np.random.RandomState(0)
     batches = [{"x": rng.normal(size=(4, 2)).astype("float32"), "y": rng.normal(size=4).astype("float32")}
                for _ in range(3)]
     strategy = tf.distribute.get_strategy()
-    run = loop.make_step_driver(strategy, lambda b: loop.train_step(model, b, clip_norm=0.3), ["loss", "grad_norm"])
+    run = loop.make_step_driver(strategy, lambda b: model_step.train_step(model, b, clip_norm=0.3, jit_compile=jit_compile),
+                                ["loss", "grad_norm"])
     outputs = run(iter(tf.data.Dataset.from_tensor_slices(
         {k: np.stack([b[k] for b in batches]) for k in batches[0]})), tf.constant(3))
     w = np.zeros(2)
@@ -90,7 +94,7 @@ def test_step_driver_stops_when_asked():
     stop = tf.Variable(False)
 
     def step(batch):
-        outputs = loop.train_step(model, batch, clip_norm=10.0)
+        outputs = model_step.train_step(model, batch, clip_norm=10.0)
         stop.assign(model.optimizer.iterations >= 2)  # as a signal handler would, from outside
         return outputs
 
@@ -103,7 +107,7 @@ def test_step_driver_stops_when_asked():
 def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
     import numpy as np
 
-    from electra_tf.training.loop import clip_by_global_norm
+    from electra_tf.model.step import clip_by_global_norm
 
     rng = np.random.RandomState(0)
     grads = [tf.constant(rng.normal(size=s).astype("float32")) for s in ((3, 4), (5,), (2, 2))]
@@ -117,27 +121,9 @@ def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
     assert not np.isfinite(float(norm)) and np.isnan(clipped[0].numpy()).all()
 
 
-class _FakeStrategy:
-    """Only what `grappler_enabled` reads: the strategy's worker devices."""
-
-    def __init__(self, *devices):
-        self.extended = type("Extended", (), {"worker_devices": devices})()
-
-
-def test_graph_optimizer_auto_turns_grappler_off_only_where_every_device_is_a_cpu():
-    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
-    assert loop.grappler_enabled("auto", tf.distribute.OneDeviceStrategy("/cpu:0")) is False
-    assert loop.grappler_enabled("auto", _FakeStrategy(cpu, cpu.replace("CPU:0", "CPU:1"))) is False
-    assert loop.grappler_enabled("auto", _FakeStrategy(cpu.replace("CPU", "GPU"))) is True
-    assert loop.grappler_enabled("auto", _FakeStrategy(cpu, "/job:worker/replica:0/task:0/device:TPU:0")) is True
-    assert loop.grappler_enabled("on", _FakeStrategy(cpu)) is True
-    assert loop.grappler_enabled("off", _FakeStrategy(cpu.replace("CPU", "GPU"))) is False
-    try:
-        loop.grappler_enabled("fast", _FakeStrategy(cpu))
-    except ValueError as error:
-        assert "--graph_optimizer must be one of" in str(error) and "'fast'" in str(error)
-    else:
-        raise AssertionError("an unknown --graph_optimizer value was accepted")
+def test_step_driver_takes_a_resolved_graph_optimizer_only():
+    with pytest.raises(ValueError, match="resolved graph_optimizer"):
+        loop.make_step_driver(tf.distribute.get_strategy(), lambda b: {}, ["loss"], graph_optimizer="auto")
 
 
 def _meta_optimizer_disabled() -> bool:
@@ -172,7 +158,7 @@ def test_step_driver_runs_its_steps_under_the_chosen_graph_optimizer_with_the_sa
         seen[mode] = []
 
         def step(batch, model=model, log=seen[mode]):
-            outputs = loop.train_step(model, batch, clip_norm=1.0)
+            outputs = model_step.train_step(model, batch, clip_norm=1.0)
             with tf.control_dependencies([outputs["loss"]]):
                 flag = tf.py_function(lambda: log.append(_meta_optimizer_disabled()) or 0.0, [], tf.float32)
             return {**outputs, "loss": outputs["loss"] + 0.0 * tf.ensure_shape(flag, [])}
@@ -186,5 +172,53 @@ def test_step_driver_runs_its_steps_under_the_chosen_graph_optimizer_with_the_sa
     np.testing.assert_allclose(weights["off"], weights["on"], rtol=1e-6)
 
 
-def test_graph_optimizer_auto_under_the_default_strategy_follows_the_visible_devices():
-    assert loop.grappler_enabled("auto", tf.distribute.get_strategy()) is False  # tests see CPUs only
+class AlwaysNaN(Quadratic):
+    def compute_losses(self, batch, training=True):
+        return {"loss": super().compute_losses(batch)["loss"] * np.nan}
+
+
+def _skipping_run(optimizer, tolerate):
+    model = AlwaysNaN()
+    model.compile(optimizer=optimizer)
+    optimizer.build(model.trainable_variables)  # as the runs do: the loss scale is a variable from here
+    data = tf.data.Dataset.from_tensors({"x": np.ones((4, 2), "float32"), "y": np.ones(4, "float32")}).repeat()
+    run = loop.make_step_driver(tf.distribute.get_strategy(), lambda b: model_step.train_step(model, b, clip_norm=1.0),
+                                ["loss"], stop_on_nonfinite=not tolerate)
+    return model, iter(data), run
+
+
+def test_fp16_steps_that_never_become_finite_stop_the_run_after_the_limit():
+    """Keras' loss-scale optimizer halves its scale forever on a NaN loss and never advances `iterations`:
+    the loop must still end, with the one-line error, after `LIMIT` steps skipped in a row."""
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=0.1))
+    model, iterator, run = _skipping_run(optimizer, tolerate=True)
+    skipped = loop.SkippedSteps(tolerate=True, limit=8)
+    calls = 0
+    with pytest.raises(loop.NonFiniteError) as error:
+        for calls in range(1, 100):
+            outputs = run(iterator, tf.constant(3))
+            assert int(outputs["nonfinite_steps"]) == 3  # counted, not hidden
+            skipped.observe(0, loop.current_step(optimizer), 3, int(outputs["nonfinite_steps"]), optimizer,
+                            lambda: "ckpt-0")
+    assert calls == 3 and int(optimizer.iterations.numpy()) == 0  # 9 ≥ 8 skipped in a row
+    message = str(error.value)
+    assert "\n" not in message and "9 steps in a row were skipped" in message and "fp16 loss scale down to" in message
+    assert "Last good checkpoint: ckpt-0" in message
+
+
+def test_fp32_non_finite_step_stops_at_once_without_the_skip_flag():
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    model, iterator, run = _skipping_run(optimizer, tolerate=False)
+    outputs = run(iterator, tf.constant(5))
+    assert int(outputs["nonfinite_steps"]) == 1  # the driver stopped at the first
+    with pytest.raises(loop.NonFiniteError, match="pass --skip_nonfinite_steps"):
+        loop.SkippedSteps(tolerate=False).observe(0, 0, 5, 1, optimizer, lambda: None)
+
+
+def test_a_step_applied_ends_a_run_of_skipped_steps():
+    skipped = loop.SkippedSteps(tolerate=True, limit=4)
+    optimizer = keras.optimizers.SGD()
+    skipped.observe(0, 0, 3, 3, optimizer, lambda: None)
+    skipped.observe(0, 1, 3, 2, optimizer, lambda: None)  # one applied: the run of skips ends
+    skipped.observe(1, 1, 3, 3, optimizer, lambda: None)
+    assert skipped.total == 8 and skipped.consecutive == 3

@@ -9,6 +9,7 @@ killed with SIGKILL ends the other with a one-line error instead of a hang.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import tensorflow as tf
 from electra_tf.training import input_pipeline
 from pretrain_testutil import write_shards
 from test_preemption import ROOT, checkpoint_steps, checkpoint_values, cli_args, quiet_env, wait_for_step
+from test_skip_corrupt import LOST, RECORDS, corrupt
 
 TOTAL = 40
 FLAGS = dict(dropout=0.0, log_steps=1, steps_per_loop=10, save_checkpoints_steps=1000)
@@ -43,7 +45,7 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def start_workers(data_dir, model_dir, tmp_path, use_flags=False):
+def start_workers(data_dir, model_dir, tmp_path, use_flags=False, total=TOTAL, **extra_flags):
     """Two workers sharing `model_dir`; each gets its own TMPDIR (where the non-chief saves)."""
     hosts = [f"127.0.0.1:{port}" for port in free_ports(2)]
     workers = []
@@ -51,13 +53,13 @@ def start_workers(data_dir, model_dir, tmp_path, use_flags=False):
         scratch = tmp_path / f"tmp{index}"
         scratch.mkdir(exist_ok=True)
         env = quiet_env(TMPDIR=str(scratch))
-        flags = dict(FLAGS)
+        flags = {**FLAGS, **extra_flags}
         if use_flags:
             flags.update(worker_hosts=",".join(hosts), task_index=index)
         else:
             flags.update(strategy="multi_worker")
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
-        workers.append(subprocess.Popen(cli_args(data_dir, model_dir, TOTAL, **flags), cwd=ROOT, env=env,
+        workers.append(subprocess.Popen(cli_args(data_dir, model_dir, total, **flags), cwd=ROOT, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return workers
 
@@ -122,7 +124,8 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         assert "Input of worker 0/2: all 3 shard(s); rows 0-3 of every global batch of 8" in err0
         assert "Input of worker 1/2: all 3 shard(s); rows 4-7 of every global batch of 8" in err1
         # Only the chief wrote; the non-chief's temporary checkpoints are gone.
-        assert sorted(os.listdir(model_dir)) == ["checkpoints", "run_config.json", "train", "train_log.jsonl"]
+        assert sorted(os.listdir(model_dir)) == ["checkpoints", "execution.json", "run_config.json", "train",
+                                                 "train_log.jsonl"]
         assert len(os.listdir(os.path.join(model_dir, "train"))) == 1  # one TensorBoard event file
         assert os.listdir(tmp_path / "tmp1") == []
         assert "Checkpoints:" in out0 and "Checkpoints:" not in out1
@@ -157,3 +160,21 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
     finally:
         for process in [reference, *workers]:
             process.kill()
+
+
+@pytest.mark.slow  # two worker processes, ~90 s on 2 busy cores; test_skip_corrupt tests the merge by default
+def test_with_file_sharding_the_chief_counts_the_records_every_worker_lost(tmp_path):
+    data = str(tmp_path / "data")
+    path = corrupt(data, write_shards(data, num_examples=3 * RECORDS, num_shards=3))  # shard 1: worker 1's alone
+    model_dir = str(tmp_path / "run")
+    # 16 steps of 4 examples per worker: worker 1 reads its 28 readable records more than twice.
+    workers = start_workers(data, model_dir, tmp_path, total=16, input_sharding="file", skip_corrupt_records=True,
+                            log_steps=8, steps_per_loop=8, save_checkpoints_steps=16)
+    (out0, err0), (out1, err1) = finish(workers, timeout=300)
+    assert [w.returncode for w in workers] == [0, 0], (err0[-2000:], err1[-2000:])
+    summary = [line for line in out0.splitlines() if line.startswith("--skip_corrupt_records:")]
+    assert summary == [f"--skip_corrupt_records: skipped {LOST} record(s) not readable in 1 shard(s): {path} ({LOST}); "
+                       f"check them with `python -m data_prep.inspect_shards --verify {data}`"], out0[-2000:]
+    assert f"(read by another worker): {path}: record 28, byte offset 4900:" in err0, err0[-3000:]
+    assert log_records(model_dir)[16]["skipped_records"] == LOST
+    assert len(re.findall(rf"skipped corrupt data by step \d+: {re.escape(path)}", err1)) == 1, err1[-3000:]

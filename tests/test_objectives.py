@@ -7,7 +7,7 @@ import tensorflow as tf
 from electra_tf.model import masking
 from electra_tf.config import OBJECTIVES
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.options import ExecutionOptions
 from pretrain_testutil import SPECIAL_IDS, tiny_config
 from test_pretrainer import log_softmax, make_batch
@@ -15,7 +15,7 @@ from test_pretrainer import log_softmax, make_batch
 
 def build(objective, **overrides):
     config = tiny_config(objective=objective, dropout_rate=0.0, **overrides)
-    return ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    return pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
 
 
 def run(model, batch=None):
@@ -132,8 +132,8 @@ def test_every_objective_trains_and_reports_its_losses(objective):
 
 def losses_and_gradients_by_kernels(config, loss_name, compute=run):
     """Per `kernels` value: the model's outputs and the gradients of `loss_name`, from the same weights."""
-    models = {kernels: ElectraPretrainer(config, special_token_ids=SPECIAL_IDS,
-                                         execution=ExecutionOptions(kernels=kernels)).build_all()
+    models = {kernels: pretrainer_from_config(config, special_token_ids=SPECIAL_IDS,
+                                         execution=ExecutionOptions(kernels=kernels).resolve({"CPU"})).build_all()
               for kernels in ("reference", "xla_cpu")}
     for source, target in zip(models["reference"].weights, models["xla_cpu"].weights):
         target.assign(source)

@@ -7,7 +7,7 @@ from scipy.special import erf
 
 from electra_tf.model import masking
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from pretrain_testutil import SPECIAL_IDS, random_example, tiny_config
 
 
@@ -19,7 +19,7 @@ def make_batch(batch_size=4, seq_length=32, vocab_size=64, seed=0):
 
 
 def build(**overrides):
-    model = ElectraPretrainer(tiny_config(dropout_rate=0.0, **overrides),
+    model = pretrainer_from_config(tiny_config(dropout_rate=0.0, **overrides),
                               special_token_ids=SPECIAL_IDS)
     return model.build_all()
 
@@ -134,7 +134,7 @@ def test_train_step_reduces_loss_on_a_fixed_batch():
     model = build(num_train_steps=100, num_warmup_steps=0, learning_rate=3e-3)
     model.compile(optimizer=create_optimizer(model.config))
     batch = make_batch(batch_size=8)
-    step = tf.function(model.train_step)
+    step = tf.function(model.replica_step)
     first = [float(step(batch)["loss"]) for _ in range(3)][0]
     for _ in range(25):
         last = float(step(batch)["loss"])
@@ -152,7 +152,7 @@ def test_gradients_are_clipped_to_global_norm():
     model = build(clip_norm=clip_norm)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
     before = [v.numpy().copy() for v in model.trainable_variables]
-    out = model.train_step(make_batch())
+    out = model.replica_step(make_batch())
     assert float(out["grad_norm"]) > 100 * clip_norm  # the pre-clip norm is reported, and clipping is active
     change = tf.linalg.global_norm([tf.constant(b) - v for b, v in zip(before, model.trainable_variables)])
     np.testing.assert_allclose(float(change), clip_norm, rtol=1e-3)
@@ -164,7 +164,7 @@ def test_mlm_objective(mlm_encoder, hidden):
     assert model.discriminator is None and model.encoder_for_finetuning is model.generator
     assert model.generator.hidden_size == hidden
     model.compile(optimizer=create_optimizer(model.config))
-    out = model.train_step(make_batch())
+    out = model.replica_step(make_batch())
     assert set(out) == {"loss", "gen_loss", "grad_norm", "nonfinite"} and float(out["nonfinite"]) == 0.0
     np.testing.assert_allclose(out["loss"].numpy(), out["gen_loss"].numpy())
     assert "disc_auc" not in model.metric_results()

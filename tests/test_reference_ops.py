@@ -27,7 +27,7 @@ def test_gelu_matches_the_official_formula_and_keras_exact_gelu():
     np.testing.assert_allclose(gelu_exact(x).numpy(), official.numpy(), rtol=1e-6, atol=2e-6)
     np.testing.assert_allclose(gelu_exact(x).numpy(), keras.activations.gelu(x, approximate=False).numpy(),
                                rtol=1e-6, atol=2e-6)
-    assert get_activation("gelu") is gelu_exact
+    assert get_activation("gelu", kernels="xla_cpu") is gelu_exact and get_activation("gelu") is not gelu_exact
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -5,8 +5,9 @@ import os
 import re
 
 import pytest
+import tensorflow as tf
 
-from electra_tf.training import input_pipeline, loop
+from electra_tf.training import input_pipeline, loop, pretraining, skipped_records
 from pretrain_testutil import write_shards
 from test_preemption import checkpoint_steps
 from test_run_guards import run_cli
@@ -73,6 +74,60 @@ def test_the_skipped_count_needs_the_shards_record_counts(tmp_path):
     assert input_pipeline.shard_record_counts(data, manifest) == [8]
 
 
+def skip_reports(data_dir, manifest, num_batches):
+    """The step driver's per-shard skip report of each of the first `num_batches` batches (4 records)."""
+    report = input_pipeline.SkipReport(len(manifest["shards"]))
+    dataset = input_pipeline.pretraining_dataset(data_dir, manifest, batch_size=4, shuffle_buffer=0,
+                                                 skip_corrupt=True)
+    return [report.split(element)[1] for element in dataset.take(num_batches)]
+
+
+def test_a_shard_that_loses_its_tail_on_every_pass_counts_those_records_once(corrupt_dir, caplog):
+    data_dir, manifest, path = corrupt_dir
+    passes = 3
+    reports = skip_reports(data_dir, manifest, passes * (3 * RECORDS - LOST) // 4)
+    one_call = {name: sum(r[name] for r in reports) for name in reports[0]}  # a driver call spanning every pass
+    assert one_call["skipped_by_shard"].numpy().tolist() == [0, passes * LOST, 0]  # the reader loses it each pass
+    for calls in (reports, [one_call]):
+        skipping = pretraining.SkippedRecords(data_dir, manifest)
+        caplog.clear()
+        for step, outputs in enumerate(calls):
+            skipping.add(outputs, step)
+        assert skipping.by_shard.numpy().tolist() == [0, LOST, 0] and skipping.total == LOST
+        assert skipping.summary().startswith(f"--skip_corrupt_records: skipped {LOST} record(s) not readable in 1 "
+                                             f"shard(s): {path} ({LOST});")
+        assert [r.getMessage().split(": ", 2)[1] for r in caplog.records] == [path]  # logged when first met
+
+
+def test_the_chief_counts_and_logs_the_records_another_worker_lost(corrupt_dir, caplog, monkeypatch):
+    data_dir, manifest, path = corrupt_dir
+    strategy = tf.distribute.get_strategy()  # the chief; `gather`'s collective is stood in for
+    other_worker = tf.constant([0, LOST, 0], tf.int64)
+    monkeypatch.setattr(skipped_records, "max_over_workers_fn",
+                        lambda _: lambda own: tf.maximum(tf.convert_to_tensor(own), other_worker))
+    skipping = pretraining.SkippedRecords(data_dir, manifest)
+    skipping.gather(strategy, step=8)
+    assert skipping.total == LOST and skipping.by_shard.numpy().tolist() == [0, 0, 0]  # its own count stays its own
+    assert f"{path} ({LOST})" in skipping.summary()
+    assert re.search(rf"skipped corrupt data by step 8 \(read by another worker\): {re.escape(path)}: record 28, "
+                     rf"byte offset 4900: .*{LOST} of its {RECORDS} records not read; {LOST} skipped so far",
+                     caplog.text), caplog.text
+    caplog.clear()
+    skipping.gather(strategy, step=12)
+    assert "skipped corrupt data" not in caplog.text  # the same loss again: no new line
+
+
+def test_the_max_over_replicas_takes_each_shards_largest_count():
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],  # no collective ops (see test_training)
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    counts = [[[0, 72, 0]], [[0, 0, 3]]]  # each replica's, as each worker's with --input_sharding=file
+    per_replica = mirrored.experimental_distribute_values_from_function(
+        lambda context: tf.constant(counts[context.replica_id_in_sync_group], tf.int64))
+    assert skipped_records.max_over_replicas(mirrored, per_replica).numpy().tolist() == [0, 72, 3]
+    assert skipped_records.max_over_workers_fn(mirrored)(tf.constant([5, 0, 1], tf.int64)).numpy().tolist() == \
+        [5, 0, 1]
+
+
 @pytest.mark.slow  # two training runs and a resume; the CLI test keeps the flag in the default suite
 def test_a_run_that_skips_resumes_exactly(corrupt_dir, tmp_path):
     data_dir, _, _ = corrupt_dir
@@ -109,18 +164,22 @@ def test_a_run_stopped_by_a_corrupt_record_resumes_with_the_flag_as_if_it_had_sk
 def test_the_cli_with_the_flag_finishes_and_reports_the_count_in_one_line(corrupt_dir, tmp_path):
     data_dir, _, path = corrupt_dir
     model_dir = str(tmp_path / "run")
-    result = run_cli(data_dir, model_dir, 24, shuffle_buffer=1, skip_corrupt_records=True, log_steps=4)
+    steps = 64  # 512 examples: two passes over the 228 readable ones, each losing the same 72
+    result = run_cli(data_dir, model_dir, steps, shuffle_buffer=1, skip_corrupt_records=True, log_steps=8,
+                     steps_per_loop=8, save_checkpoints_steps=32)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(rf"skipped corrupt data by step \d+: {re.escape(path)}: record 28, byte offset 4900: not "
-                     rf"readable, the reader gave up on the rest of the shard: {LOST} of its {RECORDS} records not "
-                     rf"read; {LOST} skipped so far", result.stderr), result.stderr[-3000:]
+    lines = re.findall(r"skipped corrupt data by step \d+: .*", result.stderr)
+    assert len(lines) == 1 and re.fullmatch(
+        rf"skipped corrupt data by step \d+: {re.escape(path)}: record 28, byte offset 4900: not readable, the "
+        rf"reader gave up on the rest of the shard: {LOST} of its {RECORDS} records not read; {LOST} skipped so far",
+        lines[0]), result.stderr[-3000:]
     summary = [line for line in result.stdout.splitlines() if line.startswith("--skip_corrupt_records:")]
     assert summary == [f"--skip_corrupt_records: skipped {LOST} record(s) not readable in 1 shard(s): {path} ({LOST}); "
                        f"check them with `python -m data_prep.inspect_shards --verify {data_dir}`"]
     with open(os.path.join(model_dir, "train_log.jsonl")) as f:
         records = [json.loads(line) for line in f]
-    assert records[-1]["step"] == 24 and records[-1]["skipped_records"] == LOST
-    assert checkpoint_steps(model_dir)[-1] == 24
+    assert records[-1]["step"] == steps and records[-1]["skipped_records"] == LOST
+    assert checkpoint_steps(model_dir)[-1] == steps
     names = os.listdir(os.path.join(model_dir, "checkpoints"))
     assert not [n for n in names if "tmp" in n], names  # nothing half-written
     assert os.path.isdir(os.path.join(model_dir, "export"))

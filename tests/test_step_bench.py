@@ -107,7 +107,7 @@ INTENDED = {
     "ops_adam": {"adam_kernel"},
     "grappler_on": {"graph_optimizer"},
     "xla": {"kernels", "dropout_masks", "sampling", "jit_compile"},
-    "accelerator_defaults": ALL_FIELDS,
+    "accelerator_defaults": ALL_FIELDS - {"gradient_accumulation_steps"},  # one batch per step on every device
 }
 
 

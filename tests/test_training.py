@@ -16,7 +16,7 @@ from electra_tf import convert
 from electra_tf.training import pretraining
 from electra_tf.convert import ours as export_format
 from electra_tf.options import ExecutionOptions
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.model.networks import pretrainer_from_config
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,13 +108,13 @@ def test_export_loads_the_pretrained_encoder(data_dir, tmp_path):
     encoder, config, vocab = convert.load_encoder(export_dir)
     assert vocab and open(vocab).read().startswith("[PAD]\n[UNK]")
     # The exported weights are the final checkpoint's discriminator weights.
-    restored = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    restored = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
     tf.train.Checkpoint(model=restored).restore(latest).expect_partial()
     assert len(encoder.weights) == len(restored.discriminator.weights)
     for ours, saved in zip(encoder.weights, restored.discriminator.weights):
         np.testing.assert_array_equal(ours.numpy(), saved.numpy(), err_msg=ours.path)
-    fresh = ElectraPretrainer(config, special_token_ids=SPECIAL_IDS).build_all()
+    fresh = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     assert not np.array_equal(fresh.discriminator.weights[-3].numpy(), encoder.weights[-3].numpy())
     reloaded = keras.saving.load_model(os.path.join(export_dir, "discriminator.keras"))
     inputs = {"token_ids": np.array([[2, 7, 9, 3]], "int32"), "segment_ids": np.zeros((1, 4), "int32"),
@@ -124,7 +124,7 @@ def test_export_loads_the_pretrained_encoder(data_dir, tmp_path):
 
 @pytest.mark.parametrize("hidden_act", ["gelu_approximate", "gelu"])
 def test_keras_hub_export_reproduces_sequence_output(hidden_act, tmp_path):
-    model = ElectraPretrainer(tiny_config(hidden_act=hidden_act), special_token_ids=SPECIAL_IDS).build_all()
+    model = pretrainer_from_config(tiny_config(hidden_act=hidden_act), special_token_ids=SPECIAL_IDS).build_all()
     for variable in model.discriminator.weights:  # move off the init so GELU variants differ measurably
         variable.assign(variable + tf.random.normal(variable.shape, stddev=0.3, seed=1))
     export_format.save_ours(model, str(tmp_path / "export"))

@@ -119,7 +119,7 @@ def test_classification_model_runs_the_last_layer_at_cls_only(kernels, monkeypat
 def test_encoder_drops_out_with_electra_dropout_and_keeps_its_rng_state_list():
     keras.utils.set_random_seed(0)
     config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 2})
-    encoder = ElectraEncoder.from_config_object(config, "discriminator")
+    encoder = ElectraEncoder.from_config_object(config, "discriminator", execution=ExecutionOptions().resolve({"CPU"}))
     encoder.build()
     layer = encoder.transformer_layers[0]
     dropouts = (layer._self_attention_dropout, layer._feedforward_dropout, layer._self_attention_layer._dropout_layer)

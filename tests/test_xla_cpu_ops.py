@@ -138,7 +138,12 @@ def test_bias_dropout_add_norm_matches_layer_norm_and_its_gradients(dtype, tol):
 # the XLA:CPU transformer layer against the reference call
 # --------------------------------------------------------------------------
 
+CPU_DEFAULTS = ExecutionOptions().resolve({"CPU"})  # what a run on CPUs resolves
+
+
 def _layer(policy="float32", **kwargs):
+    """A layer with the CPU defaults' kernels and masks unless `kwargs` say otherwise."""
+    kwargs = {"kernels": CPU_DEFAULTS.kernels, "dropout_masks": CPU_DEFAULTS.dropout_masks, **kwargs}
     layer = ElectraTransformerEncoder(intermediate_dim=48, num_heads=4, dropout=0.1, activation=gelu_exact,
                                       layer_norm_epsilon=1e-12, dtype=policy,
                                       kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.2), **kwargs)
@@ -232,7 +237,10 @@ def test_xla_cpu_kernels_raise_where_they_cannot_compute_instead_of_falling_back
     with pytest.raises(ValueError, match="16-bit dropout masks"):
         _layer(kernels="xla_cpu", dropout_masks="keras")
     with pytest.raises(ValueError, match="the exact GELU"):
-        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu", kernels="xla_cpu")
+        ElectraTransformerEncoder(intermediate_dim=8, num_heads=2, activation="gelu", kernels="xla_cpu",
+                                  dropout_masks="16bit")
+    with pytest.raises(ValueError, match="fused=True.*needs activation=gelu_exact"):
+        ElectraDense(8, activation="relu", fused=True)  # the fused bias + GELU kernel: refused, not skipped
     layer = _layer()
     with pytest.raises(ValueError, match="padding mask only"):
         layer(X, attention_mask=tf.ones((3, 7, 7), tf.bool))
@@ -249,9 +257,9 @@ def test_execution_reaches_the_encoders_and_stays_out_of_their_config():
     reference.build()
     assert {layer.kernels for layer in reference.transformer_layers} == {"reference"}
     assert not {"fused_kernels", "dropout_masks", "execution"} & set(reference.get_config())
-    default = ElectraEncoder.from_config_object(config, "generator")  # this machine: CPUs only
-    default.build()
-    assert {layer.kernels for layer in default.transformer_layers} == {"xla_cpu"}
+    cpu = ElectraEncoder.from_config_object(config, "generator", execution=CPU_DEFAULTS)
+    cpu.build()
+    assert {layer.kernels for layer in cpu.transformer_layers} == {"xla_cpu"}
 
 
 def test_encoders_saved_with_execution_fields_in_their_config_still_load():
@@ -421,19 +429,24 @@ def test_bfloat16_layer_and_head_bias_gradients_match_float32():
                                    err_msg=weight.path)
 
 
-def test_the_default_execution_resolves_per_model_activation():
-    """An entry point's default (what its flags ask for, on its devices) leaves each model to resolve:
-    a tanh-GELU model gets the reference kernels, an exact-GELU one the XLA:CPU kernels."""
-    from electra_tf.model.execution import set_default_execution
+def test_a_model_built_without_options_computes_with_the_portable_ones_and_auto_is_refused():
+    """No process-global default: no options means TensorFlow's standard ops; "auto" is the run's to resolve."""
+    encoder = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100))
+    encoder.build()
+    assert encoder.execution == ExecutionOptions.portable()
+    assert {layer.kernels for layer in encoder.transformer_layers} == {"reference"}
+    with pytest.raises(ValueError, match="resolve them for the run's devices first"):
+        ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100), execution=ExecutionOptions())
 
-    set_default_execution(ExecutionOptions(), {"CPU"})
-    try:
-        for hidden_act, kernels in (("gelu_approximate", "reference"), ("gelu", "xla_cpu")):
-            encoder = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100, hidden_act=hidden_act))
-            encoder.build()
-            assert {layer.kernels for layer in encoder.transformer_layers} == {kernels}
-        set_default_execution(ExecutionOptions(kernels="reference"), {"CPU"})
-        encoder = ElectraEncoder.from_config_object(get_config("tiny", vocab_size=100))
-        assert encoder.execution.kernels == "reference"
-    finally:
-        set_default_execution(None)
+
+def test_the_run_resolves_the_kernels_per_model_activation():
+    """One place decides: a tanh-GELU model gets the reference kernels on CPUs, an exact-GELU one XLA:CPU's."""
+    from electra_tf.training import distribution
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    for hidden_act, kernels in (("gelu_approximate", "reference"), ("gelu", "xla_cpu")):
+        config = get_config("tiny", vocab_size=100, hidden_act=hidden_act)
+        resolved, _ = distribution.resolve_execution(ExecutionOptions(), strategy, config)
+        encoder = ElectraEncoder.from_config_object(config, execution=resolved)
+        encoder.build()
+        assert {layer.kernels for layer in encoder.transformer_layers} == {kernels}

@@ -14,7 +14,6 @@ The execution options decide every "how it is computed" choice, as `--kernels`, 
 `--sampling`, `--adam_kernel`, `--jit_compile` and `--graph_optimizer` do for the scripts.
 """
 
-import contextlib
 import dataclasses
 import os
 import statistics
@@ -24,24 +23,14 @@ import keras
 import tensorflow as tf
 
 from bench.step_bench import harness, workload
-from electra_tf.model import execution as model_execution
 from electra_tf.training import distribution, pretraining
 from electra_tf.options import ExecutionOptions, RunOptions
 
 
 def baseline_execution(strategy) -> ExecutionOptions:
-    """What the scripts run by default on `strategy`'s devices."""
-    return ExecutionOptions().resolve(distribution.device_types(strategy), keras.backend.backend())
-
-
-@contextlib.contextmanager
-def default_execution(execution: ExecutionOptions):
-    """Layers built inside take `execution` (as the scripts set it before building); reset after."""
-    model_execution.set_default_execution(execution)
-    try:
-        yield
-    finally:
-        model_execution.set_default_execution(None)
+    """What the scripts run by default on `strategy`'s devices (one batch per step: no micro-batches)."""
+    requested = ExecutionOptions(gradient_accumulation_steps=1)
+    return requested.resolve(distribution.device_types(strategy), keras.backend.backend())
 
 
 def repeated_batch(batch: dict):
@@ -70,14 +59,12 @@ class OursPretraining(OursStep):
         workload.set_policy(precision)
         keras.utils.set_random_seed(0)
         start = time.perf_counter()
-        with default_execution(execution):
-            self.model, self.optimizer = pretraining.build_model(
-                config, strategy, workload.SPECIAL_IDS, 0, "bf16" if precision == "bf16" else "none", execution)
+        self.model, self.optimizer = pretraining.build_model(
+            config, strategy, workload.SPECIAL_IDS, 0, "bf16" if precision == "bf16" else "none", execution)
         self.build_seconds = time.perf_counter() - start
         workload.set_policy("fp32")
         self.iterator = repeated_batch(batch)
-        self.fn = pretraining.make_train_fn(strategy, self.model, jit_compile=execution.jit_compile,
-                                         graph_optimizer=execution.graph_optimizer)
+        self.fn = pretraining.make_train_fn(strategy, self.model, graph_optimizer=execution.graph_optimizer)
 
 
 class OursFinetuning(OursStep):
@@ -99,16 +86,15 @@ class OursFinetuning(OursStep):
             train_batch_size=batch["input_ids"].shape[0], eval_batch_size=32, num_train_epochs=3,
             warmup_fraction=config.finetune_warmup_fraction, weight_decay=config.finetune_weight_decay,
             layerwise_lr_decay=config.finetune_layerwise_lr_decay, max_seq_length=seq, execution=execution)
-        with default_execution(execution):
-            encoder_fn = finetuning_model.new_encoder_fn(config)
-            self.model = finetuning_model.build_model(task, config, encoder_fn, strategy, seq)
+        encoder_fn = finetuning_model.new_encoder_fn(config)
+        self.model = finetuning_model.build_model(task, config, encoder_fn, strategy, seq, execution)
         with strategy.scope():  # as train.train: optimizer, compile, optimizer.build
             self.optimizer = train.make_optimizer(self.model, options, config, 10_000)
             self.model.compile(optimizer=self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
         self.build_seconds = time.perf_counter() - start
         self.iterator = repeated_batch(batch)
-        self.fn = train.make_train_fn(strategy, self.model, execution.jit_compile, execution.graph_optimizer)
+        self.fn = train.make_train_fn(strategy, self.model, execution.graph_optimizer)
 
 
 def pipeline_throughput(config, rows, num_batches, tmp) -> dict:

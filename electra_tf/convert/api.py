@@ -95,18 +95,19 @@ def load_any(path: str, config: ElectraConfig | None = None, vocab_file: str | N
 
 
 def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator",
-                 vocab_file: str | None = None, strict: bool = True):
+                 vocab_file: str | None = None, strict: bool = True, execution=None):
     """`(ElectraEncoder, ElectraConfig, vocab_file)` of the encoder to fine-tune.
 
     Our exports: the export decides every weight-shaping field (differences
     from `config` are logged) and `config`'s training fields are kept. Hugging
     Face / official checkpoints: `strict` refuses a `config` of another
-    architecture, listing the mismatched variables.
+    architecture, listing the mismatched variables. `execution`: how the encoder computes (resolved
+    `ExecutionOptions`; default: the portable ones).
     """
     if ours.is_export_dir(path):
-        return ours.load_ours_encoder(path, config, name)
+        return ours.load_ours_encoder(path, config, name, execution)
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
-    encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name)
+    encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name, execution=execution)
     encoder.build()
     variables = {**keras_model.embedding_variables(encoder.embeddings),
                  **keras_model.encoder_variables(encoder, "discriminator")}
@@ -156,20 +157,25 @@ def run_config_path(model_dir: str) -> str | None:
 
 # Facts of the run kept beside its config (where a phase-2 run started): not hyper-parameters.
 RUN_RECORD_KEY = "phase"
+# The run's options that belong to its recipe beside the config (seed, data order, precision, vocabulary:
+# `training.restore.recipe_options`); run folders written before they were recorded lack them.
+RUN_OPTIONS_KEY = "training"
 
 
 def load_run_config(path: str) -> ElectraConfig:
     """The config in run config file `path` (either schema)."""
     with open(path) as f:
         values = json.load(f)
-    values.pop(RUN_RECORD_KEY, None)
+    for key in (RUN_RECORD_KEY, RUN_OPTIONS_KEY):
+        values.pop(key, None)
     return ElectraConfig.from_dict(values)
 
 
-def run_record(path: str) -> dict | None:
-    """The facts of the run in run config file `path` (`RUN_RECORD_KEY`), if it has any."""
+def run_record(path: str, key: str = RUN_RECORD_KEY) -> dict | None:
+    """What run config file `path` keeps beside the config under `key` (the run's facts, `RUN_RECORD_KEY`, or
+    its recipe options, `RUN_OPTIONS_KEY`), if anything."""
     with open(path) as f:
-        return json.load(f).get(RUN_RECORD_KEY)
+        return json.load(f).get(key)
 
 
 def initialize_pretrainer(model, path: str, generator_path: str | None = None) -> tuple:

@@ -24,6 +24,7 @@ from absl import logging
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import names
 from electra_tf.convert.errors import ConversionError
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.model.pretrainer import ElectraPretrainer
 
 
@@ -41,7 +42,7 @@ def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = Non
     refuse_two_tower_generator(config, "the converters' generator + discriminator model")
     if config.objective != "rtd":
         raise ValueError(f"conversion needs objective='rtd' (generator + discriminator), got {config.objective!r}")
-    pretrainer = ElectraPretrainer(config, special_token_ids=special_token_ids)
+    pretrainer = pretrainer_from_config(config, special_token_ids=special_token_ids)
     for layer, shape in ((pretrainer.discriminator, None), (pretrainer.generator, None),
                          (pretrainer.discriminator_head, (None, None, config.discriminator.hidden_size)),
                          (pretrainer.generator_head, (None, None, config.generator.hidden_size))):

@@ -142,7 +142,7 @@ def load_ours(path: str, config: ElectraConfig | None = None, overrides: dict | 
     return resolved, pretrainer, export_vocab(path)
 
 
-def load_ours_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator"):
+def load_ours_encoder(path: str, config: ElectraConfig | None = None, name: str = "discriminator", execution=None):
     """`(ElectraEncoder, config, vocab_file or None)`: the export's fine-tuning encoder alone.
 
     The export decides every weight-shaping field (differences from `config`
@@ -151,7 +151,7 @@ def load_ours_encoder(path: str, config: ElectraConfig | None = None, name: str 
     _check_export_dir(path)
     meta = read_export_metadata(path)
     config = merge_architecture(ElectraConfig.from_dict(meta["config"]), config, path)
-    encoder = ElectraEncoder.from_config_object(config, meta["finetuning_role"], name=name)
+    encoder = ElectraEncoder.from_config_object(config, meta["finetuning_role"], name=name, execution=execution)
     encoder.build()
     encoder.load_weights(os.path.join(path, ENCODER_WEIGHTS))
     return encoder, config, export_vocab(path)

@@ -30,9 +30,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from electra_tf.training import loop
 from electra_tf.finetuning.task import Task
+from electra_tf.model import step
 from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.model.execution import layer_execution
+from electra_tf.options import ExecutionOptions
 from electra_tf.ops.replicas import replica_context_info
 
 # The model's inputs; a batch also holds the head's targets.
@@ -54,8 +56,10 @@ class FinetuningModel(keras.Model):
     losses of a global batch are combined before the gradient and its clip.
     """
 
-    def __init__(self, encoder, head, clip_norm=1.0, loss_reduction="sum", **kwargs):
+    def __init__(self, encoder, head, clip_norm=1.0, loss_reduction="sum", execution: ExecutionOptions | None = None,
+                 **kwargs):
         super().__init__(name=kwargs.pop("name", "finetuning_model"), **kwargs)
+        self.execution = layer_execution(execution)  # how the step is computed; not part of the config
         if loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
         self.encoder = encoder
@@ -90,9 +94,9 @@ class FinetuningModel(keras.Model):
         pass  # fine-tuning scores the dev sets instead of keeping running training metrics
 
     def train_step(self, batch):
-        """One step (`loop.train_step`: all-reduce before one global-norm clip, so N replicas clip
+        """One step (`model.step.train_step`: all-reduce before one global-norm clip, so N replicas clip
         exactly what one device would); returns partials that sum to the global values."""
-        out = loop.train_step(self, batch, self.clip_norm)
+        out = step.train_step(self, batch, self.clip_norm, jit_compile=self.execution.jit_compile)
         replicas = tf.cast(_replica_count(), tf.float32)
         return {"loss": out["mean_loss"], "grad_norm": out["grad_norm"] / replicas, "nonfinite": out["nonfinite"]}
 
@@ -109,19 +113,21 @@ class FinetuningModel(keras.Model):
         return cls(encoder, head, **config)
 
 
-def build_model(task: Task, config, encoder_fn, strategy, seq_length: int) -> FinetuningModel:
-    """Encoder + the task's head, with the config's clip norm and loss reduction, all variables built."""
+def build_model(task: Task, config, encoder_fn, strategy, seq_length: int,
+                execution: ExecutionOptions | None = None) -> FinetuningModel:
+    """Encoder + the task's head, with the config's clip norm and loss reduction, all variables built;
+    `execution`: the run's resolved options (default: the portable ones)."""
     with strategy.scope():
-        model = FinetuningModel(encoder_fn(), task.build_head(config), clip_norm=config.clip_norm,
-                                loss_reduction=config.finetune_loss_reduction)
+        model = FinetuningModel(encoder_fn(execution), task.build_head(config), clip_norm=config.clip_norm,
+                                loss_reduction=config.finetune_loss_reduction, execution=execution)
         model.build_all(seq_length)
     return model
 
 
 def new_encoder_fn(config):
-    """A factory of randomly initialised discriminator encoders."""
-    def build():
-        encoder = ElectraEncoder.from_config_object(config, role="discriminator")
+    """A factory of randomly initialised discriminator encoders: `build(execution=None)`."""
+    def build(execution: ExecutionOptions | None = None):
+        encoder = ElectraEncoder.from_config_object(config, role="discriminator", execution=execution)
         encoder.build()
         return encoder
     return build

@@ -130,14 +130,15 @@ def checkpoint_vocab(init_checkpoint: Optional[str]) -> Optional[str]:
 
 
 def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = None):
-    """A factory of encoders: fresh ones, or a new copy of the checkpoint's weights per call (per seed)."""
+    """A factory of encoders, `build(execution=None)`: fresh ones, or a new copy of the checkpoint's weights per
+    call (per seed), computing with the run's resolved execution options."""
     if not options.init_checkpoint:
         return new_encoder_fn(config)
     from electra_tf.convert import api
 
-    def build():
+    def build(execution=None):
         encoder, _, _ = api.load_encoder(options.init_checkpoint, config, vocab_file=options.vocab_file or vocab_file,
-                                         strict=False)
+                                         strict=False, execution=execution)
         return encoder
 
     return build

@@ -59,10 +59,9 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     ("selection": "final", or "best_epoch" with `options.select_best_epoch`).
     """
     os.makedirs(run_dir, exist_ok=True)
-    options = dataclasses.replace(options, execution=distribution.resolve_execution(options.execution, strategy,
-                                                                                     config.hidden_act))
+    options = dataclasses.replace(options, execution=finetuning_execution(options, strategy, config))
     keras.utils.set_random_seed(options.seed)
-    model = build_model(task, config, encoder_fn, strategy, options.max_seq_length)
+    model = build_model(task, config, encoder_fn, strategy, options.max_seq_length, options.execution)
     seq = options.max_seq_length
     eval_sets = _cached(data_cache, "eval", lambda: task.eval_sets(tokenizer, seq)) if options.do_eval else []
     context = EvalContext(task, eval_sets, options, strategy, padding_for(task, config, options), run_dir)
@@ -81,6 +80,15 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     result.update(_export_and_predict(model, tokenizer, context, data_cache))
     write_json_atomic(os.path.join(run_dir, "run_metrics.json"), result)
     return result
+
+
+def finetuning_execution(options: RunOptions, strategy, config):
+    """The run's execution options as `distribution.resolve_execution` decides them (as given when the entry
+    point has resolved them already); fine-tuning takes one batch per step (no micro-batches)."""
+    if options.execution.resolved:
+        return options.execution
+    requested = dataclasses.replace(options.execution, gradient_accumulation_steps=1)
+    return distribution.resolve_execution(requested, strategy, config, batch_size=options.train_batch_size)[0]
 
 
 def _train(model, config, features, context: EvalContext, tracker: BestTracker, writer) -> dict:

@@ -68,10 +68,11 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
     return optimizer
 
 
-def make_train_fn(strategy, model, jit_compile=False, graph_optimizer="auto"):
-    """`run(iterator, steps)`: the compiled multi-step driver of `model.train_step`."""
-    return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"], jit_compile,
-                                 graph_optimizer=graph_optimizer)
+def make_train_fn(strategy, model, graph_optimizer="off", stop_on_nonfinite=True):
+    """`run(iterator, steps)`: the compiled multi-step driver of `model.train_step` (XLA, if the run's
+    execution options say so, is the step's own: `model.step.train_step`)."""
+    return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"],
+                                 stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer)
 
 
 def _compile(model, options: RunOptions, config, total_steps: int, strategy):
@@ -80,12 +81,6 @@ def _compile(model, options: RunOptions, config, total_steps: int, strategy):
         model.compile(optimizer=optimizer)
         optimizer.build(model.trainable_variables)
     return optimizer
-
-
-def _check_finite(outputs, optimizer):
-    if int(outputs["nonfinite_steps"]):
-        raise loop.NonFiniteError(f"fine-tuning step {loop.current_step(optimizer) + 1}: the loss or gradient "
-                                  "norm is not finite; stopping (lower the learning rate)")
 
 
 def train(model, task: Task, config, features, options: RunOptions, strategy, eval_context, tracker, writer,
@@ -104,7 +99,11 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
     step = first_step = checkpoints.restore() if checkpoints else 0
     iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed, padding,
                                          options.length_bucketing, start_step=step))
-    train_steps = make_train_fn(strategy, model, options.execution.jit_compile, options.execution.graph_optimizer)
+    # fp16's loss-scale optimizer skips overflowed steps itself: they do not stop the driver, but a run
+    # of them does (`loop.SkippedSteps`); any other non-finite step stops it at once.
+    skipped_steps = loop.SkippedSteps(tolerate=options.mixed_precision == "fp16")
+    train_steps = make_train_fn(strategy, model, options.execution.graph_optimizer,
+                                stop_on_nonfinite=not skipped_steps.tolerate)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
                  "loss %s over the batch, clip %g%s; %s", task.name, num_examples, total_steps,
                  steps_per_epoch, options.train_batch_size, options.learning_rate, options.layerwise_lr_decay,
@@ -117,8 +116,12 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
         stop = loop.next_stop(step, total_steps, options.steps_per_loop, steps_per_epoch, options.log_steps,
                               save_every)
         outputs = train_steps(iterator, tf.constant(stop - step))
-        _check_finite(outputs, optimizer)
-        step = stop
+        previous, step = step, loop.current_step(optimizer)  # a skipped step does not count
+        skipped_steps.observe(previous, step, stop - previous, int(outputs["nonfinite_steps"]), optimizer,
+                              lambda: checkpoints.manager.latest_checkpoint if checkpoints else None,
+                              what="fine-tuning step")
+        if step == previous:
+            continue
         log_now = step % options.log_steps == 0 or step == total_steps
         scalars = {"loss": float(outputs["loss"]), "learning_rate": loop.learning_rate_at(optimizer, step),
                    "grad_norm": float(outputs["grad_norm"]),

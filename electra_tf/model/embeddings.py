@@ -19,7 +19,7 @@ import keras
 from keras import layers, ops
 from keras_hub.layers import PositionEmbedding
 
-from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.execution import without_legacy_fields
 from electra_tf.model.layers import layer_norm, truncated_normal
 from electra_tf.ops.reference import PACKAGE, layer_norm_last_axis
 
@@ -45,7 +45,7 @@ class ElectraEmbeddings(layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        kernels = kernels or resolve_execution().kernels
+        kernels = kernels or "reference"  # see electra_tf.model.execution: no options, the portable ones
         self.vocab_size = vocab_size
         self.embedding_size = embedding_size
         self.max_position_embeddings = max_position_embeddings
@@ -167,7 +167,16 @@ class GdesEmbeddings(layers.Layer):
         return folded
 
     def get_config(self):
-        raise NotImplementedError("GdesEmbeddings wraps a live embeddings block; export folds it (fold())")
+        # The shared block is serialised with it: deserialised alone, it wraps its own copy (a model shares
+        # the generator's block again by building it on that block; an export folds it: `fold()`).
+        config = super().get_config()
+        config.update(base=keras.layers.serialize(self.base))
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(keras.layers.deserialize(config.pop("base")), **config)
 
 
 def _shared_variables(embeddings: ElectraEmbeddings):

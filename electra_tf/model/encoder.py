@@ -32,7 +32,7 @@ from keras import ops
 
 from electra_tf.config import ElectraConfig
 from electra_tf.model.embeddings import ElectraEmbeddings
-from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.execution import layer_execution, without_legacy_fields
 from electra_tf.model.layers import ElectraDense, get_activation, truncated_normal
 from electra_tf.model.transformer_layer import ElectraTransformerEncoder
 from electra_tf.options import ExecutionOptions
@@ -46,7 +46,7 @@ class ElectraEncoder(keras.Model):
     Inputs: a dict with int `token_ids`, `segment_ids` and `padding_mask`
     (1 = real token), each `[batch, seq]`. Output: `[batch, seq, hidden_size]`.
     Pass `embeddings=` to share an existing `ElectraEmbeddings` block. `execution`
-    (`electra_tf.options.ExecutionOptions`, default: the visible devices' choice) says how the
+    (`electra_tf.options.ExecutionOptions`, resolved; default: the portable options) says how the
     layers compute; it is not part of the encoder's config.
     """
 
@@ -69,7 +69,7 @@ class ElectraEncoder(keras.Model):
         **kwargs,
     ):
         super().__init__(**without_legacy_fields(kwargs))
-        self.execution = execution = resolve_execution(execution, hidden_act)
+        self.execution = execution = layer_execution(execution)
         self.embeddings = embeddings or ElectraEmbeddings(
             vocab_size, embedding_size, max_position_embeddings, type_vocab_size,
             dropout_rate, layer_norm_epsilon, initializer_range, kernels=execution.kernels,

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from keras import layers, ops
 
-from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.execution import without_legacy_fields
 from electra_tf.model.layers import ElectraDense, get_activation, layer_norm, truncated_normal
 from electra_tf.ops import xla_cpu
 from electra_tf.ops.reference import PACKAGE
@@ -30,7 +30,7 @@ class DiscriminatorHead(layers.Layer):
 
     def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, kernels=None, **kwargs):
         super().__init__(**without_legacy_fields(kwargs))
-        kernels = kernels or resolve_execution().kernels
+        kernels = kernels or "reference"  # see electra_tf.model.execution: no options, the portable ones
         self.hidden_size = hidden_size
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
@@ -68,7 +68,7 @@ class MaskedLMHead(layers.Layer):
     def __init__(self, token_embedding, embedding_size, hidden_act="gelu", layer_norm_epsilon=1e-12,
                  initializer_range=0.02, kernels=None, **kwargs):
         super().__init__(**kwargs)
-        kernels = kernels or resolve_execution().kernels
+        kernels = kernels or "reference"  # see electra_tf.model.execution: no options, the portable ones
         self.token_embedding = token_embedding
         self.embedding_size = embedding_size
         self.hidden_act = hidden_act
@@ -94,9 +94,18 @@ class MaskedLMHead(layers.Layer):
         return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
 
     def get_config(self):
-        raise NotImplementedError(
-            "MaskedLMHead ties its output to an embedding layer; build it with MaskedLMHead(token_embedding, ...)"
-        )
+        # The tied embedding layer is serialised with the head: deserialised alone, the head gets its own
+        # copy (a model ties it again by building the head on its encoder's `token_embedding`).
+        config = super().get_config()
+        config.update(token_embedding=keras.layers.serialize(self.token_embedding), embedding_size=self.embedding_size,
+                      hidden_act=self.hidden_act, layer_norm_epsilon=self.layer_norm_epsilon,
+                      initializer_range=self.initializer_range)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = without_legacy_fields(config)
+        return cls(keras.layers.deserialize(config.pop("token_embedding")), **config)
 
 
 def gather_positions(sequence, positions):

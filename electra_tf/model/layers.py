@@ -18,7 +18,7 @@ import keras
 from keras import layers, ops
 
 from electra_tf.config import ACTIVATIONS
-from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.execution import without_legacy_fields
 from electra_tf.ops.reference import (PACKAGE, add_bias, dropout16, gelu_approximate, gelu_exact, gelu_keras,
                                       layer_norm_last_axis, own_dtype_value)
 
@@ -27,10 +27,10 @@ def truncated_normal(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def get_activation(name: str, kernels: str | None = None):
+def get_activation(name: str, kernels: str = "reference"):
     """Maps `ElectraConfig.hidden_act` (one of `config.ACTIVATIONS`) to a serialisable activation:
     the exact GELU with its closed-form gradient under the XLA:CPU kernels, Keras' otherwise."""
-    exact = gelu_exact if (kernels or resolve_execution().kernels) == "xla_cpu" else gelu_keras
+    exact = gelu_exact if kernels == "xla_cpu" else gelu_keras
     activations = dict(zip(ACTIVATIONS, (exact, gelu_approximate)))
     if name not in activations:
         raise ValueError(f"hidden_act must be one of {ACTIVATIONS}, got {name!r}")
@@ -89,6 +89,9 @@ class ElectraDense(layers.Dense):
 
     def __init__(self, *args, fused=False, **kwargs):
         super().__init__(*args, **kwargs)
+        if fused and (self.activation is not gelu_exact or keras.backend.backend() != "tensorflow"):
+            raise ValueError("ElectraDense(fused=True) is the XLA:CPU bias + exact GELU kernel: it needs "
+                             "activation=gelu_exact and the TensorFlow backend; use kernels='reference'")
         self.fused = fused
 
     def call(self, inputs, training=None):
@@ -96,7 +99,7 @@ class ElectraDense(layers.Dense):
             return super().call(inputs)
         x = ops.matmul(inputs, self.kernel)
         bias = own_dtype_value(self.bias)
-        if self.fused and self.activation is gelu_exact and keras.backend.backend() == "tensorflow":
+        if self.fused:
             from electra_tf.ops import xla_cpu
 
             return xla_cpu.bias_gelu(x, bias)
@@ -134,9 +137,7 @@ class ElectraDropout(layers.Dropout):
 
     def call(self, inputs, training=False):
         if training and 0 < self.rate < 1 and self.noise_shape is None:
-            outputs = dropout16(inputs, self.rate, self.seed_generator.next())
-            if outputs is not None:
-                return outputs
+            return dropout16(inputs, self.rate, self.seed_generator.next())
         return super().call(inputs, training=training)
 
 

@@ -37,7 +37,12 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.ops import xla_cpu
+from electra_tf.ops.random_bits import uniform_from_words
 
+# Every draw names its algorithm and makes its floats from Philox words itself (`uniform_from_words`):
+# XLA converts words to floats another way, so a compiled step (the GPU/TPU default) would otherwise
+# mask other positions and sample other tokens than the same step run by TensorFlow's kernels.
+RNG_ALG = "philox"
 # Purposes: independent random streams for one example at one step.
 _MASK_POSITIONS, _MASK_TOKEN, _GUMBEL, _SAMPLE = 0, 1, 2, 3
 # What the official `sample_from_softmax(..., disallow=...)` subtracts from a disallowed logit.
@@ -51,9 +56,10 @@ def max_predictions_per_seq(mask_prob: float, max_seq_length: int) -> int:
 
 def example_seeds(seed, step, global_indices):
     """Stateless seeds `[B, 2]` for examples `global_indices` at `step`."""
-    base = tf.random.experimental.stateless_fold_in(tf.constant([seed, 0x5EED], tf.int64), tf.cast(step, tf.int64))
+    base = tf.random.experimental.stateless_fold_in(tf.constant([seed, 0x5EED], tf.int64), tf.cast(step, tf.int64),
+                                                    alg=RNG_ALG)
     return tf.map_fn(
-        lambda index: tf.random.experimental.stateless_fold_in(base, index),
+        lambda index: tf.random.experimental.stateless_fold_in(base, index, alg=RNG_ALG),
         tf.cast(global_indices, tf.int64),
         fn_output_signature=tf.TensorSpec([2], tf.int64),
     )
@@ -65,7 +71,9 @@ def per_example_uniform(seeds, purpose: int, shape: Sequence):
     static = [d if isinstance(d, int) else None for d in shape]
     dims = list(shape) if None not in static else tf.stack([tf.cast(d, tf.int32) for d in shape])
     return tf.map_fn(
-        lambda s: tf.random.stateless_uniform(dims, seed=tf.random.experimental.stateless_fold_in(s, purpose)),
+        lambda s: uniform_from_words(tf.random.stateless_uniform(
+            dims, seed=tf.random.experimental.stateless_fold_in(s, purpose, alg=RNG_ALG), minval=None, maxval=None,
+            dtype=tf.uint32, alg=RNG_ALG)),
         seeds,
         fn_output_signature=tf.TensorSpec(static, tf.float32),
     )

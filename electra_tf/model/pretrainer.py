@@ -21,22 +21,23 @@ code's all-zero logits); `disallow_correct` never samples the original token.
 Losses are global means: each replica divides its sums by the token counts
 all-reduced over replicas, and gradients are summed over replicas before the
 global-norm clip, so N replicas compute what one device computes on the same
-global batch. `train_step` returns these *replica partials* (sum them across
-replicas to get the global value); running means live in `self.metrics`.
+global batch. `replica_step` returns these *replica partials* (sum them across
+replicas to get the global value); running means live in `self.metrics`, and `train_step` (Keras' `fit`)
+returns their global values.
 
 Example:
 
 >>> import numpy as np
 >>> from electra_tf.config import get_config
 >>> from electra_tf.training.optimization import create_optimizer
->>> from electra_tf.model.pretrainer import ElectraPretrainer
+>>> from electra_tf.model.networks import pretrainer_from_config
 >>> config = get_config("tiny", {"discriminator.num_layers": 1, "generator.num_layers": 1},
 ...                     vocab_size=64, max_seq_length=16)
->>> model = ElectraPretrainer(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
+>>> model = pretrainer_from_config(config, special_token_ids={"pad": 0, "cls": 2, "sep": 3, "mask": 4})
 >>> model.compile(optimizer=create_optimizer(config))
 >>> ids = np.random.RandomState(0).randint(5, 64, size=(4, 16)).astype("int32")
 >>> batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
->>> sorted(model.train_step(batch))
+>>> sorted(model.replica_step(batch))
 ['disc_loss', 'gen_loss', 'grad_norm', 'loss', 'nonfinite']
 """
 
@@ -44,16 +45,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.config import GENERATOR_OBJECTIVES, ElectraConfig
-from electra_tf.model import electric, masking
+from electra_tf.config import ElectraConfig
+from electra_tf.model import electric, masking, step
 from electra_tf.model.embeddings import GdesEmbeddings
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.model.execution import resolve_execution
-from electra_tf.model.heads import DiscriminatorHead, MaskedLMHead, gather_positions, vocabulary_log_probs
+from electra_tf.model.execution import layer_execution
+from electra_tf.model.heads import gather_positions, vocabulary_log_probs
 from electra_tf.ops import xla_cpu
 from electra_tf.ops.replicas import all_reduce_sum, replica_context_info
 from electra_tf.options import ExecutionOptions
-from electra_tf.training import loop
 
 REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
 
@@ -61,15 +61,19 @@ REQUIRED_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask")
 class ElectraPretrainer(keras.Model):
     """Generator and discriminator with shared embeddings and the ELECTRA objective.
 
-    `execution` (`ExecutionOptions`; default: the visible devices' choice) says how the encoders,
-    the MLM loss and the generator's sampling are computed.
+    The networks are given (`networks.build_networks(config, execution)` makes them from the
+    config; `networks.pretrainer_from_config` does both): `generator` (an encoder, Electric's two
+    towers, or None for the uniform generator), `discriminator` (None for "mlm"), and the heads.
+    The config gives the objective and its weights. `execution` (resolved `ExecutionOptions`;
+    default: the portable ones) says how the MLM loss, the sampling and the step are computed.
     """
 
-    def __init__(self, config: ElectraConfig, special_token_ids=None, seed=0,
+    def __init__(self, config: ElectraConfig, generator, discriminator, generator_head, discriminator_head=None,
+                 discriminator_mlm_head=None, special_token_ids=None, seed=0,
                  execution: ExecutionOptions | None = None, whole_words=None, **kwargs):
         super().__init__(name=kwargs.pop("name", "electra_pretrainer"), **kwargs)
         self.config = config
-        self.execution = execution = resolve_execution(execution, config.hidden_act)
+        self.execution = layer_execution(execution)
         # Ids come from the data manifest / vocab, never assumed (a BERT-id default would silently
         # mask the wrong tokens under another vocabulary); checked when masking needs them.
         self.special_token_ids = dict(special_token_ids or {})
@@ -78,34 +82,10 @@ class ElectraPretrainer(keras.Model):
         self.whole_words = None if whole_words is None else np.asarray(whole_words, bool)
         self.max_predictions = masking.max_predictions_per_seq(config.mask_prob, config.max_seq_length)
         # Attribute names are the checkpoint's keys: keep them stable.
-        self.discriminator = self.discriminator_head = self.discriminator_mlm_head = None
-        if config.embedding_sharing == "gdes":
-            self.generator = ElectraEncoder.from_config_object(config, "generator", execution=execution)
-            self.generator.build()
-            self.discriminator = ElectraEncoder.from_config_object(
-                config, "discriminator", embeddings=GdesEmbeddings(self.generator.embeddings, name="embeddings"),
-                execution=execution)
-            self.discriminator.build()
-        elif config.objective == "electric":
-            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
-            self.discriminator.build()
-            self.generator = electric.TwoTowerGenerator(config, self.discriminator.embeddings, execution)
-        elif config.objective in GENERATOR_OBJECTIVES:
-            self.discriminator = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
-            self.discriminator.build()  # the shared embeddings get created under the discriminator's name
-            self.generator = self._generator_encoder(execution)
-        else:
-            self.generator = ElectraEncoder.from_config_object(config, config.mlm_encoder, name="generator",
-                                                               execution=execution)
-        self.generator_head = None if self.generator is None else self._mlm_head(self.generator, "generator_head")
-        if config.objective in ("rtd", "rtd_masked_only", "all_tokens_mlm", "electric"):
-            # For all_tokens_mlm this is the copy gate: the probability that a token is kept; for
-            # electric, the energy of each token.
-            self.discriminator_head = DiscriminatorHead(
-                config.discriminator.hidden_size, config.hidden_act, config.initializer_range,
-                kernels=execution.kernels, name="discriminator_head")
-        if config.objective in ("replace_mlm", "all_tokens_mlm"):
-            self.discriminator_mlm_head = self._mlm_head(self.discriminator, "discriminator_mlm_head")
+        self.discriminator, self.generator = discriminator, generator
+        self.generator_head = generator_head
+        self.discriminator_head = discriminator_head
+        self.discriminator_mlm_head = discriminator_mlm_head
         self._create_metrics()
 
     @property
@@ -122,27 +102,6 @@ class ElectraPretrainer(keras.Model):
             raise ValueError(f"ElectraPretrainer needs special_token_ids for {missing} (from the data "
                              f"manifest or the vocab); got {self.special_token_ids}")
         return self.special_token_ids
-
-    def _generator_encoder(self, execution):
-        """The generator of an RTD-style objective: None (uniform), the discriminator itself (tied),
-        or its own encoder sharing the discriminator's embeddings or not."""
-        config = self.config
-        if config.uniform_generator:
-            return None
-        if not config.untied_generator:
-            return self.discriminator
-        if config.untied_generator_embeddings:
-            # As the official `untied_embeddings`: embeddings as wide as the generator, no projection.
-            own = config.replace(embedding_size=config.generator.hidden_size)
-            return ElectraEncoder.from_config_object(own, "generator", execution=execution)
-        return ElectraEncoder.from_config_object(config, "generator", embeddings=self.discriminator.embeddings,
-                                                 execution=execution)
-
-    def _mlm_head(self, encoder, name):
-        config = self.config
-        return MaskedLMHead(encoder.embeddings.token_embedding, encoder.embeddings.embedding_size, config.hidden_act,
-                            config.layer_norm_epsilon, config.initializer_range, kernels=self.execution.kernels,
-                            name=name)
 
     @property
     def encoder_for_finetuning(self) -> ElectraEncoder:
@@ -239,14 +198,13 @@ class ElectraPretrainer(keras.Model):
         special = self._required_special_ids()
         return special["pad"], special["cls"], special["sep"], special["mask"]
 
-    def accumulation_context(self, batch) -> dict:
-        """What micro-batches of `batch` need to compute exactly the whole batch's step.
-
-        `per_example` is sliced with the batch (the masking seeds of each example's
-        global index); `normalizers` are the whole batch's counts, all-reduced.
-        """
+    def step_context(self, batch) -> dict:
+        """What micro-batches of `batch`, or a compiled step, need to compute exactly the whole batch's
+        step (`model.step`): `per_example`, sliced with the batch, the masking seeds of each
+        example's global index; `kwargs`, the whole batch's counts, all-reduced (the step's only
+        collective before its gradients)."""
         seeds = self._example_seeds(tf.shape(batch["input_ids"])[0])
-        return {"per_example": {"seeds": seeds}, "normalizers": self._global_counts(batch, seeds)}
+        return {"per_example": {"seeds": seeds}, "kwargs": {"normalizers": self._global_counts(batch, seeds)}}
 
     def _global_counts(self, batch, seeds) -> dict:
         """Masked positions, real tokens and maskable candidates of `batch`, all-reduced over replicas."""
@@ -383,8 +341,24 @@ class ElectraPretrainer(keras.Model):
                 "main_correct": correct, "main_weights": token_mask, "main_logits": logits, "copy_logit": copy_logit}
 
     def train_step(self, batch):
-        """One step (a Keras `train_step`); returns this replica's partials of the global values."""
-        out = loop.train_step(self, batch, self.config.clip_norm, self.config.gradient_accumulation_steps)
+        """Keras' `train_step` (what `fit` runs): one step, and the global values of the running metrics.
+
+        Under a strategy each replica returns the same values, the metrics' states summed over the
+        replicas (`fit` reduces replica outputs by their mean, or takes the first on TPUs): the values
+        `run_pretraining.py` logs, AUC and accuracies included.
+        """
+        self.replica_step(batch)
+        return self.global_metric_results()
+
+    def global_metric_results(self) -> dict:
+        """The running metrics over every replica, from inside a replica (one all-reduce of their states)."""
+        states = all_reduce_sum([[tf.convert_to_tensor(v) for v in metric.variables] for metric in self.metrics])
+        return {name: metric.stateless_result(state) for (name, metric), state in zip(self.tracked.items(), states)}
+
+    def replica_step(self, batch):
+        """One step; returns this replica's partials of the global values (the run's step driver sums them)."""
+        out = step.train_step(self, batch, self.config.clip_norm, self.execution.gradient_accumulation_steps,
+                              self.execution.jit_compile)
         _, num_replicas = replica_context_info()
         results = {name: out[name] for name in self.step_output_names}
         # The grad norm is the same on every replica; make it a partial like the losses.
@@ -397,7 +371,7 @@ class ElectraPretrainer(keras.Model):
     def update_metrics(self, batch, out):
         """Running metrics; `out` is one replica's (micro-)batch outputs."""
         _, num_replicas = replica_context_info()
-        parts = num_replicas * self.config.gradient_accumulation_steps  # partials that make one step's value
+        parts = num_replicas * self.execution.gradient_accumulation_steps  # partials that make one step's value
 
         def add_partial(name, partial):
             # Summed over replicas and micro-batches: total += partial, count += 1 per step.

@@ -36,7 +36,7 @@ import keras
 from keras import layers, ops
 
 from electra_tf.model.attention import SelfAttention, clone_initializer
-from electra_tf.model.execution import resolve_execution, without_legacy_fields
+from electra_tf.model.execution import layer_execution, without_legacy_fields
 from electra_tf.model.layers import ElectraDense, dropout_layer, is_exact_gelu
 from electra_tf.ops.random_bits import dropout_keep_bits
 from electra_tf.ops.reference import PACKAGE
@@ -66,9 +66,9 @@ class ElectraTransformerEncoder(layers.Layer):
     def __init__(self, intermediate_dim, num_heads, dropout=0.0, activation="relu", layer_norm_epsilon=1e-5,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros", kernels=None, dropout_masks=None,
                  **kwargs):
-        if kernels is None or dropout_masks is None:  # built alone, not by an encoder: the devices' choice
-            execution = resolve_execution(hidden_act="gelu" if is_exact_gelu(activation) else "other")
-            kernels, dropout_masks = kernels or execution.kernels, dropout_masks or execution.dropout_masks
+        if kernels is None or dropout_masks is None:  # built alone, not by an encoder: the portable options
+            portable = layer_execution(None)
+            kernels, dropout_masks = kernels or portable.kernels, dropout_masks or portable.dropout_masks
         # The XLA:CPU call reads biases and LayerNorm parameters in their variable dtype and casts
         # the matmuls' operands itself.
         super().__init__(autocast=kernels != "xla_cpu", **kwargs)

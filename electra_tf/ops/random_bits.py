@@ -3,7 +3,7 @@
 On TensorFlow the bits are TensorFlow's stateless Philox stream, computed by an XLA kernel (XLA's own
 CPU random-number generator is slow); both kernel implementations (`ops.reference.dropout16` and the
 XLA:CPU layer) draw from here, so the same seed gives the same masks either way. On JAX they are
-`jax.random.bits`; other backends have no raw-bits generator (None: callers fall back to Keras' dropout).
+`jax.random.bits`; other backends have no raw-bits generator (16-bit masks are refused there).
 
 Example:
 
@@ -56,6 +56,17 @@ def _philox_planes_jit():
     return tf.function(_philox_planes, jit_compile=True, autograph=False, reduce_retracing=False)
 
 
+def uniform_from_words(words):
+    """Uniform [0, 1) float32 from uint32 words, as TensorFlow's kernels make them (the low 23 bits as the
+    mantissa of a number in [1, 2), minus 1). XLA converts words to floats another way, so a stateless
+    uniform draw compiled by XLA differs from the same draw run by TensorFlow's kernels; the words
+    themselves agree, and so do floats made from them here."""
+    import tensorflow as tf
+
+    mantissa = tf.bitwise.bitwise_and(words, tf.constant(0x7FFFFF, tf.uint32))
+    return tf.bitcast(tf.bitwise.bitwise_or(mantissa, tf.constant(0x3F800000, tf.uint32)), tf.float32) - 1.0
+
+
 def random_uint16(count, seed):
     """`count` uniform uint16 (flat) from an int `[2]` seed: TensorFlow's stateless Philox stream
     (`tf.random.stateless_uniform(..., alg="philox")`), its words taken plane by plane (word j of
@@ -82,7 +93,8 @@ def random_uint16(count, seed):
 
 def backend_uint16(count, seed):
     """At least `count` uniform 16-bit integers (flat) from a Keras seed (a `SeedGenerator` draw) on
-    the current backend; None where it has no raw-bits generator."""
+    the current backend. Raises ValueError on a backend with no raw-bits generator (no silent
+    switch to other masks: a run's random streams are its execution options' choice)."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
@@ -94,17 +106,16 @@ def backend_uint16(count, seed):
 
         bits = jax.random.bits(seed, ((count + 1) // 2,), dtype="uint32")
         return jax.lax.bitcast_convert_type(bits, "uint16").reshape(-1)
-    return None
+    raise ValueError(f"16-bit dropout masks need the TensorFlow or JAX backend, not {backend}; use "
+                     "--dropout_masks=keras")
 
 
 def dropout_keep_bits(x, seed):
     """uint16 random integers shaped like `x`, two per 32-bit draw from `seed` (what 16-bit dropout
-    compares with its threshold); None where `backend_uint16` is."""
+    compares with its threshold)."""
     static_size = None not in x.shape and math.prod(x.shape)
     size = static_size or ops.size(x)
     bits = backend_uint16(size, seed)
-    if bits is None:
-        return None
     if not static_size or size % 2:
         bits = bits[:size]
     return ops.reshape(bits, ops.shape(x))

@@ -131,7 +131,6 @@ def dropout16(x, rate: float, seed):
     Kept elements are scaled by 1 / (1 − that probability), so `E[y] = x` (up to the scale's
     rounding in x's dtype, as in Keras). Half the random-number work of Keras' one float per
     element. Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
-    Returns None where `random_bits.backend_uint16` does.
     """
     threshold = dropout_threshold(rate)
     if threshold <= 0:
@@ -139,7 +138,5 @@ def dropout16(x, rate: float, seed):
     if threshold >= DROPOUT_LEVELS:
         return ops.zeros_like(x)
     bits = dropout_keep_bits(x, seed)
-    if bits is None:
-        return None
     keep = bits >= threshold
     return x * ops.where(keep, ops.cast(dropout_scale(threshold), x.dtype), ops.cast(0, x.dtype))

@@ -6,7 +6,8 @@ its size and SHA-256 equal what the manifest (``shard_size_bytes``,
 TFRecord record's framing is intact and the record count equals
 ``examples_per_shard``.  It returns a list of ``Problem``; empty means the
 data is sound.  ``python -m data_prep.inspect_shards --verify DIR`` prints
-them; training uses ``check_shard_sizes`` (cheap, before the first step) and
+them; training uses ``check_shard_sizes`` (cheap, before the first step; under
+``--skip_corrupt_records`` a truncated shard passes it and its lost records are counted) and
 ``find_corrupt_records`` (after a ``DataLossError``).
 
 TFRecord framing, per record: ``uint64`` length (little-endian), ``uint32``
@@ -204,13 +205,16 @@ def _shard_problems(data_dir: str, manifest: dict, records: bool) -> list[Proble
     return problems
 
 
-def check_shard_sizes(data_dir: str, manifest: dict) -> None:
+def check_shard_sizes(data_dir: str, manifest: dict, allow_truncated: bool = False) -> list[str]:
     """Raises ValueError naming the first shard that is missing or not the size its build recorded.
 
-    Shards with no recorded size (older builds) are not checked.
+    With ``allow_truncated`` (``--skip_corrupt_records``) a shard shorter than recorded is no error:
+    the reader loses its records past the cut, which the run counts; the returned lines name each such
+    shard. Shards with no recorded size (older builds) are not checked.
     """
     import tensorflow as tf
 
+    truncated = []
     for index, name in enumerate(manifest["shards"]):
         expected = recorded_shard(data_dir, manifest, index)["size_bytes"]
         if expected is None:
@@ -220,12 +224,18 @@ def check_shard_sizes(data_dir: str, manifest: dict) -> None:
             actual = tf.io.gfile.stat(path).length
         except tf.errors.NotFoundError:
             actual = None
-        if actual != expected:
-            what = "is missing" if actual is None else f"has {actual} bytes"
-            raise ValueError(
-                f"shard {path} {what}, the build recorded {expected} bytes (truncated or replaced?): rebuild it "
-                f"with `python -m data_prep.build_pretraining_dataset` (same flags; complete shards are kept) or "
-                f"see `python -m data_prep.inspect_shards --verify {data_dir}`")
+        if actual == expected:
+            continue
+        if allow_truncated and actual is not None and actual < expected:
+            truncated.append(f"shard {path} has {actual} bytes, the build recorded {expected} bytes (truncated?): "
+                             "--skip_corrupt_records: its records past the cut are not read, and are counted")
+            continue
+        what = "is missing" if actual is None else f"has {actual} bytes"
+        raise ValueError(
+            f"shard {path} {what}, the build recorded {expected} bytes (truncated or replaced?): rebuild it "
+            f"with `python -m data_prep.build_pretraining_dataset` (same flags; complete shards are kept) or "
+            f"see `python -m data_prep.inspect_shards --verify {data_dir}`")
+    return truncated
 
 
 def find_corrupt_records(data_dir: str, manifest: dict) -> Iterator[Problem]:

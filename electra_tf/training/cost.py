@@ -120,18 +120,31 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def cpu_cost_lines(config: ElectraConfig, flops_per_second: float) -> list[str]:
-    """The log lines of a CPU-only run before its first step: batch, memory, rough time per step, ETA."""
+# Who chose a run's micro-batches (`cpu_cost_lines`' `chosen_by`).
+MICRO_BATCH_CHOOSERS = ("flag", "memory", "recorded")
+
+
+def cpu_cost_lines(config: ElectraConfig, flops_per_second: float, micro_batches: int = 1,
+                   chosen_by: str = "flag") -> list[str]:
+    """The log lines of a CPU-only run before its first step: batch, memory, rough time per step, ETA.
+
+    `micro_batches` per replica batch, chosen by "flag" (--gradient_accumulation_steps), "memory"
+    (`micro_batches_to_fit` at the start) or "recorded" (the run's own choice, reused on resume).
+    """
     flops = train_flops_per_step(config)
     step_seconds = flops / max(flops_per_second, 1.0)
-    micro_batches = config.gradient_accumulation_steps
     lines = [f"Only CPUs here: {config.model_size}'s recipe runs as it is, global batch {config.train_batch_size} "
              f"x {config.max_seq_length} tokens, {flops:.2g} training FLOPs per step."]
     if micro_batches > 1:
-        lines.append(f"Its activations (about {activation_bytes_per_example(config) * config.train_batch_size / 2**30:.0f}"
-                     f" GiB) exceed this machine's memory: each batch runs as {micro_batches} micro-batches of "
-                     f"{config.train_batch_size // micro_batches} with their gradients summed (the same update; "
-                     "--gradient_accumulation_steps sets it).")
+        batch_gib = activation_bytes_per_example(config) * config.train_batch_size / 2**30
+        split = (f"each batch runs as {micro_batches} micro-batches with their gradients summed (the same "
+                 "update)")
+        why = {"flag": "as --gradient_accumulation_steps asks",
+               "memory": f"since its activations (about {batch_gib:.0f} GiB) exceed the memory free at the start "
+                         "(--gradient_accumulation_steps sets it)",
+               "recorded": "as the run chose at its start (recorded in the run, so the resumed steps are computed "
+                           "as before)"}[chosen_by]
+        lines.append(f"{split[0].upper()}{split[1:]}, {why}.")
     lines.append(f"Rough estimate before the first step, at this CPU's matmul rate of {flops_per_second / 1e9:.0f} "
                  f"GFLOP/s: {format_duration(step_seconds)} per step, {format_duration(step_seconds * config.num_train_steps)}"
                  f" for the run's {config.num_train_steps:,} steps. The first steps are timed and the ETA follows; "

@@ -14,6 +14,7 @@ Example:
 1
 """
 
+import dataclasses
 import json
 import os
 import weakref
@@ -32,6 +33,12 @@ def split_cpu(num_devices: int):
     """Splits the CPU into `num_devices` logical devices (for testing MirroredStrategy)."""
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+
+
+def logical_cpus() -> int:
+    """The logical CPU devices `split_cpu` configured (1 if none), read without starting the runtime."""
+    cpus = tf.config.list_physical_devices("CPU")
+    return len(tf.config.get_logical_device_configuration(cpus[0]) or [None]) if cpus else 1
 
 
 def _tpu_strategy(tpu_address):
@@ -63,7 +70,8 @@ def tf_config_from_hosts(worker_hosts: str, task_index: int) -> str:
 
 def create_strategy(name: str = "auto", tpu_address: str | None = None,
                     collective_timeout_seconds: float | None = None) -> tf.distribute.Strategy:
-    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several, else one device.
+    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several (or the logical CPUs if `split_cpu`
+    made several), else one device.
 
     `multi_worker` reads the cluster from `TF_CONFIG` and must be created before any
     TensorFlow op runs. `collective_timeout_seconds` (multi_worker only; None or 0: off)
@@ -78,7 +86,7 @@ def create_strategy(name: str = "auto", tpu_address: str | None = None,
     # which MultiWorkerMirroredStrategy can no longer configure its collective ops.
     gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
-        name = "tpu" if tpu_address else "mirrored" if len(gpus) > 1 else "one_device"
+        name = "tpu" if tpu_address else "mirrored" if len(gpus) > 1 or logical_cpus() > 1 else "one_device"
     if name == "tpu":
         strategy = _tpu_strategy(tpu_address)
     elif name == "multi_worker":
@@ -120,9 +128,7 @@ def device_types(strategy) -> set:
     try:
         devices = [tf.DeviceSpec.from_string(device).device_type for device in strategy.extended.worker_devices]
     except RuntimeError:  # the default strategy places ops on an accelerator if there is one
-        from electra_tf.model.execution import visible_device_types
-
-        return visible_device_types()
+        return {device.device_type for device in tf.config.list_logical_devices()}
     return set(devices)
 
 
@@ -131,15 +137,68 @@ def all_cpu(strategy) -> bool:
     return only_cpus(device_types(strategy))
 
 
-def resolve_execution(execution: ExecutionOptions, strategy, hidden_act: str = "gelu") -> ExecutionOptions:
-    """`execution` resolved for `strategy`'s devices, the Keras backend and the model's activation,
-    logged in one line."""
-    if execution.resolved:
-        return execution
+@dataclasses.dataclass(frozen=True)
+class MicroBatches:
+    """How many micro-batches a replica's batch runs as, who chose it ("flag", "memory", "recorded"),
+    and, when a resumed run departs from its recorded choice, the one line that says so."""
+
+    count: int
+    chosen_by: str
+    note: str | None = None
+
+
+def choose_micro_batches(requested: int | None, devices: set, config, replicas: int,
+                         recorded: int | None = None) -> MicroBatches:
+    """--gradient_accumulation_steps, else the run's recorded choice, else (CPUs only) the fewest
+    micro-batches whose activations fit the memory free now; 1 elsewhere."""
+    fitted = 1
+    per_replica = max(config.train_batch_size // max(replicas, 1), 1)
+    if only_cpus(devices) and requested is None:
+        from electra_tf.training import cost
+
+        available = cost.available_memory_bytes()
+        if available:
+            fitted = cost.micro_batches_to_fit(config, per_replica, available // max(replicas, 1))
+    if requested is not None:
+        note = None if recorded in (None, requested) else (
+            f"resuming with {requested} micro-batch(es) per replica batch (--gradient_accumulation_steps) instead "
+            f"of the {recorded} this run recorded: gradients are summed in another order, so the losses differ "
+            "from an uninterrupted run's in the last bits")
+        return MicroBatches(requested, "flag", note)
+    if recorded is None:
+        return MicroBatches(fitted, "memory" if fitted > 1 else "flag")
+    if fitted > recorded:
+        return MicroBatches(fitted, "memory", (
+            f"the memory free now does not fit the {recorded} micro-batch(es) this run recorded: resuming with "
+            f"{fitted} (gradients are summed in another order, so the losses differ from an uninterrupted run's "
+            "in the last bits)"))
+    return MicroBatches(recorded, "recorded" if recorded > 1 else "flag")
+
+
+def check_batch_split(batch_size: int, replicas: int, micro_batches: int) -> None:
+    """Refuses, in one line, a global batch that replicas × micro-batches does not divide."""
+    if batch_size % (replicas * micro_batches):
+        raise ValueError(f"--train_batch_size={batch_size} must be a multiple of {replicas} replica(s) × "
+                         f"{micro_batches} micro-batch(es) (--gradient_accumulation_steps) = "
+                         f"{replicas * micro_batches}")
+
+
+def resolve_execution(requested: ExecutionOptions, strategy, config, recorded_micro_batches: int | None = None,
+                      batch_size: int | None = None) -> tuple[ExecutionOptions, MicroBatches]:
+    """The run's execution options, decided once, here, for `strategy`'s devices, the Keras backend,
+    the model's activation and (its micro-batches) the memory; logged in one line. Every layer
+    and loop of the run takes the result explicitly. Raises ValueError for a batch the replicas and
+    micro-batches do not divide (`batch_size`, default the config's), before anything is built."""
     devices = device_types(strategy)
-    resolved = execution.resolve(devices, keras.backend.backend(), hidden_act)
+    replicas = strategy.num_replicas_in_sync
+    micro = choose_micro_batches(requested.gradient_accumulation_steps, devices, config, replicas,
+                                 recorded_micro_batches)
+    resolved = requested.resolve(devices, keras.backend.backend(), config.hidden_act, micro.count)
+    check_batch_split(batch_size or config.train_batch_size, replicas, resolved.gradient_accumulation_steps)
     logging.info("Execution on %s: %s", "+".join(sorted(devices)), resolved.describe())
-    return resolved
+    if micro.note:
+        logging.warning("%s", micro.note)
+    return resolved, micro
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

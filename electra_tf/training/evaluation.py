@@ -46,6 +46,7 @@ from absl import logging
 
 from electra_tf.model import masking
 from electra_tf.config import ElectraConfig
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES, eval_view, has_eval_split, load_manifest, validate_manifest
@@ -225,10 +226,11 @@ def due(step: int, last: int, every: int) -> bool:
     return step >= last or bool(every and step % every == 0)
 
 
-def build_model(config: ElectraConfig, manifest: dict) -> ElectraPretrainer:
-    """The model to restore checkpoints into for `--do_eval` (no optimizer: nothing is trained)."""
-    return ElectraPretrainer(config, special_token_ids=manifest["special_token_ids"],
-                             whole_words=input_pipeline.whole_words_table(config, manifest)).build_all()
+def build_model(config: ElectraConfig, manifest: dict, execution=None) -> ElectraPretrainer:
+    """The model to restore checkpoints into for `--do_eval` (no optimizer: nothing is trained), computing with
+    `execution` (resolved; the generator's sampling method is part of what an evaluation draws)."""
+    return pretrainer_from_config(config, special_token_ids=manifest["special_token_ids"], execution=execution,
+                                  whole_words=input_pipeline.whole_words_table(config, manifest)).build_all()
 
 
 def evaluate_checkpoints(model, source: tuple[str, dict], model_dir: str, batch_size: int, num_batches: int,

@@ -1,42 +1,23 @@
 """The training loop shared by pre-training and fine-tuning.
 
-A model that trains here implements two methods (as `ElectraPretrainer` and
-`FinetuningModel` do); everything else is common:
-
-* `compute_losses(batch, training=True) -> dict` with a scalar `"loss"`: this
-  replica's *partial* of the global-batch loss (sums divided by global counts),
-  plus whatever its metrics need;
-* `update_metrics(batch, outputs)`: running metrics for the log.
-
-`train_step(model, batch)` runs the one gradient-apply sequence: tape →
-zero-fill missing gradients → all-reduce over replicas → undo the fp16 loss
-scale → global-norm clip → optimizer. A step whose loss or gradient norm is
-not finite is not applied (outside fp16, whose loss-scale optimizer skips
-overflows itself) and is reported as `nonfinite = 1`; the driver stops its
-loop there unless told to skip such steps. `make_step_driver` compiles
-`steps_per_loop` steps into one `tf.function` (what TPUs need, and on CPU it
-traces the step once), run with or without TF's graph optimizer (grappler) as
-`--graph_optimizer` says (`grappler_enabled`: off on CPUs by default).
-`ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
+A model's `train_step` (`electra_tf.model.step.train_step`: one optimisation step, its
+collectives outside any XLA computation) returns replica partials; `make_step_driver`
+compiles `steps_per_loop` of them into one `tf.function` (what TPUs need, and on CPU it traces
+the step once), run with or without TF's graph optimizer (grappler) as the run's resolved
+execution options say. `ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
 `ProgressReporter` shows a progress bar on a terminal and log lines otherwise.
 
 Example:
 
->>> import keras, numpy as np
->>> class Line(keras.Model):
-...     def __init__(self):
-...         super().__init__()
-...         self.w = self.add_weight(shape=(), initializer="zeros")
-...     def compute_losses(self, batch, training=True):
-...         return {"loss": keras.ops.mean((self.w * batch["x"] - batch["y"]) ** 2)}
-...     def update_metrics(self, batch, outputs):
-...         pass
->>> model = Line()
->>> model.compile(optimizer=keras.optimizers.SGD(0.1))
->>> batch = {"x": np.ones(4, "float32"), "y": np.full(4, 2.0, "float32")}
->>> out = train_step(model, batch, clip_norm=1.0)
->>> round(float(out["grad_norm"]), 3), round(float(model.w.numpy()), 3)  # |dL/dw| = 4, clipped to 1
-(4.0, 0.1)
+>>> import tensorflow as tf
+>>> total = tf.Variable(0.0)
+>>> def step(batch):  # what a model's replica step returns: partials and whether the step was skipped
+...     total.assign_add(batch)
+...     return {"loss": total.read_value(), "nonfinite": tf.constant(0.0)}
+>>> run = make_step_driver(tf.distribute.get_strategy(), step, ["loss"])
+>>> out = run(iter(tf.data.Dataset.from_tensors(2.0).repeat()), tf.constant(3))
+>>> float(out["loss"]), int(out["nonfinite_steps"])
+(6.0, 0)
 """
 
 from __future__ import annotations
@@ -52,125 +33,8 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.training import distribution
-from electra_tf.ops.replicas import all_reduce_sum
 from electra_tf.training.cost import format_duration
-from electra_tf.options import ExecutionOptions
 from electra_tf.runtime import onednn_enabled
-
-
-def loss_scale(optimizer) -> tf.Tensor:
-    """The dynamic fp16 loss scale (1 for other optimizers)."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return tf.cast(optimizer.dynamic_scale, tf.float32)
-    return tf.constant(1.0)
-
-
-def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) -> tuple[tf.Tensor, tf.Tensor]:
-    """Reduces, unscales, clips (global norm, after the all-reduce) and applies.
-
-    Gradients are summed over replicas *before* the clip, so N replicas clip what one
-    device would (Keras would clip each replica's partial gradient). Returns the
-    pre-clip norm and whether the step was skipped as non-finite (1.0) or applied (0.0).
-    """
-    grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
-    grads = all_reduce_sum(grads)
-    scale = loss_scale(optimizer)
-    grads, grad_norm = clip_by_global_norm(grads, clip_norm * scale)
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer.apply(grads, variables)  # skips overflowed steps and lowers the scale itself
-        return grad_norm / scale, tf.constant(0.0)
-    finite = tf.math.is_finite(grad_norm)
-    if loss is not None:
-        finite = tf.logical_and(finite, tf.math.is_finite(all_reduce_sum(loss)))
-    _apply_if(finite, optimizer, grads, variables)
-    return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
-
-
-def clip_by_global_norm(grads, clip_norm):
-    """`tf.clip_by_global_norm`'s arithmetic (a NaN or infinite norm makes every gradient NaN)
-    without its per-tensor `Identity` and colocation scopes (two graph nodes per variable fewer)."""
-    norm = tf.linalg.global_norm(grads)
-    with tf.name_scope("clip_by_global_norm"):
-        scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, norm.dtype) / clip_norm)
-        scale = scale + (norm - norm)
-        return [g * tf.cast(scale, g.dtype) for g in grads], norm
-
-
-def _apply_if(finite, optimizer, grads, variables):
-    """`optimizer.apply` only where `finite` (the same on every replica), as Keras' loss-scale
-    optimizer skips overflowed steps: strategies that synchronise through `merge_call` (e.g.
-    MirroredStrategy) need the condition taken in cross-replica context."""
-
-    def apply():
-        optimizer.apply(grads, variables)
-        return tf.constant(True)
-
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
-        tf.cond(finite, apply, lambda: tf.constant(False))
-        return
-
-    def cross_replica(strategy, finite, grads, variables):
-        def apply_on_replicas():
-            strategy.extended.call_for_each_replica(lambda g, v: optimizer.apply(g, v), args=(grads, variables))
-            return tf.constant(True)
-
-        tf.cond(strategy.experimental_local_results(finite)[0], apply_on_replicas, lambda: tf.constant(False))
-
-    tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads, variables))
-
-
-def train_step(model, batch, clip_norm: float, accumulation_steps: int = 1) -> dict:
-    """One optimisation step of `model` on this replica's slice of the batch; returns its outputs.
-
-    With `accumulation_steps` K > 1 the slice is cut into K micro-batches whose gradients are
-    summed before the one update; the model's `accumulation_context(batch)` supplies what makes
-    that equal to the whole batch's step (whole-batch loss normalisers, per-example seeds).
-    """
-    variables = model.trainable_variables
-    if accumulation_steps > 1:
-        outputs, grads = _accumulated_gradients(model, batch, variables, accumulation_steps)
-    else:
-        with tf.GradientTape() as tape:
-            outputs = model.compute_losses(batch, training=True)
-            scaled_loss = model.optimizer.scale_loss(outputs["loss"])
-        grads = tape.gradient(scaled_loss, variables)
-        model.update_metrics(batch, outputs)
-    outputs["grad_norm"], outputs["nonfinite"] = apply_gradients(
-        model.optimizer, grads, variables, clip_norm, loss=outputs["loss"])
-    return outputs
-
-
-def _accumulated_gradients(model, batch, variables, num_micro):
-    context = model.accumulation_context(batch)
-    sliced = {"batch": batch, **context["per_example"]}
-    micro = tf.nest.map_structure(
-        lambda t: tf.reshape(t, tf.concat([[num_micro, -1], tf.shape(t)[1:]], 0)), sliced)
-    names = [n for n in model.step_output_names if n not in ("grad_norm", "nonfinite")]
-
-    def body(k, grads, totals):
-        part = tf.nest.map_structure(lambda t: t[k], micro)
-        extra = {key: value for key, value in part.items() if key != "batch"}
-        with tf.GradientTape() as tape:
-            outputs = model.compute_losses(part["batch"], training=True, normalizers=context["normalizers"], **extra)
-            scaled_loss = model.optimizer.scale_loss(outputs["loss"])
-        step_grads = tape.gradient(scaled_loss, variables)
-        grads = [total if g is None else total + tf.convert_to_tensor(g) for total, g in zip(grads, step_grads)]
-        totals = {name: totals[name] + outputs[name] for name in names}
-        model.update_metrics(part["batch"], outputs)
-        return k + 1, grads, totals
-
-    # An explicit loop: the step is traced without autograph (see `make_step_driver`).
-    _, grads, totals = tf.while_loop(
-        lambda k, grads, totals: k < num_micro, body,
-        (tf.constant(0), [tf.zeros_like(v) for v in variables], {name: tf.constant(0.0) for name in names}))
-    return totals, grads
-
-
-def grappler_enabled(mode: str, strategy) -> bool:
-    """Whether the training loop runs TF's graph optimizer (grappler) under `--graph_optimizer=mode`
-    ("auto" resolves for `strategy`'s devices: `ExecutionOptions.resolve`)."""
-    resolved = ExecutionOptions(graph_optimizer=mode).resolve(distribution.device_types(strategy))
-    return resolved.graph_optimizer == "on"
 
 
 @contextlib.contextmanager
@@ -193,8 +57,8 @@ def grappler(enabled: bool):
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
 
 
-def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on_nonfinite=True,
-                     stop_requested=None, graph_optimizer="auto", input_report=None):
+def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, stop_requested=None,
+                     graph_optimizer="off", input_report=None):
     """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
     step's outputs summed over replicas (step functions return replica partials) and
     `nonfinite_steps`, the number of steps not applied because they were not finite.
@@ -206,14 +70,17 @@ def make_step_driver(strategy, step_fn, output_names, jit_compile=False, stop_on
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress. `graph_optimizer`
-    ("auto", "on", "off") says whether grappler optimises the loop (`grappler_enabled`).
+    ("on", "off": the run's resolved `ExecutionOptions.graph_optimizer`) says whether grappler
+    optimises the loop. XLA is the step's business (`model.step.train_step`): the loop around it
+    holds the all-reduces and is never compiled whole.
     `input_report` (e.g. `input_pipeline.SkipReport`) takes fields that are not the model's off
     each input element (`split`); they are summed over the call's steps into the outputs, from
     its `zeros()`.
     """
-    use_grappler = grappler_enabled(graph_optimizer, strategy)
+    if graph_optimizer not in ("on", "off"):
+        raise ValueError(f"make_step_driver needs a resolved graph_optimizer ('on' or 'off'), got {graph_optimizer!r}")
+    use_grappler = graph_optimizer == "on"
     step_fn = tf.autograph.experimental.do_not_convert(step_fn)
-    step_fn = tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
     output_names = [name for name in output_names if name != "nonfinite"]
 
     def one_step(iterator):
@@ -261,6 +128,54 @@ def runtime_summary(run) -> str:
 
 class NonFiniteError(RuntimeError):
     """Training stopped at a step whose loss or gradient norm was NaN or infinite."""
+
+
+class SkippedSteps:
+    """Steps not applied: a NaN/Inf loss or gradient norm, or, under fp16, an overflow the loss scale absorbs.
+
+    Without `tolerate` (fp32 without --skip_nonfinite_steps) the driver stops at the first one and
+    `observe` raises `NonFiniteError` naming it. Otherwise they are counted and training goes on,
+    but a run of `LIMIT` consecutive skipped steps raises the same one-line error: Keras'
+    `LossScaleOptimizer` has no scale floor, so on a loss that stays non-finite it halves the scale
+    forever and `iterations` never advances (the run would loop with no log, no checkpoint and no
+    error). A healthy fp16 run skips a handful of steps while its scale settles (from 2^15, each
+    skip halves it); `LIMIT` skipped in a row means a scale below 2^-49.
+    """
+
+    LIMIT = 64
+
+    def __init__(self, tolerate: bool, limit: int = LIMIT):
+        self.tolerate, self.limit = tolerate, limit
+        self.total = self.consecutive = 0
+
+    def observe(self, previous: int, step: int, attempted: int, skipped: int, optimizer, last_checkpoint,
+                what: str = "step") -> int:
+        """Counts a driver call's `skipped` steps (of `attempted`, from step `previous` to `step`); returns
+        how many it skipped. Raises `NonFiniteError` when they cannot be tolerated any longer."""
+        if not skipped:
+            self.consecutive = 0
+            return 0
+        self.total += skipped
+        # A call that applied no step skipped all it attempted; one that applied some ended the run of skips
+        # before it (its own trailing skips are not known, so the bound may take one call more).
+        self.consecutive = self.consecutive + attempted if step == previous else 0
+        if not self.tolerate or self.consecutive >= self.limit:
+            raise NonFiniteError(self.message(step, optimizer, last_checkpoint(), what))
+        return skipped
+
+    def message(self, step: int, optimizer, last_checkpoint, what: str) -> str:
+        from electra_tf.model.step import loss_scale
+
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            why = (f"{self.consecutive} {what}s in a row were skipped: the loss or gradients are still not "
+                   f"finite with the fp16 loss scale down to {float(loss_scale(optimizer)):.3g}")
+        elif self.tolerate:
+            why = f"{self.consecutive} {what}s in a row were skipped: the loss or gradient norm is not finite"
+        else:
+            why = "the loss or gradient norm is not finite"
+        return (f"{what} {step + 1}: {why}; stopping (the {what} was not applied). Last good checkpoint: "
+                f"{last_checkpoint or 'none'}. Lower the learning rate"
+                + ("" if self.tolerate else ", or pass --skip_nonfinite_steps to skip such steps"))
 
 
 class CorruptDataError(RuntimeError):

@@ -1,6 +1,6 @@
 """The pre-training loop: strategy, checkpoints, TensorBoard, resume, export.
 
-`ElectraPretrainer.train_step` does the work of one step; this module runs
+`ElectraPretrainer.replica_step` does the work of one step; this module runs
 it under a `tf.distribute` strategy, `steps_per_loop` steps per `tf.function`
 call (what TPUs need), and keeps a `tf.train.CheckpointManager` holding the
 model, the optimizer (its step counter drives the schedule and the masking
@@ -19,6 +19,8 @@ Example (see `run_pretraining.py` for the command-line front end):
 """
 
 import contextlib
+import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -34,16 +36,17 @@ from electra_tf.training import distribution, evaluation, input_pipeline, loop, 
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.options import TrainOptions
-from electra_tf.model.pretrainer import ElectraPretrainer
+from electra_tf.training.skipped_records import SkippedRecords
+from electra_tf.options import ExecutionOptions, TrainOptions
+from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES
 
 
 def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
     with strategy.scope():
-        model = ElectraPretrainer(config, special_token_ids=special_token_ids, seed=seed, execution=execution,
-                                  whole_words=whole_words)
+        model = pretrainer_from_config(config, special_token_ids=special_token_ids, seed=seed, execution=execution,
+                                       whole_words=whole_words)
         optimizer = create_optimizer(config, fused=model.execution.adam_kernel == "fused")
         if mixed_precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -63,20 +66,16 @@ def rng_states(model) -> list:
     return [g.state.value for g in generators]
 
 
-def make_train_fn(strategy, model, jit_compile=False, stop_on_nonfinite=True, stop_request=None,
-                  graph_optimizer="auto", input_report=None):
-    """`run(iterator, num_steps)` over `model.train_step` (see `loop.make_step_driver`).
+def make_train_fn(strategy, model, stop_on_nonfinite=True, stop_request=None, graph_optimizer="off",
+                  input_report=None):
+    """`run(iterator, num_steps)` over `model.replica_step` (see `loop.make_step_driver`).
 
     With a `preemption.StopRequest`, the loop ends after the step in progress once a stop
     is requested (agreed by all workers: see `StopRequest.wrap_step`).
     """
-    if stop_request is None:
-        return loop.make_step_driver(strategy, model.train_step, model.step_output_names, jit_compile,
-                                     stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer,
-                                     input_report=input_report)
-    step_fn = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
-    return loop.make_step_driver(strategy, stop_request.wrap_step(step_fn), model.step_output_names,
-                                 stop_on_nonfinite=stop_on_nonfinite, stop_requested=stop_request.agreed,
+    step_fn = model.replica_step if stop_request is None else stop_request.wrap_step(model.replica_step)
+    return loop.make_step_driver(strategy, step_fn, model.step_output_names, stop_on_nonfinite=stop_on_nonfinite,
+                                 stop_requested=None if stop_request is None else stop_request.agreed,
                                  graph_optimizer=graph_optimizer, input_report=input_report)
 
 
@@ -136,51 +135,6 @@ def _read_vocab(vocab_file) -> list[str]:
 INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records
 
 
-class SkippedRecords:
-    """`--skip_corrupt_records`: records skipped per shard (a checkpointed variable), their log lines and
-    the run's summary line."""
-
-    def __init__(self, data_dir: str, manifest: dict):
-        self.paths = [os.path.join(data_dir, name) for name in manifest["shards"]]
-        self.data_dir = data_dir
-        self.expected = input_pipeline.shard_record_counts(data_dir, manifest)
-        self.report = input_pipeline.SkipReport(len(self.paths))
-        self.by_shard = tf.Variable(tf.zeros([len(self.paths)], tf.int64), trainable=False, name="skipped_records")
-
-    @property
-    def total(self) -> int:
-        return int(tf.reduce_sum(self.by_shard))
-
-    def add(self, outputs: dict, step: int) -> None:
-        """Counts and logs the skips a call of the step driver (or a replay) reported."""
-        lost = outputs["skipped_by_shard"].numpy()
-        if not lost.any():
-            return
-        self.by_shard.assign_add(lost)
-        events = outputs["skip_events_by_shard"].numpy()
-        for index in np.flatnonzero(lost):
-            logging.warning("%s", self.event_line(index, int(lost[index]), int(events[index]), step))
-
-    def event_line(self, index: int, lost: int, events: int, step: int) -> str:
-        # The shard is the same file each pass, so it gives up at the same record every time.
-        at = self.expected[index] - lost // max(events, 1)
-        offset = input_pipeline.record_offset(self.paths[index], at)
-        where = f"record {at}" + (f", byte offset {offset}" if offset is not None else "")
-        passes = f" ({events} passes)" if events > 1 else ""
-        return (f"skipped corrupt data by step {step}: {self.paths[index]}: {where}: not readable, the reader "
-                f"gave up on the rest of the shard: {lost} of its {self.expected[index]} records not read{passes}; "
-                f"{self.total} skipped so far")
-
-    def summary(self) -> str:
-        lost = self.by_shard.numpy()
-        if not lost.any():
-            return "--skip_corrupt_records: no corrupt records met; none skipped"
-        shards = ", ".join(f"{self.paths[i]} ({lost[i]})" for i in np.flatnonzero(lost))
-        return (f"--skip_corrupt_records: skipped {lost.sum()} record(s) not readable in "
-                f"{np.count_nonzero(lost)} shard(s): {shards}; check them with `python -m data_prep.inspect_shards "
-                f"--verify {self.data_dir}`")
-
-
 def check_writable(model_dir: str, probe_name: str = ".write_test"):
     """Fails before any work if `model_dir` cannot be created or written."""
     probe = os.path.join(model_dir, probe_name)
@@ -211,147 +165,316 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     `train_log.jsonl` and the export. The others take part in every (collective) checkpoint
     save into a temporary directory that is removed at the end. With `options.stop_signals`,
     such a signal ends training after the step in progress, with a checkpoint at that step.
+
+    The steps, in this order (randomness, checkpoints and collectives depend on it): `set_up` (every
+    check, the run's records), `build_model` (seeded), `make_input`, `RunCheckpoints.resume` (and
+    `replay_input`), `TrainLoop.run` (steps, logs, checkpoints, evaluation) and `finish` (stop or export).
     """
+    setup = set_up(config, options, strategy)
+    keras.utils.set_random_seed(options.seed)  # the initial weights and the dropout seeds
+    model, optimizer = build_model(config, strategy, setup.manifest["special_token_ids"], options.seed,
+                                   options.mixed_precision, setup.execution,
+                                   input_pipeline.whole_words_table(config, setup.manifest))
+    iterator = make_input(setup, config, options, strategy)
+    checkpoints = RunCheckpoints(setup, options, model, optimizer, iterator)
+    if checkpoints.resume(options.init_checkpoint):
+        replay_input(setup, options, iterator, checkpoints)
+    stop_request = preemption.StopRequest(strategy, options.stop_signals)
+    training = TrainLoop(setup, config, options, strategy, model, iterator, checkpoints, stop_request)
+    with stop_request, _scratch_dir(setup.chief, setup.worker) as scratch:
+        checkpoints.open_saver(scratch)
+        training.run()
+        finish(setup, options, strategy, training)
+        return training.history
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSetup:
+    """What `set_up` checked and decided before anything is built."""
+
+    chief: bool
+    worker: int
+    workers: int
+    own_input: bool  # several workers with --input_sharding=file: each worker keeps its input state
+    execution: ExecutionOptions  # resolved for this run's devices
+    phase1: restore.Phase1 | None  # where phase 2 of a run starts
+    manifest: dict
+    eval_source: tuple[str, dict] | None  # the held-out data (`evaluation.resolve_source`)
+    eval_every: int  # evaluate every that many steps (0: only at the end)
+    skipping: SkippedRecords | None  # --skip_corrupt_records
+    last: int  # the step this invocation ends at (--stop_after_steps)
+
+
+def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
+    """Every check that can fail before the first step, then the run's records (`run_config.json`,
+    `execution.json`): nothing is built, and a run refused here writes nothing into its `model_dir`."""
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
-    own_input = workers > 1 and options.input_sharding == "file"  # each worker keeps its input state
+    own_input = workers > 1 and options.input_sharding == "file"
+    # Decided once, before anything is built or written; every layer and loop below takes it as is.
+    execution = resolve_run_execution(options, strategy, config)
     phase1 = None
     if options.phase2_from:  # checked before anything is written
         phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
     if chief or own_input:
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
-    verify.check_shard_sizes(options.data_dir, manifest)  # a truncated shard fails here, not mid-run
+    # A truncated shard fails here, not mid-run; under --skip_corrupt_records its lost records are counted.
+    for line in verify.check_shard_sizes(options.data_dir, manifest, allow_truncated=options.skip_corrupt_records):
+        logging.warning("%s", line)
     eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir, manifest, config)
     eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
-    report = skipping.report if skipping else None
-    restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record())
-    execution = distribution.resolve_execution(options.execution, strategy, config.hidden_act)
-    keras.utils.set_random_seed(options.seed)
-    model, optimizer = build_model(config, strategy, manifest["special_token_ids"], options.seed,
-                                   options.mixed_precision, execution, input_pipeline.whole_words_table(config, manifest))
-    dataset = input_pipeline.worker_dataset(strategy, options.data_dir, manifest, config.train_batch_size,
+    restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
+                             options=restore.recipe_options(options, manifest))
+    if chief:
+        record_execution(options.model_dir, execution)
+    last = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
+    return RunSetup(chief, worker, workers, own_input, execution, phase1, manifest, eval_source, eval_every,
+                    skipping, last)
+
+
+def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy):
+    """This worker's input iterator (a plain `tf.data` one: it is checkpointed)."""
+    dataset = input_pipeline.worker_dataset(strategy, options.data_dir, setup.manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding,
                                             skip_corrupt=options.skip_corrupt_records)
-    iterator = iter(dataset)
-    state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
-    input_key = INPUT_KEYS[options.skip_corrupt_records]
-    input_state = {input_key: iterator, **({"skipped_records": skipping.by_shard} if skipping else {})}
-    checkpoint = tf.train.Checkpoint(**state, **({} if own_input else input_state))
-    checkpoint_dir = os.path.join(options.model_dir, "checkpoints")
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=options.keep_checkpoint_max,
-                                         step_counter=optimizer.iterations)
-    replay = restore.restore_or_initialize(manager, checkpoint, model, optimizer, options.init_checkpoint, input_key,
-                                           None if own_input else tf.train.Checkpoint(**state), phase1)
-    input_saver = None
-    if own_input:
-        input_saver = tf.train.CheckpointManager(
-            tf.train.Checkpoint(**input_state), os.path.join(checkpoint_dir, f"input-worker{worker}-of-{workers}"),
-            max_to_keep=options.keep_checkpoint_max, step_counter=optimizer.iterations)
-        replay = restore.restore_worker_input(input_saver, loop.current_step(optimizer), worker, input_key)
-    latest_checkpoint = lambda: manager.latest_checkpoint if chief else tf.train.latest_checkpoint(checkpoint_dir)  # noqa: E731
-    if replay:
-        with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
-            replayed = restore.replay_input(iterator, loop.current_step(optimizer), report,
-                                            options.skip_corrupt_records, manager.latest_checkpoint)
-        if skipping is not None:
-            skipping.add(replayed, loop.current_step(optimizer))
-    stop_request = preemption.StopRequest(strategy, options.stop_signals)
-    train_steps = make_train_fn(strategy, model, execution.jit_compile,
-                                stop_on_nonfinite=not options.skip_nonfinite_steps, stop_request=stop_request,
-                                graph_optimizer=execution.graph_optimizer, input_report=report)
-    skipped_total = 0
-    logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if chief else None
-    with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
-        preview = _make_preview(model, options, manifest) if chief else None
-    evaluator = evaluation.for_training(model, eval_source, options, config, chief)
-    history = []
-    step = saved_step = loop.current_step(optimizer)
-    total = config.num_train_steps
-    progress = loop.ProgressReporter(total, step, config.train_batch_size,
-                                     keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
-    timer = loop.StepTimer(step, total)
-    window_start, window_step = time.time(), step
-    logging.info("Training %s (%s) from step %d to %d, global batch %d x %d tokens%s, %d replica(s) on %d worker(s)%s; %s",
-                 config.model_size, config.objective, step, total, config.train_batch_size, config.max_seq_length,
-                 f" in {config.gradient_accumulation_steps} micro-batches" if config.gradient_accumulation_steps > 1
-                 else "", strategy.num_replicas_in_sync, workers,
-                 "" if chief else f" (this is worker {worker})", loop.runtime_summary(train_steps))
-    last = min(total, options.stop_after_steps or total)
-    with stop_request, _scratch_dir(chief, worker) as scratch:
-        saver = manager if chief else tf.train.CheckpointManager(checkpoint, scratch, max_to_keep=1,
-                                                                 step_counter=optimizer.iterations)
+    return iter(dataset)
 
-        def save(step):  # collective: every worker calls it, the others into `scratch`
-            loop.check_finite_weights(model, step, "checkpoint")
-            saver.save(checkpoint_number=step)
-            if input_saver is not None:
-                input_saver.save(checkpoint_number=step)
 
-        while step < last and not stop_request.requested:
-            stop = loop.next_stop(step, last, options.steps_per_loop, options.log_steps, options.save_checkpoints_steps,
-                                  eval_every, extra_stops=timer.stops)
-            with _corrupt_data_as_error(options.data_dir, manifest, optimizer, latest_checkpoint):
-                outputs = stop_request.call(train_steps, iterator, tf.constant(stop - step))
-            previous, step = step, loop.current_step(optimizer)
-            if chief:
-                timer.observe(step)
-            if skipping is not None:
-                skipping.add(outputs, step)
-            skipped = int(outputs["nonfinite_steps"])
-            if skipped and not options.skip_nonfinite_steps:
-                latest = latest_checkpoint()
-                raise loop.NonFiniteError(
-                    f"step {step + 1}: the loss or gradient norm is not finite; stopping (the step was not "
-                    f"applied). Last good checkpoint: {latest or 'none'}. Lower the "
-                    "learning rate, or pass --skip_nonfinite_steps to skip such steps")
-            if skipped:
-                skipped_total += skipped
-                logging.warning("skipped %d non-finite step(s) (%d so far)", skipped, skipped_total)
-            if step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
+class RunCheckpoints:
+    """The run's checkpoints in `<model_dir>/checkpoints`: the model, the optimizer, the dropout RNG state and
+    the input position (with `--skip_corrupt_records`, the records lost too). Under `setup.own_input` each
+    worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
+
+    def __init__(self, setup: RunSetup, options: TrainOptions, model, optimizer, iterator):
+        self.setup, self.model, self.optimizer = setup, model, optimizer
+        self.input_key = INPUT_KEYS[options.skip_corrupt_records]
+        self.directory = os.path.join(options.model_dir, "checkpoints")
+        self.keep = options.keep_checkpoint_max
+        state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
+        skipped = {"skipped_records": setup.skipping.by_shard} if setup.skipping else {}
+        self.input_state = {self.input_key: iterator, **skipped}
+        self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.own_input else self.input_state))
+        self.without_input = None if setup.own_input else tf.train.Checkpoint(**state)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.keep,
+                                                  step_counter=optimizer.iterations)
+        self.input_saver = None
+        self.saver = None
+
+    def resume(self, init_checkpoint) -> bool:
+        """Restores the newest readable checkpoint, else initialises (`restore.restore_or_initialize`); True when
+        the input position was saved by the other `--skip_corrupt_records` pipeline (see `replay_input`)."""
+        replay = restore.restore_or_initialize(self.manager, self.checkpoint, self.model, self.optimizer,
+                                               init_checkpoint, self.input_key, self.without_input,
+                                               self.setup.phase1)
+        if self.setup.own_input:
+            setup = self.setup
+            self.input_saver = tf.train.CheckpointManager(
+                tf.train.Checkpoint(**self.input_state),
+                os.path.join(self.directory, f"input-worker{setup.worker}-of-{setup.workers}"),
+                max_to_keep=self.keep, step_counter=self.optimizer.iterations)
+            replay = restore.restore_worker_input(self.input_saver, loop.current_step(self.optimizer), setup.worker,
+                                                  self.input_key)
+        return replay
+
+    def latest(self):
+        """The newest checkpoint (the chief's manager knows; another worker looks)."""
+        return self.manager.latest_checkpoint if self.setup.chief else tf.train.latest_checkpoint(self.directory)
+
+    def open_saver(self, scratch):
+        """Saves go to the run's checkpoints on the chief, to `scratch` on another worker (see `save`)."""
+        self.saver = self.manager if self.setup.chief else tf.train.CheckpointManager(
+            self.checkpoint, scratch, max_to_keep=1, step_counter=self.optimizer.iterations)
+
+    def save(self, step: int) -> None:
+        """Collective: every worker calls it at the same steps (the others into their scratch directory)."""
+        loop.check_finite_weights(self.model, step, "checkpoint")
+        self.saver.save(checkpoint_number=step)
+        if self.input_saver is not None:
+            self.input_saver.save(checkpoint_number=step)
+
+    def corrupt_data_as_error(self, data_dir: str):
+        """`_corrupt_data_as_error` for this run: its shards, step and newest checkpoint."""
+        return _corrupt_data_as_error(data_dir, self.setup.manifest, self.optimizer, self.latest)
+
+
+def replay_input(setup: RunSetup, options: TrainOptions, iterator, checkpoints: RunCheckpoints) -> None:
+    """Reads the input again up to the restored step (`restore.replay_input`), counting its lost records."""
+    step = loop.current_step(checkpoints.optimizer)
+    report = setup.skipping.report if setup.skipping else None
+    with checkpoints.corrupt_data_as_error(options.data_dir):
+        replayed = restore.replay_input(iterator, step, report, options.skip_corrupt_records,
+                                        checkpoints.manager.latest_checkpoint)
+    if setup.skipping is not None:
+        setup.skipping.add(replayed, step)
+
+
+class TrainLoop:
+    """From the restored step to `setup.last`: calls of the step driver (`steps_per_loop` steps each), then
+    per call the skipped steps and records, the log line, the checkpoint and the held-out evaluation due."""
+
+    def __init__(self, setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy, model, iterator,
+                 checkpoints: RunCheckpoints, stop_request):
+        self.setup, self.config, self.options, self.strategy = setup, config, options, strategy
+        self.model, self.optimizer, self.iterator = model, checkpoints.optimizer, iterator
+        self.checkpoints, self.stop_request = checkpoints, stop_request
+        # fp16's loss-scale optimizer skips overflowed steps itself: those never stop the driver.
+        self.skipped_steps = loop.SkippedSteps(
+            tolerate=options.skip_nonfinite_steps or options.mixed_precision == "fp16")
+        self.train_steps = make_train_fn(strategy, model, stop_on_nonfinite=not self.skipped_steps.tolerate,
+                                         stop_request=stop_request, graph_optimizer=setup.execution.graph_optimizer,
+                                         input_report=setup.skipping.report if setup.skipping else None)
+        self.logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if setup.chief else None
+        with checkpoints.corrupt_data_as_error(options.data_dir):
+            self.preview = _make_preview(model, options, setup.manifest) if setup.chief else None
+        self.evaluator = evaluation.for_training(model, setup.eval_source, options, config, setup.chief)
+        self.history = []
+        self.step = self.saved_step = loop.current_step(self.optimizer)
+        self.progress = loop.ProgressReporter(config.num_train_steps, self.step, config.train_batch_size,
+                                              keys=("loss", "disc_auc", "gen_accuracy", "main_accuracy"))
+        self.timer = loop.StepTimer(self.step, config.num_train_steps)
+        self.window_start, self.window_step = time.time(), self.step
+        self.log_start()
+
+    def log_start(self) -> None:
+        config, execution, setup = self.config, self.setup.execution, self.setup
+        logging.info("Training %s (%s) from step %d to %d, global batch %d x %d tokens%s, %d replica(s) on %d "
+                     "worker(s)%s; %s", config.model_size, config.objective, self.step, config.num_train_steps,
+                     config.train_batch_size, config.max_seq_length,
+                     f" in {execution.gradient_accumulation_steps} micro-batches per replica"
+                     if execution.gradient_accumulation_steps > 1 else "", self.strategy.num_replicas_in_sync,
+                     setup.workers, "" if setup.chief else f" (this is worker {setup.worker})",
+                     loop.runtime_summary(self.train_steps))
+
+    def run(self) -> None:
+        """Trains until `setup.last` or an agreed stop request."""
+        while self.step < self.setup.last and not self.stop_request.requested:
+            previous = self.step
+            outputs = self.call_steps()
+            if self.step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
                 continue
-            log_now = step % options.log_steps == 0 or step >= total
-            scalars = {name: float(value) for name, value in model.metric_results().items()}
-            if log_now:
-                elapsed = time.time() - window_start
-                scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(optimizer, step),
-                               nonfinite_steps_skipped=float(skipped_total),
-                               **({"skipped_records": float(skipping.total)} if skipping else {}),
-                               examples_per_second=(step - window_step) * config.train_batch_size / max(elapsed, 1e-9))
-                if logger is not None:  # the chief
-                    logger.write(step, scalars)
-                if preview is not None:
-                    preview.write(logger.writer, step)
-                history.append({"step": step, **scalars})
-                for metric in model.metrics:
-                    metric.reset_state()
-                window_start, window_step = time.time(), step
-            progress.update(step, scalars, log=log_now)
-            if step % options.save_checkpoints_steps == 0 or step >= last:
-                save(step)
-                saved_step = step
-            if evaluator is not None and evaluation.due(step, last, eval_every):
-                evaluator.evaluate(step)
-        if stop_request.requested and step < last:  # the same on every worker (see preemption.StopRequest)
-            if step > saved_step:
-                save(step)
-            where = manager.latest_checkpoint if chief else "written by worker 0"
-            how = stop_request.received or "another worker was asked to stop"
-            logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
-                            step, total, how, where)
-            print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
-        elif options.export and chief and step >= last:
-            # The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached.
-            loop.check_finite_weights(model, step, "export")
-            ours.save_ours(model, os.path.join(options.model_dir, "export"),
-                           vocab_file=manifest.get("vocab_file"), step=step)
-        if skipping is not None and chief:  # the run's one line on skipped records, however it ended
-            logging.warning("%s", skipping.summary())
-            print(skipping.summary(), flush=True)
-        distribution.barrier(strategy)  # the other workers end after the chief's export
-        return history
+            log_now = self.step % self.options.log_steps == 0 or self.step >= self.config.num_train_steps
+            self.progress.update(self.step, self.log_scalars(outputs, log_now), log=log_now)
+            self.save_and_evaluate()
+
+    def call_steps(self) -> dict:
+        """One call of the step driver up to the next stop (log, checkpoint, evaluation, timing); counts its
+        skipped steps and records (raising `NonFiniteError` when they cannot be tolerated)."""
+        previous, options = self.step, self.options
+        stop = loop.next_stop(previous, self.setup.last, options.steps_per_loop, options.log_steps,
+                              options.save_checkpoints_steps, self.setup.eval_every, extra_stops=self.timer.stops)
+        with self.checkpoints.corrupt_data_as_error(options.data_dir):
+            outputs = self.stop_request.call(self.train_steps, self.iterator, tf.constant(stop - previous))
+        self.step = loop.current_step(self.optimizer)
+        if self.setup.chief:
+            self.timer.observe(self.step)
+        if self.setup.skipping is not None:
+            self.setup.skipping.add(outputs, self.step)
+        skipped = self.skipped_steps.observe(previous, self.step, stop - previous, int(outputs["nonfinite_steps"]),
+                                             self.optimizer, self.checkpoints.latest)
+        if skipped:
+            logging.warning("skipped %d non-finite step(s) (%d so far)", skipped, self.skipped_steps.total)
+        return outputs
+
+    def log_scalars(self, outputs: dict, log_now: bool) -> dict:
+        """The model's metrics; at a log step also the step's loss and the run's counters, written (chief) to
+        TensorBoard and `train_log.jsonl` and kept in `history`, and the metrics restart."""
+        step, skipping = self.step, self.setup.skipping
+        scalars = {name: float(value) for name, value in self.model.metric_results().items()}
+        if not log_now:
+            return scalars
+        elapsed = time.time() - self.window_start
+        if skipping is not None and self.setup.own_input:
+            skipping.gather(self.strategy, step)  # collective: log steps are the same on every worker
+        scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(self.optimizer, step),
+                       nonfinite_steps_skipped=float(self.skipped_steps.total),
+                       **({"skipped_records": float(skipping.total)} if skipping else {}),
+                       examples_per_second=(step - self.window_step) * self.config.train_batch_size
+                       / max(elapsed, 1e-9))
+        if self.logger is not None:  # the chief
+            self.logger.write(step, scalars)
+        if self.preview is not None:
+            self.preview.write(self.logger.writer, step)
+        self.history.append({"step": step, **scalars})
+        for metric in self.model.metrics:
+            metric.reset_state()
+        self.window_start, self.window_step = time.time(), step
+        return scalars
+
+    def save_and_evaluate(self) -> None:
+        """The checkpoint (every `save_checkpoints_steps` and at the end) and the held-out evaluation due."""
+        step = self.step
+        if step % self.options.save_checkpoints_steps == 0 or step >= self.setup.last:
+            self.checkpoints.save(step)
+            self.saved_step = step
+        if self.evaluator is not None and evaluation.due(step, self.setup.last, self.setup.eval_every):
+            self.evaluator.evaluate(step)
+
+
+def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop) -> None:
+    """The invocation's end: at a stop request a checkpoint at the step reached; at the last step the export
+    (chief); the line on skipped records, however it ended; then every worker waits for the chief."""
+    step, total, skipping = training.step, training.config.num_train_steps, setup.skipping
+    if skipping is not None and setup.own_input:
+        skipping.gather(strategy, step)  # collective, so before the chief's own work
+    stop_request = training.stop_request
+    if stop_request.requested and step < setup.last:  # the same on every worker (see preemption.StopRequest)
+        if step > training.saved_step:
+            training.checkpoints.save(step)
+        where = training.checkpoints.manager.latest_checkpoint if setup.chief else "written by worker 0"
+        how = stop_request.received or "another worker was asked to stop"
+        logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
+                        step, total, how, where)
+        print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
+    elif options.export and setup.chief and step >= setup.last:
+        export(training.model, options.model_dir, setup.manifest, step)
+    if skipping is not None and setup.chief:
+        logging.warning("%s", skipping.summary())
+        print(skipping.summary(), flush=True)
+    distribution.barrier(strategy)  # the other workers end after the chief's export
+
+
+def export(model, model_dir: str, manifest: dict, step: int) -> str:
+    """The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached."""
+    loop.check_finite_weights(model, step, "export")
+    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
+
+
+EXECUTION_FILE = "execution.json"  # the run's execution choices that exactness needs on resume
+
+
+def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig):
+    """The run's execution options (`distribution.resolve_execution`), its micro-batches taken from the
+    run's record when it resumes; on CPUs, the step's cost logged before the first step."""
+    recorded = recorded_execution(options.model_dir).get("gradient_accumulation_steps")
+    execution, micro = distribution.resolve_execution(options.execution, strategy, config, recorded)
+    if distribution.all_cpu(strategy):
+        from electra_tf.training import cost
+
+        for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second(), execution.gradient_accumulation_steps,
+                                        micro.chosen_by):
+            logging.info("%s", line)
+    return execution
+
+
+def recorded_execution(model_dir: str) -> dict:
+    path = os.path.join(model_dir, EXECUTION_FILE)
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def record_execution(model_dir: str, execution) -> None:
+    """Writes the execution choices a resume must repeat to be exact (the micro-batches: gradients
+    summed in another order change the last bits) into the run (temporary name, then rename)."""
+    path = os.path.join(model_dir, EXECUTION_FILE)
+    staging = path + ".tmp"
+    with tf.io.gfile.GFile(staging, "w") as f:
+        json.dump({"gradient_accumulation_steps": execution.gradient_accumulation_steps}, f)
+    tf.io.gfile.rename(staging, path, overwrite=True)
 
 
 @contextlib.contextmanager

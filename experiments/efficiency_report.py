@@ -1,0 +1,196 @@
+r"""The efficiency curve's report: score against pre-training compute, and the compute ratio read from it.
+
+    python -m experiments.efficiency_curve --stage=report
+
+Built from the committed records alone (`docs/results/efficiency_curve/cpu/<arm>-pseed0.json`,
+and the objectives experiment's `none` record for the floor and its decayed 192k runs), no work
+folder: `docs/results/efficiency_curve.{md,json}` and `docs/results/efficiency_curve.png`.
+
+Each milestone is scored as the objectives experiment scores a run: the median over fine-tuning
+seeds at its chosen learning rate (the better STS-B median of the grid). The compute ratio is read
+from STS-B (MRPC sits at the floor for every arm at this scale): the smallest milestone at which rtd
+is at or above mlm's score at its largest milestone, "at" meaning within the pre-training-seed spread
+(`SEED_SPREAD`), reported as the bracket between that milestone and the one before it, in FLOPs, with no
+interpolation. Mid-run milestones are not decayed (the learning rate is still high there), so the
+report sets the 192k milestones beside the objectives experiment's decayed 192k runs of the same data,
+seed and initialisation, to say how conservative the ratio is.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Optional
+
+from experiments import compare_objectives as objectives
+from experiments import efficiency_curve as curve_run
+
+TASKS = curve_run.TUNING_TASKS  # STS-B, MRPC
+RATIO_TASK = "STS-B"
+STEM = "efficiency_curve"
+
+
+def milestone_score(entry: dict, task: str) -> Optional[dict]:
+    """{"median", "seeds", "lr"} of a milestone's task at its chosen lr, or None before its grid is complete."""
+    finetune = entry.get("finetune", {})
+    if not finetune.get(objectives.SELECTION_TASK) or task not in finetune:
+        return None
+    lr = f"{objectives.chosen_lr(finetune):g}"
+    seeds = finetune[task].get(lr, [])
+    return {"median": statistics.median(seeds), "seeds": seeds, "lr": lr} if seeds else None
+
+
+def arm_points(record: dict, task: str) -> list[dict]:
+    """The arm's scored milestones in compute order: multiple, FLOPs, examples and the score."""
+    points = []
+    for multiple in curve_run.MULTIPLES:
+        entry = record.get("milestones", {}).get(f"{multiple:g}")
+        score = milestone_score(entry, task) if entry else None
+        if score:
+            points.append({"multiple": multiple, "pretrain_flops": entry["pretrain_flops"], "steps": entry["steps"],
+                           "rtd_equivalent_examples": entry["rtd_equivalent_examples"], **score})
+    return points
+
+
+def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
+    """Where rtd first reaches mlm's score at mlm's largest milestone (within `spread`): the bracket of
+    milestones, in FLOPs. `reached` is None when rtd never does (or mlm's largest milestone is not scored)."""
+    if not rtd or not mlm:
+        return {"reached": None, "why": "not every arm has a scored milestone yet"}
+    target = mlm[-1]
+    for index, point in enumerate(rtd):
+        if point["median"] >= target["median"] - spread:
+            below = rtd[index - 1] if index else None
+            return {"reached": point["multiple"], "target_multiple": target["multiple"],
+                    "target_median": target["median"], "spread": spread,
+                    "flops_bracket": [below["pretrain_flops"] if below else 0.0, point["pretrain_flops"]],
+                    "ratio_bracket": [target["pretrain_flops"] / point["pretrain_flops"],
+                                      target["pretrain_flops"] / below["pretrain_flops"] if below else None]}
+    return {"reached": None, "target_multiple": target["multiple"], "target_median": target["median"],
+            "spread": spread, "why": f"rtd stays more than {spread} below mlm's score at its largest milestone"}
+
+
+def decayed_comparison(records_dir: Path, points: dict) -> dict:
+    """Each arm's 192k milestone (mid-run, not decayed) beside its objectives run of the same seed (decayed)."""
+    comparison = {}
+    for arm, arm_points_ in points.items():
+        path = records_dir / f"{arm}-pseed{curve_run.PRETRAIN_SEED}.json"
+        milestone = next((p for p in arm_points_ if p["multiple"] == 1.0), None)
+        if not path.exists() or milestone is None:
+            continue
+        decayed = milestone_score(json.loads(path.read_text()), RATIO_TASK)
+        if decayed:
+            comparison[arm] = {"milestone": milestone["median"], "decayed": decayed["median"],
+                               "difference": decayed["median"] - milestone["median"]}
+    return comparison
+
+
+def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
+    records_dir = curve_run.records_dir(results_dir, objectives.BUDGETS[budget_name])
+    records = {path.stem.split("-pseed")[0]: json.loads(path.read_text())
+               for path in sorted(records_dir.glob("*.json"))} if records_dir.is_dir() else {}
+    objectives_dir = Path(results_dir) / "objectives" / budget_name
+    none_path = objectives_dir / "none-pseed0.json"
+    floor = {task: milestone_score(json.loads(none_path.read_text()), task) for task in TASKS} \
+        if none_path.exists() else {}
+    points = {task: {arm: arm_points(record, task) for arm, record in records.items()} for task in TASKS}
+    ratio_points = points[RATIO_TASK]
+    return {
+        "command": "python -m experiments.efficiency_curve --stage=report", "budget": budget_name,
+        "seed_spread": curve_run.SEED_SPREAD, "points": points, "floor": floor,
+        "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD),
+        "decayed_192k": decayed_comparison(objectives_dir, ratio_points),
+        "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
+                           "steps_done": (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"],
+                           "total_steps": record.get("total_steps"),
+                           "commits": record.get("pretrain_commits", [])} for arm, record in records.items()},
+    }
+
+
+def _cell(score: Optional[dict]) -> str:
+    if not score:
+        return "–"
+    return f"**{score['median']:.1f}** [{', '.join(f'{v:.1f}' for v in score['seeds'])}] (lr {score['lr']})"
+
+
+def ratio_line(ratio: dict) -> str:
+    if ratio.get("reached") is None:
+        return f"Compute ratio: not read yet or not reached ({ratio.get('why', '')})."
+    low, high = ratio["flops_bracket"]
+    fewer = ratio["ratio_bracket"]
+    upper = f"{fewer[1]:.1f}×" if fewer[1] else "more"
+    return (f"Compute ratio (STS-B): rtd is within {ratio['spread']} points of mlm's score at "
+            f"{ratio['target_multiple']:g}× ({ratio['target_median']:.1f}) first at its {ratio['reached']:g}× milestone: somewhere between "
+            f"{low:.3g} and {high:.3g} pre-training FLOPs, i.e. mlm spent {fewer[0]:.1f}× to {upper} rtd's compute "
+            "for that score (milestones bracket it; no interpolation).")
+
+
+def markdown(results: dict) -> str:
+    lines = ["# Score against pre-training compute: rtd and mlm (the paper's Figure 1 in miniature)", "",
+             f"Generated by `{results['command']}` from `docs/results/efficiency_curve/{results['budget']}/` "
+             "(and the objectives experiment's `none` record and decayed 192k runs).", "",
+             "Each arm pre-trains once for 4× the objectives budget in FLOPs, the learning rate decaying over the "
+             "whole run; each milestone is fine-tuned with the objectives protocol. Cells: the median over 3 fine-tuning "
+             "seeds at the milestone's chosen learning rate (the seeds in brackets).", ""]
+    for task in TASKS:
+        lines += [f"## {task}", "", "| arm | " + " | ".join(f"{m:g}× ({round(m * 192)}k)" for m in curve_run.MULTIPLES)
+                  + " |", "|---|" + "---|" * len(curve_run.MULTIPLES)]
+        for arm, arm_points_ in results["points"][task].items():
+            by_multiple = {p["multiple"]: p for p in arm_points_}
+            lines.append(f"| {arm} | " + " | ".join(_cell(by_multiple.get(m)) for m in curve_run.MULTIPLES) + " |")
+        floor = results["floor"].get(task)
+        lines += ["", f"No pre-training (`none`, the floor): {_cell(floor)}.", ""]
+    lines += [ratio_line(results["compute_ratio"]), ""]
+    for arm, c in results["decayed_192k"].items():
+        lines.append(f"- {arm} at 192k: {c['milestone']:.1f} mid-run against {c['decayed']:.1f} for the objectives "
+                     f"run decayed to zero at 192k (same data, seed and initialisation): {c['difference']:+.1f}.")
+    lines += ["", "Progress: " + "; ".join(
+        f"{arm} {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
+        f"{p['steps_done']}/{p['total_steps']} steps (commits {', '.join(p['commits']) or '–'})"
+        for arm, p in results["progress"].items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, out_dir: Path) -> Optional[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        objectives.log("matplotlib is not installed (pip install -r requirements-bench.txt): no plot")
+        return None
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(5 * len(TASKS), 4))
+    for ax, task in zip(axes, TASKS):
+        for index, (arm, points) in enumerate(results["points"][task].items()):
+            if not points:
+                continue
+            x = [p["pretrain_flops"] for p in points]
+            ax.plot(x, [p["median"] for p in points], "o-", color=f"C{index}", label=arm)
+            ax.vlines(x, [min(p["seeds"]) for p in points], [max(p["seeds"]) for p in points], color=f"C{index}",
+                      alpha=0.5)
+        floor = results["floor"].get(task)
+        if floor:
+            ax.axhline(floor["median"], linestyle=":", color="grey", label="none (floor)")
+        ax.set_xscale("log")
+        ax.set_xlabel("pre-training FLOPs")
+        ax.set_title(f"{task} (median, fine-tuning seed range)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(out_dir) / f"{STEM}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def report(curve) -> dict:
+    """`docs/results/efficiency_curve.{md,json}` and the plot, from the committed records of `curve`'s budget."""
+    results_dir = Path(curve.results_dir)
+    results = build_results(results_dir, curve.budget.name)
+    stem = STEM if curve.budget.name == "cpu" else f"{STEM}_{curve.budget.name}"
+    objectives.write_json_atomic(results_dir / f"{stem}.json", results)
+    (results_dir / f"{stem}.md").write_text(markdown(results))
+    if curve.budget.name == "cpu":
+        plot(results, results_dir)
+    print(markdown(results), flush=True)
+    return results

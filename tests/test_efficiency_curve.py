@@ -1,0 +1,85 @@
+"""The efficiency curve: milestones at equal compute, kept milestones, and the report's compute ratio."""
+
+import json
+
+import pytest
+
+from experiments import compare_objectives as objectives
+from experiments import efficiency_curve as curve_run
+from experiments import efficiency_report as report
+
+CPU = objectives.BUDGETS["cpu"]
+
+
+def test_milestones_are_the_objectives_budget_times_the_multiples_at_equal_flops():
+    assert [curve_run.milestone_steps(CPU, "rtd", m) for m in curve_run.MULTIPLES] == [375, 750, 1500, 3000, 6000]
+    assert curve_run.milestone_steps(CPU, "mlm", 1.0) == objectives.arm_steps(CPU, "mlm")  # the objectives' mlm run
+    for multiple in curve_run.MULTIPLES:
+        rtd, mlm = (curve_run.milestone_compute(CPU, arm, multiple) for arm in ("rtd", "mlm"))
+        per_step = mlm["pretrain_flops"] / mlm["steps"]
+        assert rtd["pretrain_flops"] <= mlm["pretrain_flops"] < rtd["pretrain_flops"] + per_step  # one step at most
+        assert rtd["rtd_equivalent_examples"] == mlm["rtd_equivalent_examples"] == round(192_000 * multiple)
+
+
+def test_a_kept_milestone_holds_the_export_and_checkpoint_of_its_step(tmp_path):
+    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    model_dir = curve.model_dir("rtd")
+    (model_dir / "checkpoints").mkdir(parents=True)
+    (model_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-375"\n')
+    for name in ("ckpt-375.index", "ckpt-375.data-00000-of-00001", "ckpt-350.index"):
+        (model_dir / "checkpoints" / name).write_text(name)
+    (model_dir / "export").mkdir()
+    (model_dir / "export" / "electra_config.json").write_text(json.dumps({"step": 375}))
+    milestone = curve_run.Milestone("rtd", 0.25)
+    export = curve_run.keep_milestone(curve, milestone, 375)
+    assert json.loads((export / "electra_config.json").read_text())["step"] == 375
+    kept = sorted(p.name for p in (curve.milestone_dir(milestone) / "checkpoint").iterdir())
+    assert kept == ["checkpoint", "ckpt-375.data-00000-of-00001", "ckpt-375.index"]
+    assert not (model_dir / "export").exists()  # the next piece of the run writes its own
+    with pytest.raises(RuntimeError, match="holds no export and checkpoint at step 750"):
+        curve_run.keep_milestone(curve, curve_run.Milestone("rtd", 0.5), 750)
+
+
+def point(multiple, median):
+    return {"multiple": multiple, "pretrain_flops": 1e15 * multiple, "median": median, "seeds": [median], "lr": "1e-4"}
+
+
+def test_the_compute_ratio_is_the_bracket_where_rtd_first_reaches_mlms_largest_score():
+    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (15, 18, 21, 25, 30))]
+    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (20, 24, 27, 33, 36))]
+    ratio = report.compute_ratio(rtd, mlm, 3.9)
+    assert ratio["reached"] == 1.0 and ratio["flops_bracket"] == [0.5e15, 1e15]  # 27 ≥ 30 − 3.9, 24 is not
+    assert ratio["ratio_bracket"] == [4.0, 8.0]
+    assert report.compute_ratio(rtd[:1], mlm, 3.9)["reached"] is None
+    first = report.compute_ratio([point(0.25, 40)], mlm, 3.9)
+    assert first["flops_bracket"] == [0.0, 0.25e15] and first["ratio_bracket"] == [16.0, None]
+
+
+def record(arm, scores):
+    """A committed record whose milestones have STS-B and MRPC grids (the 1e-4 lr better)."""
+    milestones = {}
+    for multiple, score in zip(curve_run.MULTIPLES, scores):
+        compute = curve_run.milestone_compute(CPU, arm, multiple)
+        grid = {"0.0001": [score - 1, score, score + 1], "0.0003": [score - 5] * 3}
+        milestones[f"{multiple:g}"] = {**compute, "finetune": {"STS-B": grid, "MRPC": grid}}
+    return {"arm": arm, "milestones": milestones, "total_steps": curve_run.total_steps(CPU, arm),
+            "pretrain_curve": [{"step": 6000}], "pretrain_commits": ["abc1234"]}
+
+
+def test_the_report_is_built_from_committed_records_alone(tmp_path):
+    records = tmp_path / "efficiency_curve" / "cpu"
+    records.mkdir(parents=True)
+    (records / "rtd-pseed0.json").write_text(json.dumps(record("rtd", (20, 24, 27, 33, 36))))
+    (records / "mlm-pseed0.json").write_text(json.dumps(record("mlm", (15, 18, 21, 25, 30))))
+    decayed = tmp_path / "objectives" / "cpu"
+    decayed.mkdir(parents=True)
+    for arm, score in (("rtd", 34.0), ("mlm", 21.0), ("none", 18.0)):
+        grid = {"0.0001": [score] * 3, "0.0003": [score - 1] * 3}
+        (decayed / f"{arm}-pseed0.json").write_text(json.dumps({"finetune": {"STS-B": grid, "MRPC": grid}}))
+    results = report.report(curve_run.Curve(CPU, tmp_path / "no_work_folder", tmp_path))
+    assert results["compute_ratio"]["reached"] == 1.0
+    assert results["decayed_192k"]["rtd"] == {"milestone": 27, "decayed": 34.0, "difference": 7.0}
+    assert results["floor"]["STS-B"]["median"] == 18.0
+    text = (tmp_path / "efficiency_curve.md").read_text()
+    assert "**27.0** [26.0, 27.0, 28.0] (lr 0.0001)" in text and "mlm spent 4.0× to 8.0× rtd's compute" in text
+    assert json.loads((tmp_path / "efficiency_curve.json").read_text())["compute_ratio"]["reached"] == 1.0
