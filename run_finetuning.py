@@ -196,7 +196,7 @@ def make_strategy():
     from electra_tf.training.distribution import create_strategy, set_mixed_precision
 
     set_mixed_precision(FLAGS.mixed_precision)
-    return create_strategy(FLAGS.strategy, FLAGS.tpu)
+    return create_strategy(FLAGS.strategy, FLAGS.tpu, cpu_devices=FLAGS.num_cpu_devices)
 
 
 def check_flags():

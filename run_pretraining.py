@@ -179,7 +179,8 @@ def create_strategy():
         raise app.UsageError("--task_index needs --worker_hosts")
     if FLAGS.export_only or FLAGS.do_eval:
         return None
-    return distribution.create_strategy(name, FLAGS.tpu, collective_timeout_seconds=FLAGS.collective_timeout_seconds)
+    return distribution.create_strategy(name, FLAGS.tpu, collective_timeout_seconds=FLAGS.collective_timeout_seconds,
+                                        cpu_devices=FLAGS.num_cpu_devices)
 
 
 def main(argv):

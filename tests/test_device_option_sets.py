@@ -142,3 +142,9 @@ def test_pretrain_export_finetune_chain_under_the_accelerator_set(data_dir, tmp_
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert finetune.returncode == 0, finetune.stderr[-3000:]
     assert (tmp_path / "serving" / "saved_model.pb").exists()
+
+
+def test_auto_mirrors_over_the_logical_cpus_the_entry_point_made():
+    """`--num_cpu_devices=2 --strategy=auto` picked one device; the entry point now says how many it made."""
+    assert distribution.create_strategy("auto", cpu_devices=2).num_replicas_in_sync == 2
+    assert distribution.create_strategy("auto").num_replicas_in_sync == 1  # CPUs split by someone else: one device

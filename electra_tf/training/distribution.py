@@ -35,12 +35,6 @@ def split_cpu(num_devices: int):
     tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
 
 
-def logical_cpus() -> int:
-    """The logical CPU devices `split_cpu` configured (1 if none), read without starting the runtime."""
-    cpus = tf.config.list_physical_devices("CPU")
-    return len(tf.config.get_logical_device_configuration(cpus[0]) or [None]) if cpus else 1
-
-
 def _tpu_strategy(tpu_address):
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
     tf.config.experimental_connect_to_cluster(resolver)
@@ -69,9 +63,10 @@ def tf_config_from_hosts(worker_hosts: str, task_index: int) -> str:
 
 
 def create_strategy(name: str = "auto", tpu_address: str | None = None,
-                    collective_timeout_seconds: float | None = None) -> tf.distribute.Strategy:
-    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several (or the logical CPUs if `split_cpu`
-    made several), else one device.
+                    collective_timeout_seconds: float | None = None,
+                    cpu_devices: int | None = None) -> tf.distribute.Strategy:
+    """`auto`: TPU if `tpu_address` is given, all GPUs mirrored if several (or the `cpu_devices` logical CPUs
+    the entry point made with `split_cpu`, if several), else one device.
 
     `multi_worker` reads the cluster from `TF_CONFIG` and must be created before any
     TensorFlow op runs. `collective_timeout_seconds` (multi_worker only; None or 0: off)
@@ -86,7 +81,7 @@ def create_strategy(name: str = "auto", tpu_address: str | None = None,
     # which MultiWorkerMirroredStrategy can no longer configure its collective ops.
     gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
-        name = "tpu" if tpu_address else "mirrored" if len(gpus) > 1 or logical_cpus() > 1 else "one_device"
+        name = "tpu" if tpu_address else "mirrored" if len(gpus) > 1 or (cpu_devices or 1) > 1 else "one_device"
     if name == "tpu":
         strategy = _tpu_strategy(tpu_address)
     elif name == "multi_worker":
