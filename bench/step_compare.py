@@ -1,0 +1,87 @@
+"""Is our pre-training step at one commit as fast as at another? Both timed, interleaved, on one machine.
+
+    python -m bench.step_compare --before=b3a6e87 --after=HEAD --name=issue43_execution
+
+Each round runs `python -m bench.step_bench --sizes=small --precisions=fp32 --only=ours --rounds=1` in a
+checkout of each commit (a temporary `git worktree`), the two commits alternating and the order flipped every
+round, so a machine that slows down or speeds up during the comparison weighs on both alike. The result,
+`bench/results/step_compare-<name>.json`, holds both commits, the command, the machine, every round's
+sequences/s and the ratios after ÷ before (> 1: the later commit is faster). A measurement, not a test: read
+it with the spread of its rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.seeded_check import git
+from electra_tf.text.manifest import write_text_atomic
+from experiments.provenance import machine_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_command(steps: int, json_out: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.step_bench", "--sizes=small", "--precisions=fp32", "--only=ours",
+            "--rounds=1", f"--steps={steps}", "--warmup=1", f"--json_out={json_out}"]
+
+
+def ours_seq_per_second(report: dict) -> float:
+    """Our step's sequences/s in a step_bench report of one round."""
+    (group,) = [g for g in report["groups"] if "ours" in g.get("results", {})]
+    (timing,) = group["results"]["ours"]["rounds"]
+    return timing["seq_s"]
+
+
+def time_once(checkout: Path, steps: int, out: Path) -> float:
+    subprocess.run(bench_command(steps, out), cwd=checkout, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return ours_seq_per_second(json.loads(out.read_text()))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True)
+    parser.add_argument("--after", default="HEAD")
+    parser.add_argument("--name", required=True, help="the result: bench/results/step_compare-<name>.json")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="step_compare_"))
+    commits, seq_s = {}, {"before": [], "after": []}
+    try:
+        for label in ("before", "after"):
+            commits[label] = git("rev-parse", "--short", getattr(args, label))
+            git("worktree", "add", "--detach", str(work / label), commits[label])
+        for round_ in range(args.rounds):
+            for label in (("before", "after") if round_ % 2 == 0 else ("after", "before")):
+                value = time_once(work / label, args.steps, work / f"{label}-{round_}.json")
+                seq_s[label].append(value)
+                print(f"round {round_ + 1}/{args.rounds} {label} ({commits[label]}): {value:.2f} seq/s", flush=True)
+    finally:
+        for label in ("before", "after"):
+            if (work / label).exists():
+                git("worktree", "remove", "--force", str(work / label))
+        shutil.rmtree(work, ignore_errors=True)
+    ratios = [a / b for a, b in zip(seq_s["after"], seq_s["before"])]
+    result = {"before": commits["before"], "after": commits["after"], "machine": machine_line(),
+              "command": f"python -m bench.step_compare --before={args.before} --after={args.after} "
+                         f"--name={args.name} --rounds={args.rounds} --steps={args.steps}",
+              "each_run": " ".join(bench_command(args.steps, Path("OUT.json"))[1:]), "seq_per_s": seq_s,
+              "ratio_after_over_before": {"per_round": ratios, "median": statistics.median(ratios)}}
+    out = ROOT / "bench" / "results" / f"step_compare-{args.name}.json"
+    write_text_atomic(out, json.dumps(result, indent=1) + "\n")
+    print(f"after ÷ before: median {result['ratio_after_over_before']['median']:.3f} over {args.rounds} rounds "
+          f"({', '.join(f'{r:.3f}' for r in ratios)}); wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
