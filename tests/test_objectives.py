@@ -123,7 +123,7 @@ def test_main_loss_does_not_reach_the_generator(objective):
 def test_every_objective_trains_and_reports_its_losses(objective):
     model = build(objective)
     model.compile(optimizer=create_optimizer(model.config))
-    out = model.train_step(make_batch())
+    out = model.replica_step(make_batch())
     assert sorted(out) == sorted(model.step_output_names + ["nonfinite"])
     assert all(np.isfinite(float(v)) for v in out.values())
     finetuned = model.encoder_for_finetuning
@@ -133,7 +133,7 @@ def test_every_objective_trains_and_reports_its_losses(objective):
 def losses_and_gradients_by_kernels(config, loss_name, compute=run):
     """Per `kernels` value: the model's outputs and the gradients of `loss_name`, from the same weights."""
     models = {kernels: pretrainer_from_config(config, special_token_ids=SPECIAL_IDS,
-                                         execution=ExecutionOptions(kernels=kernels).resolve({"CPU"})).build_all()
+                                              execution=ExecutionOptions(kernels=kernels).resolve({"CPU"})).build_all()
               for kernels in ("reference", "xla_cpu")}
     for source, target in zip(models["reference"].weights, models["xla_cpu"].weights):
         target.assign(source)
