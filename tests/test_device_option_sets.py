@@ -28,39 +28,35 @@ ACCELERATOR_SET = ExecutionOptions().resolve({"GPU"})
 TOLERANCE = {"none": 1e-5, "bf16": 3e-2}
 
 
-DATA_DIR = []  # the module's shards (set by the `data_dir` fixture)
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("shards"))
     write_shards(path, num_examples=64, num_shards=2)
-    DATA_DIR[:] = [path]
     return path
 
 
-def first_step(execution, strategy, precision="none", seed=0):
+def first_step(data_dir, execution, strategy, precision="none", seed=0):
     """The first step's gen_loss and disc_loss as a run computes them: `pretraining.build_model` under
     `strategy`, one call of the run's step driver on the run's input (no checkpoints, logs or preview)."""
     config = small(dropout_rate=0.0, train_batch_size=8)
     distribution.set_mixed_precision(precision)
     try:
         keras.utils.set_random_seed(seed)
-        manifest = input_pipeline.load_checked_manifest(DATA_DIR[0], config)
+        manifest = input_pipeline.load_checked_manifest(data_dir, config)
         model, _ = pretraining.build_model(config, strategy, manifest["special_token_ids"], seed, precision, execution)
     finally:
         keras.mixed_precision.set_global_policy("float32")  # the variables are built; the policy was the build's
-    dataset = input_pipeline.worker_dataset(strategy, DATA_DIR[0], manifest, config.train_batch_size, seed=seed)
+    dataset = input_pipeline.worker_dataset(strategy, data_dir, manifest, config.train_batch_size, seed=seed)
     run = pretraining.make_train_fn(strategy, model, graph_optimizer=execution.graph_optimizer)
     outputs = run(iter(dataset), tf.constant(1))
     assert int(outputs["nonfinite_steps"]) == 0
     return {name: float(value) for name, value in model.metric_results().items()}
 
 
-def cpu_path(sampling, seed=0):
+def cpu_path(data_dir, sampling, seed=0):
     """One device, fp32, one micro-batch: the CPU defaults, with the set's sampling method."""
-    return first_step(dataclasses.replace(CPU_SET, sampling=sampling), tf.distribute.OneDeviceStrategy("/cpu:0"),
-                      seed=seed)
+    return first_step(data_dir, dataclasses.replace(CPU_SET, sampling=sampling),
+                      tf.distribute.OneDeviceStrategy("/cpu:0"), seed=seed)
 
 
 def assert_close(got, want, rtol):
@@ -71,15 +67,15 @@ def assert_close(got, want, rtol):
 @pytest.mark.parametrize("option_set", ["cpu", "accelerator"])
 def test_default_option_set_trains_under_two_replicas_with_accumulation_fp32_and_bf16(data_dir, option_set):
     execution = dataclasses.replace(CPU_SET if option_set == "cpu" else ACCELERATOR_SET, gradient_accumulation_steps=2)
-    reference = cpu_path(execution.sampling)
-    assert_close(first_step(execution, mirrored_cpus()), reference, TOLERANCE["none"])
-    assert_close(first_step(execution, mirrored_cpus(), "bf16"), reference, TOLERANCE["bf16"])
+    reference = cpu_path(data_dir, execution.sampling)
+    assert_close(first_step(data_dir, execution, mirrored_cpus()), reference, TOLERANCE["none"])
+    assert_close(first_step(data_dir, execution, mirrored_cpus(), "bf16"), reference, TOLERANCE["bf16"])
 
 
 def test_the_bf16_tolerance_tells_another_step_apart(data_dir):
     """What a wrong step looks like, at the least: another masking seed. It moves a loss by more than the
     bf16 tolerance, so passing within it says something."""
-    reference, other = cpu_path("gumbel"), cpu_path("gumbel", seed=1)
+    reference, other = cpu_path(data_dir, "gumbel"), cpu_path(data_dir, "gumbel", seed=1)
     assert any(abs(other[name] - reference[name]) > TOLERANCE["bf16"] * abs(reference[name])
                for name in ("gen_loss", "disc_loss")), (other, reference)
 
@@ -104,8 +100,8 @@ ACCELERATOR_FLAGS = ["--kernels=reference", "--dropout_masks=keras", "--sampling
 @pytest.mark.slow
 def test_fp16_trains_under_the_accelerator_set_with_two_replicas_and_accumulation(data_dir):
     execution = dataclasses.replace(ACCELERATOR_SET, gradient_accumulation_steps=2)
-    reference = cpu_path(execution.sampling)
-    fp16 = first_step(execution, mirrored_cpus(), "fp16")
+    reference = cpu_path(data_dir, execution.sampling)
+    fp16 = first_step(data_dir, execution, mirrored_cpus(), "fp16")
     assert_close(fp16, reference, TOLERANCE["bf16"])  # fp16's 10-bit mantissas: no looser than bf16's
 
 

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -99,8 +100,10 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+@functools.cache
 def matmul_flops_per_second(size: int = 1024, repeats: int = 5) -> float:
-    """This machine's float32 matmul rate as TensorFlow runs it (a probe of a few tenths of a second)."""
+    """This machine's float32 matmul rate as TensorFlow runs it (a probe of a few tenths of a second, taken
+    once per process: every CPU run's `pretraining.train` logs its cost with it)."""
     import tensorflow as tf
 
     a = tf.random.stateless_uniform([size, size], seed=[1, 2])

@@ -32,6 +32,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from electra_tf.model.step import loss_scale
 from electra_tf.training import distribution
 from electra_tf.training.cost import format_duration
 from electra_tf.runtime import onednn_enabled
@@ -164,8 +165,6 @@ class SkippedSteps:
         return skipped
 
     def message(self, step: int, optimizer, last_checkpoint, what: str) -> str:
-        from electra_tf.model.step import loss_scale
-
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             why = (f"{self.consecutive} {what}s in a row were skipped: the loss or gradients are still not "
                    f"finite with the fp16 loss scale down to {float(loss_scale(optimizer)):.3g}")
