@@ -43,6 +43,9 @@ from electra_tf.text.tokenization import validate_vocab
 # records, change: finished shards of an older version are then rebuilt.
 # 2: sidecars count NUL bytes removed and tokens dropped by truncation.
 CODE_VERSION = 2
+# Builds with --eval_fraction also carry the held-out rule: builds that held documents out by
+# blake2b (before the rule became electra_tf.text.held_out's FarmHash) are rebuilt.
+HELD_OUT_RULE = "farmhash64-buckets-2^62"
 SHARD_TARGET_BYTES = 32 << 20
 MIN_SHARDS = 8
 
@@ -162,6 +165,8 @@ def _fingerprint(options, vocab_sha, files, shard_ranges) -> str:
         relevant.pop(key)
     if not options.eval_fraction:  # builds without a held-out split keep their fingerprint
         relevant.pop("eval_fraction")
+    else:
+        relevant["held_out_rule"] = HELD_OUT_RULE
     payload = {
         "code_version": CODE_VERSION, "options": relevant, "vocab_sha256": vocab_sha,
         "files": [f.fingerprint() for f in files],

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import hashlib
 import json
 import os
 import random
@@ -52,6 +51,7 @@ import numpy as np
 from data_prep.corpus.documents import RangeStats, iter_documents
 from data_prep.corpus.sentences import document_sentences
 from data_prep.packing import ExamplePacker, ExampleSerializer, SpecialIds, assemble
+from electra_tf.text.held_out import document_text, held_out_flags
 from electra_tf.text.manifest import sha256_file, write_json_atomic
 
 _TOKENIZER_CACHE: dict = {}
@@ -184,19 +184,16 @@ class ShardWriter:
 
 
 def held_out(paragraphs: list[str], fraction: float) -> bool:
-    """Whether a document belongs to the held-out split: a hash of its text, read as a number in
-    [0, 1), falls below `fraction` (the same answer in every build of the same text)."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.blake2b("\n".join(paragraphs).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0 ** 64 < fraction
+    """Whether one document belongs to the held-out split (``electra_tf.text.held_out``'s rule)."""
+    return held_out_flags([document_text(paragraphs)], fraction)[0]
 
 
 def split_documents(docs: list[list[str]], fraction: float) -> tuple[list, list]:
     """`(training documents, held-out documents)` of a batch, in their order."""
+    flags = held_out_flags([document_text(doc) for doc in docs], fraction)
     train, held = [], []
-    for doc in docs:
-        (held if held_out(doc, fraction) else train).append(doc)
+    for doc, is_held in zip(docs, flags):
+        (held if is_held else train).append(doc)
     return train, held
 
 

@@ -107,3 +107,20 @@ def test_a_resumed_build_rebuilds_a_lost_eval_shard_identically(tmp_path):
 def test_bad_eval_fraction_is_refused(tmp_path):
     with pytest.raises(CorpusError, match="--eval_fraction=1.0 must be in"):
         build(tmp_path, "bad", 1.0)
+
+
+def test_the_held_out_rule_gives_the_same_answer_in_python_and_inside_a_tf_data_graph():
+    """data_prep decides on Python strings, the raw-text pipeline inside tf.data: one rule, one answer."""
+    import tensorflow as tf
+
+    from electra_tf.text.held_out import HASH_BUCKETS, document_text, held_out_flags, held_out_mask
+    _, docs = corpus_text(200)
+    texts = [document_text(doc.split("\n")) for doc in docs]
+    in_python = held_out_flags(texts, 0.3)
+    in_graph = [bool(x) for x in tf.data.Dataset.from_tensor_slices(texts).map(
+        lambda text: held_out_mask(text, 0.3)).as_numpy_iterator()]
+    assert in_python == in_graph
+    assert 0.15 < sum(in_python) / len(texts) < 0.45  # the fraction is roughly honoured
+    # FarmHash Fingerprint64 reduced to buckets, computed independently of the rule's module.
+    buckets = tf.strings.to_hash_bucket_fast(texts, HASH_BUCKETS).numpy()
+    assert in_python == [int(b) < 0.3 * 2 ** 62 for b in buckets]
