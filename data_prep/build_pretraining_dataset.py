@@ -27,6 +27,9 @@ Example:
         --input=../shared/data/pretrain/enwiki/AA \
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt \
         --output_dir=/tmp/enwiki_128 --max_seq_length=128 --num_processes=2
+
+``--engine=beam`` builds the same shards with an Apache Beam pipeline
+(``data_prep.beam_pipeline``; other flags are passed to Beam as pipeline options).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def options_from_flags():
         num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
         text_field=FLAGS.text_field, tfds_name=FLAGS.tfds_name, tfds_split=FLAGS.tfds_split,
         tfds_data_dir=FLAGS.tfds_data_dir, tfds_text_field=FLAGS.tfds_text_field,
-        eval_fraction=FLAGS.eval_fraction)
+        eval_fraction=FLAGS.eval_fraction, dedup_documents=FLAGS.dedup_documents)
 
 
 def define_flags() -> None:
@@ -81,6 +84,14 @@ def define_flags() -> None:
                        "Share of documents held out for evaluation, written to eval_data.tfrecord-* shards that "
                        "the training shards exclude (run_pretraining.py evaluates on them). A document is chosen "
                        "by a hash of its text, so every build of the same text holds out the same documents.")
+    flags.DEFINE_bool("dedup_documents", default["dedup_documents"],
+                      "Drop exact duplicate documents (same text); the first in (shard, position) order is "
+                      "kept. Counted as num_duplicate_documents in the manifest.")
+    flags.DEFINE_enum("engine", "pool", ["pool", "beam"],
+                      "pool: worker processes on this machine (--num_processes). beam: an Apache Beam "
+                      "pipeline writing the same shards; flags this tool does not know (--runner, --project, "
+                      "--temp_location, --setup_file, ...) are Beam pipeline options; without --runner it runs "
+                      "in-process (--num_processes workers). Needs requirements-beam.txt.")
     flags.DEFINE_enum("input_format", default["input_format"], list(FORMATS),
                       "Input format; auto detects it per file.")
     flags.DEFINE_string("text_field", default["text_field"], "JSON Lines field holding the document text.")
@@ -90,17 +101,31 @@ def define_flags() -> None:
     flags.DEFINE_string("tfds_text_field", default["tfds_text_field"], "TFDS feature holding the text.")
 
 
-def run() -> None:
-    """Plan and build (the flags are parsed; see ``data_prep.cli``)."""
+def run(args: list) -> None:
+    """Plan and build (the flags are parsed; ``args``: the arguments that are not our flags)."""
     from data_prep.builder import make_plan, run_build
+    from data_prep.cli import refuse_args
+    if FLAGS.engine == "pool":
+        refuse_args(args)
+    else:
+        refuse_args([arg for arg in args if not arg.startswith("--")])
+        from data_prep.beam_pipeline import import_beam
+        import_beam()  # the one-line error before any work when Beam is missing
     num_processes = FLAGS.num_processes or os.cpu_count() or 1
     plan = make_plan(options_from_flags())
     if num_processes > plan.num_shards:
         print(f"[build_pretraining_dataset] note: {num_processes} processes but only "
               f"{plan.num_shards} shards; pass --num_shards to use them all", file=sys.stderr)
-    run_build(plan, num_processes)
+    if FLAGS.engine == "beam":
+        import logging
+
+        from data_prep.beam_pipeline import run_beam_build
+        logging.getLogger("apache_beam").setLevel(logging.WARNING)  # Beam's INFO chatter, not our progress
+        run_beam_build(plan, args, num_processes)
+    else:
+        run_build(plan, num_processes)
 
 
 if __name__ == "__main__":
     from data_prep.cli import run_cli
-    run_cli(run, define_flags, required=("vocab_file", "output_dir"))
+    run_cli(run, define_flags, required=("vocab_file", "output_dir"), known_only=True)

@@ -36,21 +36,19 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import glob
-import json
 import os
 import queue as queue_lib
 import sys
 import time
 from typing import Callable, Optional
 
-from data_prep import shard_writer
+from data_prep import fs, shard_writer
 from data_prep.corpus.errors import CorpusError
 from data_prep.plan import BuildOptions, BuildPlan, make_plan  # noqa: F401  (public API)
 from data_prep.pool import WorkerPool, build_in_pool, make_pool
 from data_prep.shard_writer import ShardStats, build_shard, read_eval_sidecar, read_sidecar
 from electra_tf.text.manifest import (CREATED_BY, EVAL_SHARD_PREFIX, FORMAT_VERSION, MANIFEST_NAME, SHARD_PREFIX,
-                                      SPECIAL_TOKENS, eval_shard_name, shard_name, write_json_atomic)
+                                      SPECIAL_TOKENS, eval_shard_name, shard_name)
 
 __all__ = ["BuildOptions", "BuildPlan", "CorpusError", "make_plan", "run_build", "remove_outputs"]
 
@@ -94,46 +92,86 @@ def run_build(plan: BuildPlan, num_processes: int = 1,
     workers reused over several builds); by default one is created when
     ``num_processes > 1``.
     """
-    os.makedirs(plan.output_dir, exist_ok=True)
-    manifest_path = os.path.join(plan.output_dir, MANIFEST_NAME)
-    existing = _read_json(manifest_path)
-    if existing and existing.get("fingerprint") == plan.fingerprint and \
-            all(read_sidecar(plan, i) for i in range(plan.num_shards)):
-        log(f"{manifest_path} is up to date ({existing['num_examples']:,} examples); nothing to do")
-        return existing
-    if os.path.exists(manifest_path):
-        os.unlink(manifest_path)
-    _remove_stale_files(plan, log)
-    pending = [i for i in range(plan.num_shards) if read_sidecar(plan, i) is None]
-    if len(pending) < plan.num_shards:
-        log(f"resuming: {plan.num_shards - len(pending)} of {plan.num_shards} shards already built")
+    up_to_date = up_to_date_manifest(plan, log)
+    if up_to_date:
+        return up_to_date
+    pending = prepare_output(plan, log)
     progress = Progress(plan, log)
     progress.done = plan.num_shards - len(pending)
     try:
         if pool is not None:
-            build_in_pool(plan, pending, pool, progress)
+            _build(plan, pending, pool, progress)
         elif num_processes <= 1 or len(pending) <= 1:
-            _build_serially(plan, pending, progress)
+            _build(plan, pending, None, progress)
         else:
             with make_pool(min(num_processes, len(pending))) as new_pool:
-                build_in_pool(plan, pending, new_pool, progress)
+                _build(plan, pending, new_pool, progress)
     except CorpusError:
         remove_outputs(plan)
         raise
     progress.print(final=True)
-    records = [read_sidecar(plan, i) for i in range(plan.num_shards)]
-    manifest = _make_manifest(plan, records)
+    return finish_build(plan, log)
+
+
+def up_to_date_manifest(plan: BuildPlan, log: Callable[[str], None]) -> Optional[dict]:
+    """The existing manifest if it and every shard match the plan (nothing to do), else None."""
+    manifest_path = fs.join_path(plan.output_dir, MANIFEST_NAME)
+    existing = fs.read_json(manifest_path)
+    if existing and existing.get("fingerprint") == plan.fingerprint and \
+            all(read_sidecar(plan, i) for i in range(plan.num_shards)):
+        log(f"{manifest_path} is up to date ({existing['num_examples']:,} examples); nothing to do")
+        return existing
+    return None
+
+
+def prepare_output(plan: BuildPlan, log: Callable[[str], None]) -> list[int]:
+    """Remove the manifest and stale files; return the shards still to build (both engines)."""
+    fs.makedirs(plan.output_dir)
+    fs.remove(fs.join_path(plan.output_dir, MANIFEST_NAME))
+    _remove_stale_files(plan, log)
+    pending = [i for i in range(plan.num_shards) if read_sidecar(plan, i) is None]
+    if len(pending) < plan.num_shards:
+        log(f"resuming: {plan.num_shards - len(pending)} of {plan.num_shards} shards already built")
+    return pending
+
+
+def finish_build(plan: BuildPlan, log: Callable[[str], None]) -> dict:
+    """Write the manifest (last: it marks the build complete) from the sidecars; return it.
+
+    Every shard must be built.  No examples at all is a ``CorpusError`` (outputs removed).
+    """
+    manifest = _make_manifest(plan, [read_sidecar(plan, i) for i in range(plan.num_shards)])
     if plan.options.eval_fraction:
         manifest.update(_eval_manifest(plan, [read_eval_sidecar(plan, i) for i in range(plan.num_shards)]))
     if manifest["num_examples"] == 0:
         remove_outputs(plan)
         raise CorpusError(f"input {', '.join(plan.input_names()[:3])}: contains no text to build "
                           "examples from (empty documents only?)")
-    write_json_atomic(manifest_path, manifest)
+    fs.write_json(fs.join_path(plan.output_dir, MANIFEST_NAME), manifest)
     log(summary_line(manifest, plan.output_dir))
     if plan.options.eval_fraction:
         log(eval_summary_line(manifest))
     return manifest
+
+
+def _build(plan: BuildPlan, pending: list[int], pool: Optional[WorkerPool], progress: Progress) -> None:
+    """Build ``pending`` in ``pool`` (None: in this process), dropping duplicates with --dedup_documents."""
+    drops = _duplicate_positions(plan, pool) if plan.options.dedup_documents and pending else {}
+    if pool is None:
+        _build_serially(plan, pending, progress, drops)
+    else:
+        build_in_pool(plan, pending, pool, progress, drops)
+
+
+def _duplicate_positions(plan: BuildPlan, pool: Optional[WorkerPool]) -> dict:
+    """``data_prep.dedup``'s first pass over every shard (built or not: the first copy may be in any)."""
+    from data_prep.dedup import duplicate_positions, shard_document_keys
+    shards = range(plan.num_shards)
+    if pool is None:
+        keys = [shard_document_keys(plan, shard) for shard in shards]
+    else:
+        keys = pool.pool.starmap(shard_document_keys, [(plan, shard) for shard in shards])
+    return duplicate_positions(zip(shards, keys))
 
 
 def summary_line(manifest: dict, output_dir: str) -> str:
@@ -161,14 +199,14 @@ def eval_summary_line(manifest: dict) -> str:
     return line
 
 
-def _build_serially(plan: BuildPlan, pending: list[int], progress: Progress) -> None:
+def _build_serially(plan: BuildPlan, pending: list[int], progress: Progress, drops: dict) -> None:
     local_queue: "queue_lib.SimpleQueue" = queue_lib.SimpleQueue()
     shard_writer.set_progress_queue(local_queue)
     # Test hook: pause after each shard so a test can SIGKILL a build mid-way.
     pause = float(os.environ.get("DATA_PREP_TEST_PAUSE_AFTER_SHARD", "0") or 0)
     try:
         for shard in pending:
-            build_shard(plan, shard)
+            build_shard(plan, shard, drops.get(shard, frozenset()))
             progress.done += 1
             while not local_queue.empty():
                 progress.add(*local_queue.get()[1:])
@@ -178,20 +216,10 @@ def _build_serially(plan: BuildPlan, pending: list[int], progress: Progress) -> 
         shard_writer.set_progress_queue(None)
 
 
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _our_files(output_dir: str) -> list[str]:
     """Shards, sidecars and temp files (incl. manifest temps) in output_dir."""
-    escaped = glob.escape(output_dir)
-    return (glob.glob(os.path.join(escaped, SHARD_PREFIX + "-*"))
-            + glob.glob(os.path.join(escaped, EVAL_SHARD_PREFIX + "-*"))
-            + glob.glob(os.path.join(escaped, MANIFEST_NAME + ".tmp-*")))
+    return (fs.glob(output_dir, SHARD_PREFIX + "-*") + fs.glob(output_dir, EVAL_SHARD_PREFIX + "-*")
+            + fs.glob(output_dir, MANIFEST_NAME + ".tmp-*"))
 
 
 def _remove_stale_files(plan: BuildPlan, log) -> None:
@@ -206,16 +234,13 @@ def _remove_stale_files(plan: BuildPlan, log) -> None:
         if ".tmp-" in name or base not in wanted:
             if ".tmp-" not in name:
                 log(f"removing {name}: not part of this build ({plan.num_shards} shards)")
-            os.unlink(path)
+            fs.remove(path)
 
 
 def remove_outputs(plan: BuildPlan) -> None:
     """Delete all shards, sidecars and temp files of the plan's output dir."""
     for path in _our_files(plan.output_dir):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        fs.remove(path)
 
 
 def _eval_manifest(plan: BuildPlan, records: list[dict]) -> dict:
@@ -235,7 +260,7 @@ def _eval_manifest(plan: BuildPlan, records: list[dict]) -> dict:
 
 def _make_manifest(plan: BuildPlan, records: list[dict]) -> dict:
     options = plan.options
-    total = {key: sum(r[key] for r in records) for key in dataclasses.asdict(ShardStats())}
+    total = {key: sum(r.get(key, 0) for r in records) for key in dataclasses.asdict(ShardStats())}
     vocab = list(plan.vocab)
     special_ids = {name: vocab.index(token) for name, token in SPECIAL_TOKENS.items()}
     tokenized = total["num_text_tokens"] + total["num_truncated_tokens"]
@@ -275,4 +300,6 @@ def _make_manifest(plan: BuildPlan, records: list[dict]) -> dict:
         "single_segment_prob": options.single_segment_prob,
         "fingerprint": plan.fingerprint,
         "created_by": CREATED_BY,
+        **({"dedup_documents": True, "num_duplicate_documents": total["num_duplicate_documents"]}
+           if options.dedup_documents else {}),
     }

@@ -38,21 +38,32 @@ def missing_flags_message(names: Sequence[str]) -> str:
     return f"error: {flags_text} {'is' if len(names) == 1 else 'are'} required"
 
 
-def make_main(run: Callable[[], Optional[int]], *, required: Sequence[str] = (),
-              errors: tuple = (CorpusError,), stderr=None) -> Callable[[list], int]:
-    """An absl ``main(argv)`` around ``run()`` (see the module docstring)."""
+def refuse_args(args: Sequence[str]) -> None:
+    """A usage error (absl prints usage, exit 1) naming stray command-line arguments, if any."""
+    if args:
+        from absl import app
+        raise app.UsageError(f"unexpected arguments: {' '.join(args)}")
+
+
+def make_main(run: Callable[..., Optional[int]], *, required: Sequence[str] = (),
+              errors: tuple = (CorpusError,), stderr=None, takes_args: bool = False) -> Callable[[list], int]:
+    """An absl ``main(argv)`` around ``run()`` (see the module docstring).
+
+    ``takes_args``: call ``run(args)`` with the arguments absl left (``run_cli(known_only=True)``)
+    instead of refusing them.
+    """
     def main(argv) -> int:
-        from absl import app, flags
+        from absl import flags
         out = stderr or sys.stderr
-        if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        if not takes_args:
+            refuse_args(argv[1:])
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         missing = [name for name in required if not getattr(flags.FLAGS, name)]
         if missing:
             print(missing_flags_message(missing), file=out)
             return 2
         try:
-            status = run()
+            status = run(argv[1:]) if takes_args else run()
         except errors as e:
             print(f"error: {e}", file=out)
             return 1
@@ -60,9 +71,25 @@ def make_main(run: Callable[[], Optional[int]], *, required: Sequence[str] = (),
     return main
 
 
-def run_cli(run: Callable[[], Optional[int]], define_flags: Callable[[], None], *,
-            required: Sequence[str] = (), errors: tuple = (CorpusError,)) -> None:
-    """Register the flags, parse ``sys.argv`` and exit with ``run()``'s status."""
+def run_cli(run: Callable[..., Optional[int]], define_flags: Callable[[], None], *,
+            required: Sequence[str] = (), errors: tuple = (CorpusError,), known_only: bool = False) -> None:
+    """Register the flags, parse ``sys.argv`` and exit with ``run()``'s status.
+
+    ``known_only``: arguments that are not our flags (e.g. Beam pipeline options) are passed
+    to ``run(args)``, which decides what to do with them.
+    """
     from absl import app
     define_flags()
-    app.run(make_main(run, required=required, errors=errors))
+    parser = _parse_known_flags if known_only else app.parse_flags_with_usage
+    app.run(make_main(run, required=required, errors=errors, takes_args=known_only), flags_parser=parser)
+
+
+def _parse_known_flags(argv: list) -> list:
+    """absl's ``parse_flags_with_usage``, leaving unknown flags in the returned argv."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv, known_only=True)
+    except flags.Error as error:
+        print(f"FATAL Flags parsing error: {error}", file=sys.stderr)
+        print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+        sys.exit(1)

@@ -71,6 +71,7 @@ class BuildOptions:
     tfds_data_dir: Optional[str] = None
     tfds_text_field: str = "text"
     eval_fraction: float = 0.0  # share of documents held out for evaluation (by a hash of their text)
+    dedup_documents: bool = False  # drop exact duplicate documents (data_prep.dedup)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +89,21 @@ class BuildPlan:
         return self.options.output_dir
 
     def shard_path(self, index: int) -> str:
-        return os.path.join(self.output_dir, shard_name(index, self.num_shards))
+        return join_path(self.output_dir, shard_name(index, self.num_shards))
 
     def eval_shard_path(self, index: int) -> str:
-        return os.path.join(self.output_dir, eval_shard_name(index, self.num_shards))
+        return join_path(self.output_dir, eval_shard_name(index, self.num_shards))
 
     def input_names(self) -> list[str]:
         """The input files, or ``tfds:<name>/<split>``."""
         if self.options.tfds_name:
             return [f"tfds:{self.options.tfds_name}/{self.options.tfds_split}"]
         return [f.path for f in self.files]
+
+
+def join_path(directory: str, name: str) -> str:
+    """``os.path.join``, or ``directory/name`` for a URL (``gs://...``)."""
+    return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
 
 
 def check_options(options: BuildOptions) -> None:
@@ -136,7 +142,8 @@ def default_num_shards(total_bytes: int) -> int:
 def make_plan(options: BuildOptions) -> BuildPlan:
     """Validate inputs and vocab; fix the shards' contents."""
     check_options(options)
-    options = dataclasses.replace(options, output_dir=os.path.abspath(options.output_dir),
+    output_dir = options.output_dir if "://" in options.output_dir else os.path.abspath(options.output_dir)
+    options = dataclasses.replace(options, output_dir=output_dir,
                                   vocab_file=os.path.abspath(options.vocab_file))
     try:
         vocab = validate_vocab(options.vocab_file)
@@ -167,6 +174,11 @@ def _fingerprint(options, vocab_sha, files, shard_ranges) -> str:
         relevant.pop("eval_fraction")
     else:
         relevant["held_out_rule"] = HELD_OUT_RULE
+    if not options.dedup_documents:  # builds without dedup keep their fingerprint
+        relevant.pop("dedup_documents")
+    else:
+        from data_prep.dedup import DEDUP_RULE
+        relevant["dedup_rule"] = DEDUP_RULE
     payload = {
         "code_version": CODE_VERSION, "options": relevant, "vocab_sha256": vocab_sha,
         "files": [f.fingerprint() for f in files],

@@ -91,12 +91,14 @@ def _drain(pool: WorkerPool, progress, timeout: Optional[float]) -> bool:
     return True
 
 
-def build_in_pool(plan, pending: list[int], pool: WorkerPool, progress) -> None:
+def build_in_pool(plan, pending: list[int], pool: WorkerPool, progress, drops: Optional[dict] = None) -> None:
     """Build the ``pending`` shards of ``plan`` in ``pool``; report to ``progress``.
 
-    ``progress`` has ``add(bytes, examples, skipped)`` and a ``done`` counter.
+    ``progress`` has ``add(bytes, examples, skipped)`` and a ``done`` counter;
+    ``drops``: ``{shard: document positions to leave out}`` (``data_prep.dedup``).
     """
-    results = [pool.pool.apply_async(shard_writer.build_shard, (plan, shard))
+    drops = drops or {}
+    results = [pool.pool.apply_async(shard_writer.build_shard, (plan, shard, drops.get(shard, frozenset())))
                for shard in pending]
     remaining = list(results)
     try:

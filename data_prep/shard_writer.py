@@ -41,18 +41,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import json
 import os
 import random
 from typing import Callable, Optional
 
 import numpy as np
 
+from data_prep import fs
 from data_prep.corpus.documents import RangeStats, iter_documents
 from data_prep.corpus.sentences import document_sentences
 from data_prep.packing import ExamplePacker, ExampleSerializer, SpecialIds, assemble
 from electra_tf.text.held_out import document_text, held_out_flags
-from electra_tf.text.manifest import sha256_file, write_json_atomic
+from electra_tf.text.manifest import sha256_file
 
 _TOKENIZER_CACHE: dict = {}
 _PROGRESS_QUEUE = None
@@ -124,6 +124,7 @@ class ShardStats:
     num_skipped_lines: int = 0
     num_nul_bytes_removed: int = 0
     bytes_read: int = 0
+    num_duplicate_documents: int = 0  # documents dropped by --dedup_documents (training shard's record)
 
 
 class ShardWriter:
@@ -216,59 +217,95 @@ def sidecar_path(shard_path: str) -> str:
     return shard_path + ".done.json"
 
 
-def build_shard(plan, shard: int) -> dict:
-    """Build shard ``shard`` atomically; return its sidecar record."""
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the many short-lived lists are acyclic; GC passes cost ~20 %
-    try:
-        return _build_shard(plan, shard)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+def shard_paths(plan, shard: int) -> list[str]:
+    """The shard's final paths: the training shard, then its eval shard (with --eval_fraction)."""
+    return [plan.shard_path(shard)] + ([plan.eval_shard_path(shard)] if plan.options.eval_fraction else [])
 
 
-def _build_shard(plan, shard: int) -> dict:
-    import tensorflow as tf
-    fraction = plan.options.eval_fraction
-    paths = [plan.shard_path(shard)] + ([plan.eval_shard_path(shard)] if fraction else [])
+def build_shard(plan, shard: int, drop_positions: frozenset = frozenset()) -> dict:
+    """Build shard ``shard`` atomically (temp files, rename, sidecars); return its sidecar record.
+
+    ``drop_positions``: positions of the shard's documents to leave out (``data_prep.dedup``).
+    """
+    paths = shard_paths(plan, shard)
     tmps = [f"{path}.tmp-{os.getpid()}" for path in paths]
-    writers = [ShardWriter(plan, shard)] + ([ShardWriter(plan, shard, ":eval")] if fraction else [])
-    range_stats = RangeStats()
-    reported = [0, 0, 0]
-
-    def report():
-        now = [range_stats.bytes_read, writers[0].stats.num_examples, range_stats.skipped_lines]
-        _report(shard, *(a - b for a, b in zip(now, reported)))
-        reported[:] = now
-
     try:
-        with contextlib.ExitStack() as stack:
-            files = [stack.enter_context(tf.io.TFRecordWriter(tmp)) for tmp in tmps]
-            for docs in iter_shard_documents(plan, shard, range_stats):
-                for writer, part, file in zip(writers, split_documents(docs, fraction), files):
-                    writer.write_documents(part, file.write)
-                report()
-        report()
+        stats = write_shard(plan, shard, tmps, drop_positions)
         for tmp, path in zip(tmps, paths):
             os.replace(tmp, path)
     finally:
         for tmp in tmps:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+    return write_sidecars(plan, shard, stats)
+
+
+def write_shard(plan, shard: int, tmps: list[str], drop_positions: frozenset = frozenset()) -> list[ShardStats]:
+    """Write the shard's examples to ``tmps`` (as ``shard_paths``); return their stats.
+
+    Shared by both engines; the caller renames the files and writes the sidecars
+    (``write_sidecars``).  ``tmps`` may be URLs (``tf.io.TFRecordWriter`` writes them).
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the many short-lived lists are acyclic; GC passes cost ~20 %
+    try:
+        return _write_shard(plan, shard, tmps, drop_positions)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _write_shard(plan, shard: int, tmps: list[str], drop_positions: frozenset) -> list[ShardStats]:
+    import tensorflow as tf
+    fraction = plan.options.eval_fraction
+    writers = [ShardWriter(plan, shard)] + ([ShardWriter(plan, shard, ":eval")] if fraction else [])
+    range_stats = RangeStats()
+    reported = [0, 0, 0]
+    position = duplicates = 0
+
+    def report():
+        now = [range_stats.bytes_read, writers[0].stats.num_examples, range_stats.skipped_lines]
+        _report(shard, *(a - b for a, b in zip(now, reported)))
+        reported[:] = now
+
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(tf.io.TFRecordWriter(tmp)) for tmp in tmps]
+        for docs in iter_shard_documents(plan, shard, range_stats):
+            if drop_positions:
+                kept = [doc for i, doc in enumerate(docs, position) if i not in drop_positions]
+                position, duplicates = position + len(docs), duplicates + len(docs) - len(kept)
+                docs = kept
+            for writer, part, file in zip(writers, split_documents(docs, fraction), files):
+                writer.write_documents(part, file.write)
+            report()
+    report()
     stats = writers[0].stats
     stats.num_skipped_lines = range_stats.skipped_lines
     stats.num_nul_bytes_removed = range_stats.nul_bytes
     stats.bytes_read = range_stats.bytes_read
-    records = [_sidecar_record(plan, path, writer.stats) for path, writer in zip(paths, writers)]
+    stats.num_duplicate_documents = duplicates
+    return [writer.stats for writer in writers]
+
+
+def write_sidecars(plan, shard: int, stats: list[ShardStats]) -> dict:
+    """Write the sidecars of the shard's final files (written by ``write_shard``); return the training one's.
+
+    Idempotent: a re-run writes the same records.
+    """
+    paths = shard_paths(plan, shard)
+    records = [_sidecar_record(plan, path, shard_stats) for path, shard_stats in zip(paths, stats)]
     # The training shard's sidecar last: it marks the shard (and its eval shard) done.
     for path, record in reversed(list(zip(paths, records))):
-        write_json_atomic(sidecar_path(path), record)
+        fs.write_json(sidecar_path(path), record)
     return records[0]
 
 
 def _sidecar_record(plan, path: str, stats: ShardStats) -> dict:
+    record = dataclasses.asdict(stats)
+    if not plan.options.dedup_documents:  # sidecars of builds without dedup stay as they were
+        record.pop("num_duplicate_documents")
     return {"fingerprint": plan.fingerprint, "shard": os.path.basename(path),
-            "size_bytes": os.path.getsize(path), "sha256": sha256_file(path), **dataclasses.asdict(stats)}
+            "size_bytes": fs.size(path), "sha256": fs.sha256(path), **record}
 
 
 def read_sidecar(plan, shard: int) -> Optional[dict]:
@@ -284,12 +321,10 @@ def read_eval_sidecar(plan, shard: int) -> Optional[dict]:
 
 
 def _read_sidecar(plan, path: str) -> Optional[dict]:
+    record = fs.read_json(sidecar_path(path))
     try:
-        with open(sidecar_path(path), encoding="utf-8") as f:
-            record = json.load(f)
-        if (record.get("fingerprint") == plan.fingerprint
-                and record.get("size_bytes") == os.path.getsize(path)):
+        if record and record.get("fingerprint") == plan.fingerprint and record.get("size_bytes") == fs.size(path):
             return record
-    except (OSError, ValueError):
+    except OSError:
         pass
     return None

@@ -1,0 +1,281 @@
+"""The Beam engine (``--engine=beam``): the pool engine's shards, built by an Apache Beam pipeline.
+
+One pipeline, with the plan's shard as the unit of parallel work::
+
+    Create(pending shards) | Reshuffle | ParDo(BuildShardFn)      # shard_writer.write_shard to temps
+        | (constant key) GroupByKey | ParDo(FinalizeFn)            # rename, sidecars, manifest LAST
+
+``BuildShardFn`` calls the pool engine's ``shard_writer.write_shard`` (same tokenisation,
+packing and RNG per shard), so the records are the pool engine's, shard for shard.  It writes
+under a per-attempt temporary name (``<shard>.tmp-beam-<random>``): a retried bundle writes
+other temps and never a final file.  ``FinalizeFn`` runs once over all the shards' results: it
+renames the temps of the committed attempts to the final names (``tf.io.gfile``: local paths and
+``gs://``), writes the sidecars, deletes the temps of abandoned attempts and writes the manifest
+(``builder.finish_build``) last.  Re-running it is harmless: a temp already renamed is skipped,
+the sidecars and manifest are rewritten with the same bytes.
+
+With ``--dedup_documents`` a first pass emits ``(document key, (shard, position))`` for every
+document, groups by key and turns ``dedup.later_occurrences`` into per-shard drop sets, a side
+input of ``BuildShardFn`` (``data_prep.dedup`` holds the rule both engines use).
+
+Counters (Beam Metrics, namespace ``data_prep``): documents, examples, tokens, skipped_lines,
+duplicate_documents, eval_documents, eval_examples, bytes_read; ``run_beam_build`` logs the
+committed values at the end (the manifest holds the same numbers).
+
+Without ``--runner``, the pipeline runs on Beam's in-process ``FnApiRunner``: the
+``DirectRunner`` of Beam >= 2.68 first tries the Prism runner, which downloads a binary.
+
+Example (Beam installed; ``direct_num_workers`` etc. are ordinary Beam pipeline options):
+
+>>> import tempfile
+>>> from data_prep.plan import BuildOptions, make_plan
+>>> from data_prep.beam_pipeline import run_beam_build
+>>> d = tempfile.mkdtemp()
+>>> _ = open(d + "/c.txt", "w").write("The cat sat. The dog ran.\\n\\nA new doc.\\n")
+>>> _ = open(d + "/v.txt", "w").write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+...     "[MASK]", "the", "cat", "sat", "dog", "ran", "a", "new", "doc", "."]) + "\\n")
+>>> plan = make_plan(BuildOptions(inputs=d + "/c.txt", output_dir=d + "/out",
+...                               vocab_file=d + "/v.txt", max_seq_length=16, num_shards=2))
+>>> manifest = run_beam_build(plan, [], log=lambda msg: None)
+>>> manifest["num_examples"], manifest["num_documents"]
+(2, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import sys
+import uuid
+from typing import Callable, Optional, Sequence
+
+from data_prep import fs
+from data_prep.corpus.errors import CorpusError
+
+BEAM_MISSING = "--engine=beam needs apache-beam: pip install -r requirements-beam.txt"
+TEMP_MARK = ".tmp-beam-"
+DEFAULT_RUNNER = "FnApiRunner"
+NAMESPACE = "data_prep"
+# Counter name -> (record: 0 training, 1 eval; ShardStats field).
+COUNTERS = {
+    "documents": (0, "num_documents"), "examples": (0, "num_examples"), "tokens": (0, "num_tokens"),
+    "skipped_lines": (0, "num_skipped_lines"), "duplicate_documents": (0, "num_duplicate_documents"),
+    "bytes_read": (0, "bytes_read"), "eval_documents": (1, "num_documents"),
+    "eval_examples": (1, "num_examples"),
+}
+
+
+def import_beam():
+    """``apache_beam``, or a ``CorpusError`` saying how to install it (the CLI prints it as one line)."""
+    try:
+        import apache_beam
+    except ImportError:
+        raise CorpusError(BEAM_MISSING) from None
+    return apache_beam
+
+
+def _temp_paths(plan, shard: int) -> list[str]:
+    from data_prep.shard_writer import shard_paths
+    attempt = uuid.uuid4().hex[:12]
+    return [f"{path}{TEMP_MARK}{attempt}" for path in shard_paths(plan, shard)]
+
+
+def build_shard_to_temps(plan, shard: int, drops: Optional[dict]) -> dict:
+    """One attempt at a shard: its examples in fresh temp files; the result ``FinalizeFn`` needs."""
+    from data_prep.shard_writer import write_shard
+    tmps = _temp_paths(plan, shard)
+    try:
+        stats = write_shard(plan, shard, tmps, (drops or {}).get(shard, frozenset()))
+    except BaseException:
+        for tmp in tmps:
+            fs.remove(tmp)
+        raise
+    return {"shard": shard, "temps": tmps, "stats": [dataclasses.asdict(s) for s in stats]}
+
+
+def finalize(plan, results: Sequence[dict], log: Callable[[str], None]) -> dict:
+    """Rename the committed temps, write sidecars, delete other temps, write the manifest; return it.
+
+    Idempotent: temps renamed by an earlier run of this function are skipped (their final files
+    exist); everything else it writes is rewritten with the same bytes.
+    """
+    from data_prep.builder import finish_build
+    from data_prep.shard_writer import ShardStats, shard_paths, write_sidecars
+    for result in sorted(results, key=lambda r: r["shard"]):
+        shard = result["shard"]
+        for tmp, path in zip(result["temps"], shard_paths(plan, shard)):
+            if fs.exists(tmp):
+                fs.replace(tmp, path)
+            elif not fs.exists(path):
+                raise RuntimeError(f"shard {shard}: neither {tmp} nor {path} exists")
+        write_sidecars(plan, shard, [ShardStats(**stats) for stats in result["stats"]])
+    for tmp in fs.glob(plan.output_dir, f"*{TEMP_MARK}*"):  # attempts that were retried
+        fs.remove(tmp)
+    return finish_build(plan, log)
+
+
+def _make_dofns(beam):
+    """The DoFn classes (defined once Beam is imported: the default path never imports it)."""
+
+    class BuildShardFn(beam.DoFn):
+        """Writes one shard to temps; builds its tokenizer once per DoFn instance."""
+
+        def __init__(self, plan):
+            self.plan = plan  # the tokenizer does not pickle: it is made in setup()
+
+        def setup(self):
+            import tensorflow_text  # noqa: F401  registers RegexSplitWithOffsets etc. on remote workers
+            from data_prep.shard_writer import _tokenizer
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            _tokenizer(self.plan)
+
+        def process(self, shard, drops=None):
+            result = build_shard_to_temps(self.plan, shard, drops)
+            for name, (index, field) in COUNTERS.items():
+                if index < len(result["stats"]):
+                    beam.metrics.Metrics.counter(NAMESPACE, name).inc(result["stats"][index][field])
+            train = result["stats"][0]
+            print(f"[build_pretraining_dataset] shard {shard + 1}/{self.plan.num_shards} written: "
+                  f"{train['bytes_read'] / 1e6:.1f} MB read, {train['num_examples']:,} examples",
+                  file=sys.stderr, flush=True)
+            yield result
+
+    class DocumentKeysFn(beam.DoFn):
+        """``(key, (shard, position))`` for every non-blank document of a shard."""
+
+        def __init__(self, plan):
+            self.plan = plan
+
+        def process(self, shard):
+            from data_prep.dedup import shard_document_keys
+            for position, key in enumerate(shard_document_keys(self.plan, shard)):
+                if key is not None:
+                    yield key, (shard, position)
+
+    class FinalizeFn(beam.DoFn):
+        def __init__(self, plan):
+            self.plan = plan
+
+        def process(self, keyed_results):
+            yield finalize(self.plan, list(keyed_results[1]), log=lambda message: None)  # the driver logs
+
+    return BuildShardFn, DocumentKeysFn, FinalizeFn
+
+
+def build_pipeline(pipeline, plan, pending: list[int]):
+    """Add the build's transforms to ``pipeline``; return the PCollection holding the manifest."""
+    beam = import_beam()
+    BuildShardFn, DocumentKeysFn, FinalizeFn = _make_dofns(beam)
+    side_inputs = {}
+    if plan.options.dedup_documents:
+        from data_prep.dedup import later_occurrences
+        drops = (pipeline
+                 | "AllShards" >> beam.Create(list(range(plan.num_shards)))
+                 | "SpreadKeyShards" >> beam.Reshuffle()
+                 | "DocumentKeys" >> beam.ParDo(DocumentKeysFn(plan))
+                 | "GroupByKey" >> beam.GroupByKey()
+                 | "LaterCopies" >> beam.FlatMap(lambda kv: later_occurrences(kv[1]))
+                 | "GroupByShard" >> beam.GroupByKey()
+                 | "DropSets" >> beam.MapTuple(lambda shard, positions: (shard, frozenset(positions))))
+        side_inputs["drops"] = beam.pvalue.AsDict(drops)
+    return (pipeline
+            | "PendingShards" >> beam.Create(pending)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "BuildShard" >> beam.ParDo(BuildShardFn(plan), **side_inputs)
+            | "OneKey" >> beam.Map(lambda result: (None, result))
+            | "AllResults" >> beam.GroupByKey()
+            | "Finalize" >> beam.ParDo(FinalizeFn(plan)))
+
+
+def pipeline_options(beam_args: Sequence[str], num_processes: int = 1):
+    """``(PipelineOptions, runner or None, runner name)``: the user's ``--runner``, or the in-process one."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    options = PipelineOptions(list(beam_args))
+    if options.view_as(StandardOptions).runner:
+        return options, None, str(options.view_as(StandardOptions).runner)
+    direct = options.view_as(DirectOptions)
+    given = " ".join(beam_args)
+    if num_processes > 1 and "--direct_num_workers" not in given:
+        direct.direct_num_workers = num_processes
+    if direct.direct_num_workers != 1 and "--direct_running_mode" not in given:
+        direct.direct_running_mode = "multi_processing"
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    name = (f"{DEFAULT_RUNNER} (in-process, direct_running_mode={direct.direct_running_mode}, "
+            f"direct_num_workers={direct.direct_num_workers})")
+    return options, FnApiRunner(), name
+
+
+def corpus_error_in(error: BaseException) -> Optional[str]:
+    """The message of a ``CorpusError`` raised in a worker, from the exception Beam re-raised.
+
+    In-process runners re-raise the DoFn's exception (its message suffixed with
+    `` [while running '<step>']``); remote ones raise an error whose text holds the worker's
+    traceback, ending ``CorpusError: <message>``.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, CorpusError):
+            return re.sub(r" \[while running '[^']*'\]$", "", str(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _no_corpus_error_tracebacks(record: logging.LogRecord) -> bool:
+    """Drop the in-process runner's log of a CorpusError (with traceback): it becomes our one-line error."""
+    return not (record.exc_info and corpus_error_in(record.exc_info[1]))
+
+
+def _corpus_error_in_text(text: str) -> Optional[str]:
+    match = re.findall(r"CorpusError: (.*?)(?: \[while running '[^']*'\])?$", text, re.MULTILINE)
+    return match[-1] if match else None
+
+
+def run_beam_build(plan, beam_args: Sequence[str], num_processes: int = 1,
+                   log: Optional[Callable[[str], None]] = None) -> dict:
+    """Build the plan's missing shards with Beam and write the manifest; return it (as ``run_build``)."""
+    from data_prep import builder
+    log = log or builder.stderr_log
+    beam = import_beam()
+    up_to_date = builder.up_to_date_manifest(plan, log)
+    if up_to_date:
+        return up_to_date
+    pending = builder.prepare_output(plan, log)
+    options, runner, runner_name = pipeline_options(beam_args, num_processes)
+    log(f"runner: {runner_name}")
+    bundle_logger = logging.getLogger("apache_beam.runners.common")  # logs a DoFn's exception
+    bundle_logger.addFilter(_no_corpus_error_tracebacks)
+    try:
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        build_pipeline(pipeline, plan, pending)
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception as e:
+        message = corpus_error_in(e) or _corpus_error_in_text(str(e))
+        if message is None:
+            raise
+        builder.remove_outputs(plan)
+        raise CorpusError(message) from None
+    finally:
+        bundle_logger.removeFilter(_no_corpus_error_tracebacks)
+    manifest = fs.read_json(fs.join_path(plan.output_dir, builder.MANIFEST_NAME))
+    if manifest is None or manifest.get("fingerprint") != plan.fingerprint:
+        raise RuntimeError(f"the pipeline finished but wrote no manifest in {plan.output_dir}")
+    log("counters: " + ", ".join(f"{name} {value:,}" for name, value in committed_counters(result).items()))
+    log(builder.summary_line(manifest, plan.output_dir))
+    if plan.options.eval_fraction:
+        log(builder.eval_summary_line(manifest))
+    return manifest
+
+
+def committed_counters(result) -> dict:
+    """The ``data_prep`` counters of a finished pipeline (committed values where the runner has them)."""
+    from apache_beam.metrics.metric import MetricsFilter
+    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    values = {}
+    for counter in counters:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        values[counter.key.metric.name] = values.get(counter.key.metric.name, 0) + value
+    return {name: values.get(name, 0) for name in COUNTERS}
