@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Sequence
 
 from electra_tf.text.held_out import document_text
 
-DEDUP_RULE = "blake2b-128 of document_text; first in (shard, position) order kept"
+from data_prep.plan import DEDUP_RULE  # noqa: F401  (the rule's name, in the plan's fingerprint)
 
 
 def document_key(paragraphs: Sequence[str]) -> Optional[bytes]:

@@ -46,6 +46,8 @@ CODE_VERSION = 2
 # Builds with --eval_fraction also carry the held-out rule: builds that held documents out by
 # blake2b (before the rule became electra_tf.text.held_out's FarmHash) are rebuilt.
 HELD_OUT_RULE = "farmhash64-buckets-2^62"
+# --dedup_documents's rule (data_prep.dedup applies it), in the fingerprint of builds that use it.
+DEDUP_RULE = "blake2b-128 of document_text; first in (shard, position) order kept"
 SHARD_TARGET_BYTES = 32 << 20
 MIN_SHARDS = 8
 
@@ -177,7 +179,6 @@ def _fingerprint(options, vocab_sha, files, shard_ranges) -> str:
     if not options.dedup_documents:  # builds without dedup keep their fingerprint
         relevant.pop("dedup_documents")
     else:
-        from data_prep.dedup import DEDUP_RULE
         relevant["dedup_rule"] = DEDUP_RULE
     payload = {
         "code_version": CODE_VERSION, "options": relevant, "vocab_sha256": vocab_sha,
