@@ -11,7 +11,7 @@ their runs alternate.
 
 Usage:
 
-    python -m bench.data_prep_beam_bench --name=enwiki_AA --repeats=3     # the whole ../shared/data/pretrain/enwiki/AA  # not run by tools/check_docs_commands.py: ~10 min
+    python -m bench.data_prep_beam_bench --name=enwiki_AA --repeats=3     # the whole ../shared/data/pretrain/enwiki/AA
     python -m bench.data_prep_beam_bench --num_files=2 --repeats=1 --name=smoke
 
 Writes ``bench/results/data_prep_beam-<name>.json`` and prints a table.
