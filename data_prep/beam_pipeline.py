@@ -201,9 +201,6 @@ def pipeline_options(beam_args: Sequence[str], num_processes: int = 1):
         direct.direct_num_workers = num_processes
     if direct.direct_num_workers != 1 and "--direct_running_mode" not in given:
         direct.direct_running_mode = "multi_processing"
-    if "--default_sdk_harness_log_level" not in given:  # the worker processes' INFO chatter
-        from apache_beam.options.pipeline_options import WorkerOptions
-        options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     name = (f"{DEFAULT_RUNNER} (in-process, direct_running_mode={direct.direct_running_mode}, "
             f"direct_num_workers={direct.direct_num_workers})")
