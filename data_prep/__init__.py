@@ -13,6 +13,9 @@ Modules:
   * ``plan``         - options, validation, shard contents, fingerprint;
   * ``shard_writer`` - one shard: tokenise, pack, write atomically + sidecar;
   * ``pool``         - worker processes and their progress reports;
+  * ``beam_pipeline`` - ``--engine=beam``: the same shards from an Apache Beam pipeline;
+  * ``dedup``        - ``--dedup_documents``' rule (both engines);
+  * ``fs``           - file operations: ``os`` for local paths, ``tf.io.gfile`` for URLs;
   * ``tfds_input``   - TFDS datasets as input.
 
 * ``build_vocab``         - learn a WordPiece vocab (CLI).

@@ -82,6 +82,22 @@ def _temp_paths(plan, shard: int) -> list[str]:
     return [f"{path}{TEMP_MARK}{attempt}" for path in shard_paths(plan, shard)]
 
 
+def plan_with_local_vocab(plan):
+    """The plan, its vocab file rewritten from ``plan.vocab`` to a local temp file if this worker lacks it.
+
+    The launching machine read ``--vocab_file``; a remote worker may not see that path.  The tokens
+    are the plan's (checked at planning, hashed into the fingerprint), so the tokenizer is the same.
+    """
+    if os.path.exists(plan.options.vocab_file):
+        return plan
+    import tempfile
+    from electra_tf.text.manifest import write_text_atomic
+    local = os.path.join(tempfile.gettempdir(), f"data_prep-vocab-{plan.vocab_sha256[:16]}.txt")
+    if not os.path.exists(local):
+        write_text_atomic(local, "\n".join(plan.vocab) + "\n")
+    return dataclasses.replace(plan, options=dataclasses.replace(plan.options, vocab_file=local))
+
+
 def build_shard_to_temps(plan, shard: int, drops: Optional[dict]) -> dict:
     """One attempt at a shard: its examples in fresh temp files; the result ``FinalizeFn`` needs."""
     from data_prep.shard_writer import write_shard
@@ -129,6 +145,7 @@ def _make_dofns(beam):
             import tensorflow_text  # noqa: F401  registers RegexSplitWithOffsets etc. on remote workers
             from data_prep.shard_writer import _tokenizer
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            self.plan = plan_with_local_vocab(self.plan)
             _tokenizer(self.plan)
 
         def process(self, shard, drops=None):

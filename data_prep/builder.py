@@ -92,6 +92,9 @@ def run_build(plan: BuildPlan, num_processes: int = 1,
     workers reused over several builds); by default one is created when
     ``num_processes > 1``.
     """
+    if fs.is_url(plan.output_dir):
+        raise CorpusError(f"--output_dir={plan.output_dir}: the pool engine writes to local directories; "
+                          "use --engine=beam to write to a URL")
     up_to_date = up_to_date_manifest(plan, log)
     if up_to_date:
         return up_to_date

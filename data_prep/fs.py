@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import glob as glob_lib
 import hashlib
+import io
 import json
 import os
 from typing import Any, Optional
 
-from data_prep.plan import join_path  # noqa: F401  (re-exported: fs.join_path)
 from electra_tf.text.manifest import sha256_file, write_json_atomic
 
 
@@ -35,6 +35,11 @@ def is_url(path: str) -> bool:
 def _gfile():
     import tensorflow as tf
     return tf.io.gfile
+
+
+def join_path(directory: str, name: str) -> str:
+    """``os.path.join``, or ``directory/name`` for a URL."""
+    return f"{directory.rstrip('/')}/{name}" if is_url(directory) else os.path.join(directory, name)
 
 
 def exists(path: str) -> bool:
@@ -114,3 +119,71 @@ def write_json(path: str, obj: Any) -> None:
         return
     with _gfile().GFile(path, "w") as f:
         f.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+# --------------------------------------------------------------------------
+# Reading inputs at URLs (data_prep.corpus.inputs uses these for URL inputs only)
+# --------------------------------------------------------------------------
+
+class _GFileRaw(io.RawIOBase):
+    """A ``tf.io.gfile.GFile`` as a raw stream, so that ``io.BufferedReader`` gives it the file API
+    (``readline(size)``, ``seek``, ``tell``) that the corpus readers use on local files."""
+
+    def __init__(self, path: str):
+        self._file = _gfile().GFile(path, "rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._file.seek(offset, whence)
+        return self._file.tell()
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def open_url(path: str):
+    """A URL opened for reading bytes, with the API of ``open(path, "rb")``."""
+    return io.BufferedReader(_GFileRaw(path), buffer_size=1 << 20)
+
+
+def stat_url(path: str) -> tuple[int, int]:
+    """``(size, mtime in ns)`` of a file at a URL."""
+    stat = _gfile().stat(path)
+    return stat.length, stat.mtime_nsec
+
+
+def isdir_url(path: str) -> bool:
+    return _gfile().isdir(path)
+
+
+def isfile_url(path: str) -> bool:
+    return _gfile().exists(path) and not _gfile().isdir(path)
+
+
+def glob_url(pattern: str) -> list[str]:
+    return sorted(p for p in _gfile().glob(pattern) if not _gfile().isdir(p))
+
+
+def files_under_url(directory: str) -> list[str]:
+    """The files below ``directory`` (hidden ones skipped), sorted."""
+    found = []
+    for root, dirs, names in _gfile().walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if any(part.startswith(".") for part in root[len(directory):].split("/")):
+            continue
+        found.extend(join_path(root, n) for n in names if not n.startswith("."))
+    return sorted(found)

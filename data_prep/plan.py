@@ -34,6 +34,7 @@ import os
 from typing import Optional
 
 from data_prep.corpus.byte_ranges import plan_byte_ranges
+from data_prep.fs import join_path
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import expand_inputs, inspect_inputs
 from electra_tf.text.manifest import eval_shard_name, sha256_file, shard_name
@@ -101,11 +102,6 @@ class BuildPlan:
         if self.options.tfds_name:
             return [f"tfds:{self.options.tfds_name}/{self.options.tfds_split}"]
         return [f.path for f in self.files]
-
-
-def join_path(directory: str, name: str) -> str:
-    """``os.path.join``, or ``directory/name`` for a URL (``gs://...``)."""
-    return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(directory, name)
 
 
 def check_options(options: BuildOptions) -> None:

@@ -234,3 +234,38 @@ def test_beam_equals_pool_on_real_wikipedia_files(tmp_path, shared_data):
     assert directory_bytes(pool_dir) == directory_bytes(beam_dir)
     manifest = json.loads((pool_dir / "manifest.json").read_text())
     assert manifest["num_examples"] > 1000 and manifest["eval_num_examples"] > 0
+
+
+@requires_beam
+def test_inputs_and_output_at_urls(tmp_path):
+    """tf.io.gfile's in-memory file system stands in for gs:// (one process: the in_memory runner)."""
+    import tensorflow as tf
+    local = corpus_files(tmp_path / "in")
+    root = f"ram://{tmp_path.name}"
+    tf.io.gfile.makedirs(f"{root}/in/sub")
+    for path, name in zip(local, ["in/a.txt", "in/sub/b.txt", "in/c.txt"]):
+        tf.io.gfile.copy(str(path), f"{root}/{name}")
+    url_plan = make_plan(options(tmp_path, [f"{root}/in"], "unused", output_dir=f"{root}/out", eval_fraction=0.25))
+    assert [f.path for f in url_plan.files] == [f"{root}/in/a.txt", f"{root}/in/c.txt", f"{root}/in/sub/b.txt"]
+    run_beam_build(url_plan, ["--direct_running_mode=in_memory"], log=quiet)
+    ordered = [local[0], local[2], local[1]]
+    run_build(make_plan(options(tmp_path, ordered, "pool", eval_fraction=0.25)), log=quiet)
+    written = sorted(tf.io.gfile.listdir(f"{root}/out"))
+    assert written == sorted(p.name for p in (tmp_path / "pool").iterdir())
+    for name in written:
+        if "tfrecord" in name and not name.endswith(".json"):
+            with tf.io.gfile.GFile(f"{root}/out/{name}", "rb") as f:
+                assert f.read() == (tmp_path / "pool" / name).read_bytes(), name
+    with pytest.raises(CorpusError, match=r"^--output_dir=ram://.*: the pool engine writes to local directories"):
+        run_build(url_plan, log=quiet)
+
+
+@requires_beam
+def test_workers_that_lack_the_vocab_file_use_the_plans_tokens(tmp_path):
+    inputs = corpus_files(tmp_path / "in")
+    pool_dir = tmp_path / "pool"
+    run_build(make_plan(options(tmp_path, inputs, "pool")), log=quiet)
+    plan = make_plan(options(tmp_path, inputs, "beam"))
+    (tmp_path / "vocab.txt").rename(tmp_path / "elsewhere.txt")  # as on a remote worker
+    run_beam_build(plan, [], log=quiet)
+    assert directory_bytes(tmp_path / "beam") == directory_bytes(pool_dir)

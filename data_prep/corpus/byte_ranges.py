@@ -7,7 +7,7 @@ import dataclasses
 from typing import Optional
 
 from data_prep.corpus.cleaning import MAX_LINE_BYTES
-from data_prep.corpus.inputs import JSONL, TEXT, WIKI, InputFile
+from data_prep.corpus.inputs import JSONL, TEXT, WIKI, InputFile, open_binary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,7 @@ def find_split_point(path: str, offset: int, fmt: str) -> Optional[int]:
     text: just after a blank line; wikiextractor: the start of a ``<doc`` line;
     jsonl: the start of a line.
     """
-    with open(path, "rb") as f:
+    with open_binary(path) as f:  # never compressed: compressed files are not split
         if offset > 0:
             f.seek(offset - 1)
             _skip_to_line_end(f)

@@ -11,6 +11,7 @@ import json
 import os
 from typing import Optional
 
+from data_prep import fs
 from data_prep.corpus.cleaning import BINARY_LINE_FRACTION, remove_nuls
 from data_prep.corpus.errors import CorpusError
 
@@ -53,9 +54,12 @@ def expand_inputs(spec: str, exclude_dir: Optional[str] = None) -> list[str]:
     Directories are walked recursively (hidden entries and ``exclude_dir``,
     normally the output directory, are skipped).
     """
-    exclude = os.path.abspath(exclude_dir) if exclude_dir else None
+    exclude = os.path.abspath(exclude_dir) if exclude_dir and not fs.is_url(exclude_dir) else None
     paths: list[str] = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
+        if fs.is_url(item):
+            paths.extend(_expand_url(item))
+            continue
         item = os.path.expanduser(item)
         if glob.has_magic(item):
             matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
@@ -73,15 +77,34 @@ def expand_inputs(spec: str, exclude_dir: Optional[str] = None) -> list[str]:
             raise CorpusError(f"input path {item}: does not exist")
     if not paths:
         raise CorpusError("no input given: pass --input=FILE[,FILE|GLOB|DIR...] or --tfds_name")
-    return list(dict.fromkeys(os.path.abspath(p) for p in paths))
+    return list(dict.fromkeys(p if fs.is_url(p) else os.path.abspath(p) for p in paths))
+
+
+def _expand_url(item: str) -> list[str]:
+    """``expand_inputs`` for one URL (``gs://bucket/dir``, ``gs://bucket/*.txt``), via ``tf.io.gfile``."""
+    if glob.has_magic(item):
+        found = fs.glob_url(item)
+        if not found:
+            raise CorpusError(f"input {item}: no file matches this pattern")
+    elif fs.isdir_url(item):
+        found = fs.files_under_url(item)
+        if not found:
+            raise CorpusError(f"input directory {item}: contains no files")
+    elif fs.isfile_url(item):
+        found = [item]
+    else:
+        raise CorpusError(f"input path {item}: does not exist")
+    return found
 
 
 def open_binary(path: str):
+    """The input file's bytes, decompressed (.gz, .bz2); local paths or URLs (``tf.io.gfile``)."""
+    source = fs.open_url(path) if fs.is_url(path) else path
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return gzip.open(source, "rb")
     if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+        return bz2.open(source, "rb")
+    return source if fs.is_url(path) else open(path, "rb")
 
 
 def _read_head(path: str) -> bytes:
@@ -147,20 +170,25 @@ def detect_format(path: str, head: bytes) -> str:
     return TEXT
 
 
+def _stat(path: str) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
+
+
 def inspect_inputs(paths: list[str], input_format: str = "auto") -> list[InputFile]:
     """Stat, sniff and classify each input; reject missing/binary/empty corpora."""
     if input_format not in FORMATS:
         raise CorpusError(f"--input_format={input_format}: must be one of {', '.join(FORMATS)}")
     files, empty = [], []
     for path in paths:
-        stat = os.stat(path)
+        size, mtime_ns = fs.stat_url(path) if fs.is_url(path) else _stat(path)
         head = check_not_binary(path, _read_head(path))
         if not head.strip():
             empty.append(path)
             if len(head) < SNIFF_BYTES:
                 continue  # all whitespace: contributes nothing
         fmt = detect_format(path, head) if input_format == "auto" else input_format
-        files.append(InputFile(path, stat.st_size, stat.st_mtime_ns, fmt))
+        files.append(InputFile(path, size, mtime_ns, fmt))
     if not files:
         raise CorpusError(f"input {empty[0] if len(empty) == 1 else ', '.join(empty[:3])}: "
                           "is empty (no text to build examples from)")
