@@ -269,3 +269,18 @@ def test_workers_that_lack_the_vocab_file_use_the_plans_tokens(tmp_path):
     (tmp_path / "vocab.txt").rename(tmp_path / "elsewhere.txt")  # as on a remote worker
     run_beam_build(plan, [], log=quiet)
     assert directory_bytes(tmp_path / "beam") == directory_bytes(pool_dir)
+
+
+@requires_beam
+def test_beam_retrying_every_bundle_changes_nothing_and_counts_once(tmp_path):
+    """FnApiRunner's bundle_repeat runs every bundle (the finaliser's too) once more and drops the repeat's output."""
+    inputs = corpus_files(tmp_path / "in")
+    run_build(make_plan(options(tmp_path, inputs, "pool", eval_fraction=0.25)), log=quiet)
+    lines = []
+    manifest = run_beam_build(make_plan(options(tmp_path, inputs, "beam", eval_fraction=0.25)),
+                              ["--direct_runner_bundle_repeat=1"], log=lines.append)
+    assert directory_bytes(tmp_path / "beam") == directory_bytes(tmp_path / "pool")  # no temp left either
+    (counters,) = [line for line in lines if line.startswith("counters: ")]
+    assert (f"documents {manifest['num_documents']:,}, examples {manifest['num_examples']:,}, "
+            f"tokens {manifest['num_tokens']:,}") in counters
+    assert f"eval_examples {manifest['eval_num_examples']:,}" in counters
