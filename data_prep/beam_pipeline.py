@@ -100,15 +100,17 @@ def plan_with_local_vocab(plan):
 
 def build_shard_to_temps(plan, shard: int, drops: Optional[dict]) -> dict:
     """One attempt at a shard: its examples in fresh temp files; the result ``FinalizeFn`` needs."""
-    from data_prep.shard_writer import write_shard
+    from data_prep.shard_writer import file_digests, write_shard
     tmps = _temp_paths(plan, shard)
     try:
         stats = write_shard(plan, shard, tmps, (drops or {}).get(shard, frozenset()))
+        digests = file_digests(tmps)  # here, in parallel: a rename keeps the bytes
     except BaseException:
         for tmp in tmps:
             fs.remove(tmp)
         raise
-    return {"shard": shard, "temps": tmps, "stats": [dataclasses.asdict(s) for s in stats]}
+    return {"shard": shard, "temps": tmps, "stats": [dataclasses.asdict(s) for s in stats],
+            "digests": digests}
 
 
 def finalize(plan, results: Sequence[dict], log: Callable[[str], None]) -> dict:
@@ -126,7 +128,8 @@ def finalize(plan, results: Sequence[dict], log: Callable[[str], None]) -> dict:
                 fs.replace(tmp, path)
             elif not fs.exists(path):
                 raise RuntimeError(f"shard {shard}: neither {tmp} nor {path} exists")
-        write_sidecars(plan, shard, [ShardStats(**stats) for stats in result["stats"]])
+        write_sidecars(plan, shard, [ShardStats(**stats) for stats in result["stats"]],
+                       [tuple(digest) for digest in result["digests"]])
     for tmp in fs.glob(plan.output_dir, f"*{TEMP_MARK}*"):  # attempts that were retried
         fs.remove(tmp)
     return finish_build(plan, log)

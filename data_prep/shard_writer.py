@@ -287,25 +287,36 @@ def _write_shard(plan, shard: int, tmps: list[str], drop_positions: frozenset) -
     return [writer.stats for writer in writers]
 
 
-def write_sidecars(plan, shard: int, stats: list[ShardStats]) -> dict:
+def file_digests(paths: list[str]) -> list[tuple[int, str]]:
+    """``(size, sha256)`` of each file (what its sidecar records)."""
+    return [(fs.size(path), fs.sha256(path)) for path in paths]
+
+
+def write_sidecars(plan, shard: int, stats: list[ShardStats],
+                   digests: Optional[list[tuple[int, str]]] = None) -> dict:
     """Write the sidecars of the shard's final files (written by ``write_shard``); return the training one's.
 
+    ``digests``: the files' ``file_digests`` if already known (the Beam engine's workers hash their
+    temps in parallel, so the finaliser does not read every shard back); by default computed here.
     Idempotent: a re-run writes the same records.
     """
     paths = shard_paths(plan, shard)
-    records = [_sidecar_record(plan, path, shard_stats) for path, shard_stats in zip(paths, stats)]
+    digests = digests or file_digests(paths)
+    records = [_sidecar_record(plan, path, shard_stats, digest)
+               for path, shard_stats, digest in zip(paths, stats, digests)]
     # The training shard's sidecar last: it marks the shard (and its eval shard) done.
     for path, record in reversed(list(zip(paths, records))):
         fs.write_json(sidecar_path(path), record)
     return records[0]
 
 
-def _sidecar_record(plan, path: str, stats: ShardStats) -> dict:
+def _sidecar_record(plan, path: str, stats: ShardStats, digest: tuple[int, str]) -> dict:
     record = dataclasses.asdict(stats)
     if not plan.options.dedup_documents:  # sidecars of builds without dedup stay as they were
         record.pop("num_duplicate_documents")
+    size, sha256 = digest
     return {"fingerprint": plan.fingerprint, "shard": os.path.basename(path),
-            "size_bytes": fs.size(path), "sha256": fs.sha256(path), **record}
+            "size_bytes": size, "sha256": sha256, **record}
 
 
 def read_sidecar(plan, shard: int) -> Optional[dict]:
