@@ -263,6 +263,8 @@ def run_beam_build(plan, beam_args: Sequence[str], num_processes: int = 1,
     if up_to_date:
         return up_to_date
     pending = builder.prepare_output(plan, log)
+    if not pending:  # every shard is built, only the manifest is missing: no pipeline to run
+        return builder.finish_build(plan, log)
     options, runner, runner_name = pipeline_options(beam_args, num_processes)
     log(f"runner: {runner_name}")
     bundle_logger = logging.getLogger("apache_beam.runners.common")  # logs a DoFn's exception

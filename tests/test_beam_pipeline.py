@@ -111,6 +111,15 @@ def test_a_retried_shard_and_a_rerun_finaliser_leave_only_the_final_files(tmp_pa
     # The whole pipeline re-run: the build is up to date, nothing changes.
     run_beam_build(plan, [], log=quiet)
     assert directory_bytes(tmp_path / "beam") == first
+    # A lost manifest or shard: the re-run rebuilds just that.
+    (tmp_path / "beam" / "manifest.json").unlink()
+    run_beam_build(plan, [], log=quiet)
+    assert directory_bytes(tmp_path / "beam") == first
+    (tmp_path / "beam" / "pretrain_data.tfrecord-00003-of-00005").unlink()
+    lines = []
+    run_beam_build(plan, [], log=lines.append)
+    assert "resuming: 4 of 5 shards already built" in lines
+    assert directory_bytes(tmp_path / "beam") == first
 
 
 @requires_beam
@@ -122,6 +131,8 @@ def test_dedup_drops_the_known_duplicates_the_same_way_in_both_engines(tmp_path)
     inputs = [write_text(tmp_path / "in" / f"f{i}.txt", "\n\n".join(docs) + "\n") for i, docs in enumerate(files)]
     pool_dir, beam_dir = build_both(tmp_path, inputs, dedup_documents=True, eval_fraction=0.2)
     assert directory_bytes(pool_dir) == directory_bytes(beam_dir)
+    no_copies = make_plan(options(tmp_path, inputs[1:2], "no_copies", dedup_documents=True))
+    assert run_beam_build(no_copies, [], log=quiet)["num_duplicate_documents"] == 0  # an empty side input
     manifest = json.loads((pool_dir / "manifest.json").read_text())
     assert manifest["num_duplicate_documents"] == 5
     assert manifest["num_documents"] + manifest["eval_num_documents"] == len(unique)
