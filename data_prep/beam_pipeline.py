@@ -14,6 +14,11 @@ renames the temps of the committed attempts to the final names (``tf.io.gfile``:
 (``builder.finish_build``) last.  Re-running it is harmless: a temp already renamed is skipped,
 the sidecars and manifest are rewritten with the same bytes.
 
+Bad input (a ``CorpusError``) is not raised in a worker, where a runner would retry it and log
+tracebacks: ``BuildShardFn`` emits it as a result, and the finaliser removes the build's files
+and leaves the message in ``build_error.json``, which ``run_beam_build`` turns back into a
+``CorpusError`` (the command's one-line ``error: ...``) and deletes.
+
 With ``--dedup_documents`` a first pass emits ``(document key, (shard, position))`` for every
 document, groups by key and turns ``dedup.later_occurrences`` into per-shard drop sets, a side
 input of ``BuildShardFn`` (``data_prep.dedup`` holds the rule both engines use).
@@ -44,9 +49,7 @@ Example (Beam installed; ``direct_num_workers`` etc. are ordinary Beam pipeline 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
-import re
 import sys
 import uuid
 from typing import Callable, Optional, Sequence
@@ -56,6 +59,7 @@ from data_prep.corpus.errors import CorpusError
 
 BEAM_MISSING = "--engine=beam needs apache-beam: pip install -r requirements-beam.txt"
 TEMP_MARK = ".tmp-beam-"
+ERROR_FILE = "build_error.json"
 DEFAULT_RUNNER = "FnApiRunner"
 NAMESPACE = "data_prep"
 # Counter name -> (record: 0 training, 1 eval; ShardStats field).
@@ -121,6 +125,9 @@ def finalize(plan, results: Sequence[dict], log: Callable[[str], None]) -> dict:
     """
     from data_prep.builder import finish_build
     from data_prep.shard_writer import ShardStats, shard_paths, write_sidecars
+    errors = sorted((r["shard"], r["error"]) for r in results if "error" in r)
+    if errors:
+        return _fail(plan, errors[0][1])
     for result in sorted(results, key=lambda r: r["shard"]):
         shard = result["shard"]
         for tmp, path in zip(result["temps"], shard_paths(plan, shard)):
@@ -132,7 +139,23 @@ def finalize(plan, results: Sequence[dict], log: Callable[[str], None]) -> dict:
                        [tuple(digest) for digest in result["digests"]])
     for tmp in fs.glob(plan.output_dir, f"*{TEMP_MARK}*"):  # attempts that were retried
         fs.remove(tmp)
-    return finish_build(plan, log)
+    try:
+        return finish_build(plan, log)
+    except CorpusError as e:
+        return _fail(plan, str(e))
+
+
+def _fail(plan, message: str) -> dict:
+    """Bad input: remove the build's files, leave ``message`` in the error file for the driver."""
+    from data_prep.builder import remove_outputs
+    remove_outputs(plan)
+    fs.write_json(error_path(plan), {"error": message, "fingerprint": plan.fingerprint})
+    return {"error": message}
+
+
+def error_path(plan) -> str:
+    """Where the finaliser leaves a bad-input message (the driver reads and removes it)."""
+    return fs.join_path(plan.output_dir, ERROR_FILE)
 
 
 def _make_dofns(beam):
@@ -152,7 +175,11 @@ def _make_dofns(beam):
             _tokenizer(self.plan)
 
         def process(self, shard, drops=None):
-            result = build_shard_to_temps(self.plan, shard, drops)
+            try:
+                result = build_shard_to_temps(self.plan, shard, drops)
+            except CorpusError as e:  # bad input: retrying cannot help; the finaliser reports it
+                yield {"shard": shard, "error": str(e)}
+                return
             for name, (index, field) in COUNTERS.items():
                 if index < len(result["stats"]):
                     beam.metrics.Metrics.counter(NAMESPACE, name).inc(result["stats"][index][field])
@@ -170,7 +197,11 @@ def _make_dofns(beam):
 
         def process(self, shard):
             from data_prep.dedup import shard_document_keys
-            for position, key in enumerate(shard_document_keys(self.plan, shard)):
+            try:
+                keys = shard_document_keys(self.plan, shard)
+            except CorpusError:
+                return  # BuildShardFn meets the same bad input and reports it
+            for position, key in enumerate(keys):
                 if key is not None:
                     yield key, (shard, position)
 
@@ -227,32 +258,6 @@ def pipeline_options(beam_args: Sequence[str], num_processes: int = 1):
     return options, FnApiRunner(), name
 
 
-def corpus_error_in(error: BaseException) -> Optional[str]:
-    """The message of a ``CorpusError`` raised in a worker, from the exception Beam re-raised.
-
-    In-process runners re-raise the DoFn's exception (its message suffixed with
-    `` [while running '<step>']``); remote ones raise an error whose text holds the worker's
-    traceback, ending ``CorpusError: <message>``.
-    """
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, CorpusError):
-            return re.sub(r" \[while running '[^']*'\]$", "", str(error))
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def _no_corpus_error_tracebacks(record: logging.LogRecord) -> bool:
-    """Drop the in-process runner's log of a CorpusError (with traceback): it becomes our one-line error."""
-    return not (record.exc_info and corpus_error_in(record.exc_info[1]))
-
-
-def _corpus_error_in_text(text: str) -> Optional[str]:
-    match = re.findall(r"CorpusError: (.*?)(?: \[while running '[^']*'\])?$", text, re.MULTILINE)
-    return match[-1] if match else None
-
-
 def run_beam_build(plan, beam_args: Sequence[str], num_processes: int = 1,
                    log: Optional[Callable[[str], None]] = None) -> dict:
     """Build the plan's missing shards with Beam and write the manifest; return it (as ``run_build``)."""
@@ -263,25 +268,20 @@ def run_beam_build(plan, beam_args: Sequence[str], num_processes: int = 1,
     if up_to_date:
         return up_to_date
     pending = builder.prepare_output(plan, log)
+    fs.remove(error_path(plan))
     if not pending:  # every shard is built, only the manifest is missing: no pipeline to run
         return builder.finish_build(plan, log)
     options, runner, runner_name = pipeline_options(beam_args, num_processes)
     log(f"runner: {runner_name}")
-    bundle_logger = logging.getLogger("apache_beam.runners.common")  # logs a DoFn's exception
-    bundle_logger.addFilter(_no_corpus_error_tracebacks)
-    try:
-        pipeline = beam.Pipeline(runner=runner, options=options)
-        build_pipeline(pipeline, plan, pending)
-        result = pipeline.run()
-        result.wait_until_finish()
-    except Exception as e:
-        message = corpus_error_in(e) or _corpus_error_in_text(str(e))
-        if message is None:
-            raise
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build_pipeline(pipeline, plan, pending)
+    result = pipeline.run()
+    result.wait_until_finish()
+    failure = fs.read_json(error_path(plan))
+    if failure is not None:
         builder.remove_outputs(plan)
-        raise CorpusError(message) from None
-    finally:
-        bundle_logger.removeFilter(_no_corpus_error_tracebacks)
+        fs.remove(error_path(plan))
+        raise CorpusError(failure["error"])
     manifest = fs.read_json(fs.join_path(plan.output_dir, builder.MANIFEST_NAME))
     if manifest is None or manifest.get("fingerprint") != plan.fingerprint:
         raise RuntimeError(f"the pipeline finished but wrote no manifest in {plan.output_dir}")

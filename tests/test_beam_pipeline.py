@@ -170,10 +170,11 @@ def test_bad_input_inside_a_worker_is_one_line_and_leaves_nothing(tmp_path):
 @requires_beam
 def test_a_corpus_error_in_the_library_call_is_a_corpus_error(tmp_path):
     path = write_text(tmp_path / "in" / "docs.jsonl", '{"text": "the cat."}\n{"body": "x"}\n')
-    plan = make_plan(options(tmp_path, [path], "out", num_shards=1))
-    with pytest.raises(CorpusError, match=r"^input .*docs.jsonl: a JSON Lines record has no 'text' field"):
-        run_beam_build(plan, [], log=quiet)
-    assert os.listdir(tmp_path / "out") == []
+    for dedup in (False, True):  # with dedup, the first pass meets the bad record first
+        plan = make_plan(options(tmp_path, [path], "out", num_shards=1, dedup_documents=dedup))
+        with pytest.raises(CorpusError, match=r"^input .*docs.jsonl: a JSON Lines record has no 'text' field"):
+            run_beam_build(plan, [], log=quiet)
+        assert os.listdir(tmp_path / "out") == []  # no shard, temp, manifest or build_error.json
 
 
 def _mkdir(path: Path) -> Path:
