@@ -98,4 +98,5 @@ def test_command_line(files):
                            "--add=2", f"--output={output}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert read_vocab(output) == OLD_VOCAB + ["marker", "biology"]
-    assert done.stderr.strip().splitlines()[-1].startswith(f"[extend_vocab] wrote {output}: {len(OLD_VOCAB)} + 2 tokens")
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(f"[extend_vocab] wrote {output}: {len(OLD_VOCAB)} + 2 tokens")

@@ -41,6 +41,7 @@ import dataclasses
 import os
 
 import numpy as np
+from absl import logging
 
 from electra_tf.text.manifest import sha256_file
 from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
@@ -93,7 +94,8 @@ def check_growth(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | 
     if run_size < checkpoint_size:
         raise ValueError(f"{run_name} has {run_size} tokens ({run_vocab}) but --init_checkpoint {checkpoint} has "
                          f"{checkpoint_size} ({checkpoint_vocab}): a vocabulary may only grow (python -m "
-                         "data_prep.extend_vocab appends tokens); use the checkpoint's vocabulary or an extension of it")
+                         "data_prep.extend_vocab appends tokens); use the checkpoint's vocabulary or an extension "
+                         "of it")
     if not checkpoint_vocab or not os.path.isfile(checkpoint_vocab):
         raise ValueError(f"--init_checkpoint {checkpoint} holds no vocab.txt to compare with {run_name} ({run_size} "
                          f"tokens, {run_vocab}): its {checkpoint_size} rows can only be extended when its vocabulary "
@@ -114,6 +116,9 @@ def data_vocab_size(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str
     if manifest["vocab_size"] != checkpoint_size and recorded and sha256_file(vocab_file) != recorded:
         raise ValueError(f"{name}: {vocab_file} is not the vocab the data was built with (its sha256 differs from "
                          "the manifest's), so the new rows cannot be told from it")
+    if manifest["vocab_size"] != checkpoint_size:
+        logging.info("%s (%s) extends --init_checkpoint's (%s): vocab_size %d -> %d, the new rows made at "
+                     "initialisation", name, vocab_file, checkpoint_vocab, checkpoint_size, manifest["vocab_size"])
     return manifest["vocab_size"]
 
 
