@@ -238,9 +238,17 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     if FLAGS.init_checkpoint:
         from electra_tf.config import merge_architecture
         from electra_tf.convert import read_config
+        from electra_tf.convert.api import checkpoint_vocab
+        from electra_tf.text.manifest import load_manifest
+        from electra_tf.training import vocab_extension
 
         config = merge_architecture(read_config(FLAGS.init_checkpoint)[0], config,
                                     FLAGS.init_checkpoint)
+        # The data's vocabulary decides the rows: the checkpoint's, or an extension of it (new rows at init).
+        vocab_size = vocab_extension.data_vocab_size(FLAGS.init_checkpoint, config.vocab_size,
+                                                     checkpoint_vocab(FLAGS.init_checkpoint),
+                                                     load_manifest(data_dir), data_dir)
+        config = config.replace(vocab_size=vocab_size)
     phase1_dir = model_dir if FLAGS.phase2 else None
     if FLAGS.phase2:
         model_dir = restore.phase2_dir(model_dir)

@@ -268,7 +268,7 @@ class RunCheckpoints:
         the input position was saved by the other `--skip_corrupt_records` pipeline (see `replay_input`)."""
         replay = restore.restore_or_initialize(self.manager, self.checkpoint, self.model, self.optimizer,
                                                init_checkpoint, self.input_key, self.without_input,
-                                               self.setup.phase1)
+                                               self.setup.phase1, self.setup.manifest.get("vocab_file"))
         if self.setup.own_input:
             setup = self.setup
             self.input_saver = tf.train.CheckpointManager(

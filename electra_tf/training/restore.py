@@ -40,7 +40,7 @@ from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
 from electra_tf.options import PRECISIONS
 from electra_tf.text.manifest import load_manifest
-from electra_tf.training import loop
+from electra_tf.training import loop, vocab_extension
 
 PHASE2_DIR = "phase2"
 # What phase 2 is for: its sequence length, batch, steps and schedule. Every other field is phase 1's: the
@@ -262,19 +262,60 @@ def requested_sequence_length(flag_value: int | None, phase2_data_dir: str | Non
     return length
 
 
-def initialize_from(model, init_checkpoint):
-    """Continued pre-training: weights from an export, a HF/official checkpoint or another run."""
+def initialize_from(model, init_checkpoint, vocab_file=None):
+    """Continued pre-training: weights from an export, a HF/official checkpoint or another run; never its
+    optimizer state (Adam's m and v) or step: the run starts at step 0 of its own schedule.
+
+    `vocab_file`: the run's vocabulary (its data's). Where the model has more token rows than the checkpoint,
+    the checkpoint is loaded into a twin with its rows and extended into `model` (`vocab_extension`: refused
+    unless `vocab_file` is the checkpoint's vocabulary with tokens appended). The log says what was loaded.
+    """
+    extension = _vocabulary_extension(model, init_checkpoint, vocab_file)
+    target = extension.source_model(model) if extension else model
+    loaded = _load_weights(target, init_checkpoint)
+    if extension:
+        extension.copy_into(model, target)
+        logging.info("%s", extension.describe())
+    fresh = [part for part in _model_parts(model) if part not in loaded]
+    logging.info("Initialised weights from %s: loaded %s; fresh (as built): %s; optimizer state and step: fresh "
+                 "(step 0 of this run's schedule; the checkpoint's own are not loaded)",
+                 init_checkpoint, ", ".join(loaded), ", ".join(fresh) or "nothing")
+
+
+def _model_parts(model) -> tuple:
+    """The networks of `model` (an `ElectraPretrainer`), by the names the converters give them."""
+    return tuple(part for part in ("discriminator", "discriminator_head", "generator", "generator_head",
+                                   "discriminator_mlm_head") if getattr(model, part, None) is not None)
+
+
+def _load_weights(model, init_checkpoint) -> tuple:
+    """Copies the weights of `init_checkpoint` into `model`; returns the parts loaded."""
     if ours.is_export_dir(init_checkpoint):
         model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS))
-    elif convert_api.detect_format(init_checkpoint) in ("hf", "official"):
-        convert_api.initialize_pretrainer(model, init_checkpoint)
-    else:
-        latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
-            tf.train.latest_checkpoint(init_checkpoint)
-        if latest is None:
-            raise ValueError(f"--init_checkpoint: no electra-tf export or checkpoint found in {init_checkpoint!r}")
-        tf.train.Checkpoint(model=model).restore(latest).expect_partial()
-    logging.info("Initialised weights from %s", init_checkpoint)
+        return _model_parts(model)
+    if convert_api.detect_format(init_checkpoint) in ("hf", "official"):
+        return convert_api.initialize_pretrainer(model, init_checkpoint)
+    latest = tf.train.latest_checkpoint(os.path.join(init_checkpoint, "checkpoints")) or \
+        tf.train.latest_checkpoint(init_checkpoint)
+    if latest is None:
+        raise ValueError(f"--init_checkpoint: no electra-tf export or checkpoint found in {init_checkpoint!r}")
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    return _model_parts(model)
+
+
+def _vocabulary_extension(model, init_checkpoint, vocab_file):
+    """The `VocabularyExtension` from the checkpoint's vocabulary to `vocab_file`, or None where the model has
+    the checkpoint's number of token rows."""
+    try:
+        checkpoint_size = convert_api.read_config(init_checkpoint)[0].vocab_size
+    except ValueError:  # (ConversionError too) a checkpoint file of a run: restored as it is
+        return None
+    if checkpoint_size == model.config.vocab_size:
+        return None
+    checkpoint_vocab = convert_api.checkpoint_vocab(init_checkpoint)
+    vocab_extension.check_growth(init_checkpoint, checkpoint_size, checkpoint_vocab, model.config.vocab_size,
+                                 vocab_file, "the run's vocabulary")
+    return vocab_extension.VocabularyExtension.between(checkpoint_vocab, vocab_file)
 
 
 def saves(path: str, key: str) -> bool:
@@ -283,9 +324,10 @@ def saves(path: str, key: str) -> bool:
 
 
 def restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint, input_key=None,
-                          without_input=None, phase1: Phase1 | None = None) -> bool:
+                          without_input=None, phase1: Phase1 | None = None, vocab_file=None) -> bool:
     """Resumes from the newest readable checkpoint (falling back past corrupt ones), else initialises
-    (from `phase1`, else `init_checkpoint`, else as built).
+    (from `phase1`, else `init_checkpoint`, else as built; `vocab_file`: the run's vocabulary, see
+    `initialize_from`).
 
     The two input pipelines (`--skip_corrupt_records` or not) save different iterator states, under
     different keys. A checkpoint holding the other one is restored through `without_input` (the
@@ -309,7 +351,7 @@ def restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint
     if phase1 is not None:
         phase1.restore(model, optimizer)
     elif init_checkpoint:
-        initialize_from(model, init_checkpoint)
+        initialize_from(model, init_checkpoint, vocab_file)
     return False
 
 

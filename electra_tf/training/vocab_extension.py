@@ -1,0 +1,181 @@
+"""Continued pre-training with a larger vocabulary than the checkpoint's (`run_pretraining.py --init_checkpoint`).
+
+The run's data may use a vocab of V' > V tokens whose first V are the checkpoint's, in the same order (what
+`python -m data_prep.extend_vocab` writes): the data decides `vocab_size` (`data_vocab_size`), anything that
+shrinks or reorders the checkpoint's vocab is refused in one line naming both files (`check_extends`).
+`VocabularyExtension` then loads the checkpoint into a twin of the model with V rows (`source_model`, through
+whatever loader its format has) and copies it over (`copy_into`): every weight as it is, except those with a
+vocabulary axis (the token embeddings the generator and discriminator share, the masked-LM heads' output
+biases, and any separate generator table; an embedding projection has none and stays as it is), whose rows
+0..V-1 are copied and whose rows V..V'-1 are new.
+
+A new row is the mean of the rows of the token's pieces (`piece_ids`): its WordPiece ids under the OLD vocab,
+split from the token's own text (not normalised again: a vocab token is already normalised). A `##` token is
+split as a continuation (its first piece in `##` form where the old vocab has it); a token with no piece (it
+is made of characters the tokenizer deletes) or with an `[UNK]` piece gets the `[UNK]` row. The same rule for
+every vocabulary-axis weight, biases included: the generator's logit of a new word starts at the mean of its
+pieces' logits, so its probability starts at their geometric mean, not at a random value.
+
+Invariant (tests/test_vocab_extension.py): on id sequences with no new id, the discriminator's outputs and
+the generator's logits over the old ids equal the checkpoint's, since every computation on old ids reads old
+rows only.
+
+Example:
+
+>>> import numpy as np
+>>> check_extends(["[PAD]", "bio"], ["[PAD]", "bio", "biology"], "old.txt", "new.txt")
+>>> check_extends(["[PAD]", "bio"], ["bio", "[PAD]", "biology"], "old.txt", "new.txt")
+Traceback (most recent call last):
+...
+ValueError: new.txt does not extend old.txt: its line 1 is 'bio' there but '[PAD]' in old.txt (a vocabulary that \
+reorders or replaces the checkpoint's tokens changes what its ids mean; append new tokens after them)
+>>> extended_rows(np.array([[0., 2.], [4., 6.], [1., 1.]]), [[0, 1], [2]])
+array([[0., 2.],
+       [4., 6.],
+       [1., 1.],
+       [2., 4.],
+       [1., 1.]])
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+from absl import logging
+
+from electra_tf.text.manifest import sha256_file
+from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
+
+CONTINUATION = "##"
+
+
+def check_extends(old_tokens: list, new_tokens: list, old_name: str, new_name: str) -> None:
+    """Refuses (ValueError, one line naming both files) a vocabulary that does not keep `old_tokens` as its
+    first tokens: one with fewer tokens, or another token at an old id."""
+    if len(new_tokens) < len(old_tokens):
+        raise ValueError(f"{new_name} has {len(new_tokens)} tokens, fewer than the {len(old_tokens)} of {old_name}: "
+                         "a vocabulary may only grow, by tokens appended after the old ones")
+    for index, (old, new) in enumerate(zip(old_tokens, new_tokens)):
+        if old != new:
+            raise ValueError(f"{new_name} does not extend {old_name}: its line {index + 1} is {new!r} there but "
+                             f"{old!r} in {old_name} (a vocabulary that reorders or replaces the checkpoint's tokens "
+                             "changes what its ids mean; append new tokens after them)")
+
+
+def piece_ids(tokens: list, old_vocab_file: str) -> list:
+    """Each token's WordPiece ids under the vocab `old_vocab_file` (see the module docstring for the rule)."""
+    tokenizer = WordPieceTokenizer(old_vocab_file, do_lower_case=False, strip_accents=False)
+    continuation = [token.startswith(CONTINUATION) and len(token) > len(CONTINUATION) for token in tokens]
+    bodies = [token[len(CONTINUATION):] if cont else token for token, cont in zip(tokens, continuation)]
+    pieces = []
+    for ids, cont in zip(tokenizer.tokenize(bodies), continuation):
+        if not ids or tokenizer.unk_id in ids:
+            ids = [tokenizer.unk_id]
+        elif cont:
+            first = CONTINUATION + tokenizer.vocab[ids[0]]
+            ids = [tokenizer.token_to_id.get(first, ids[0])] + ids[1:]
+        pieces.append(list(ids))
+    return pieces
+
+
+def extended_rows(array: np.ndarray, pieces: list, axis: int = 0) -> np.ndarray:
+    """`array` with one slice appended along `axis` per entry of `pieces`: the mean of the slices it names."""
+    new = [np.take(array, ids, axis=axis).mean(axis=axis, keepdims=True) for ids in pieces]
+    return np.concatenate([array] + new, axis=axis).astype(array.dtype)
+
+
+def check_growth(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | None, run_size: int,
+                 run_vocab: str | None, run_name: str) -> None:
+    """Refuses, in one line naming both files, a run whose vocabulary (`run_vocab`, `run_size` tokens, from
+    `run_name`) is not the vocabulary of `--init_checkpoint` `checkpoint` (`checkpoint_vocab`, `checkpoint_size`
+    rows) with tokens appended: one that shrinks or reorders it, or where either file is not there to compare."""
+    if run_size == checkpoint_size:
+        return
+    if run_size < checkpoint_size:
+        raise ValueError(f"{run_name} has {run_size} tokens ({run_vocab}) but --init_checkpoint {checkpoint} has "
+                         f"{checkpoint_size} ({checkpoint_vocab}): a vocabulary may only grow (python -m "
+                         "data_prep.extend_vocab appends tokens); use the checkpoint's vocabulary or an extension "
+                         "of it")
+    if not checkpoint_vocab or not os.path.isfile(checkpoint_vocab):
+        raise ValueError(f"--init_checkpoint {checkpoint} holds no vocab.txt to compare with {run_name} ({run_size} "
+                         f"tokens, {run_vocab}): its {checkpoint_size} rows can only be extended when its vocabulary "
+                         "is known (use its export directory, or put its vocab.txt beside it)")
+    if not run_vocab or not os.path.isfile(run_vocab):
+        raise ValueError(f"{run_name}: {run_vocab} is not on disk, so it cannot be checked against "
+                         f"--init_checkpoint's vocabulary {checkpoint_vocab}")
+    check_extends(read_vocab(checkpoint_vocab), read_vocab(run_vocab), checkpoint_vocab, run_vocab)
+
+
+def data_vocab_size(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | None, manifest: dict,
+                    data_dir: str) -> int:
+    """The run's `vocab_size` with `--init_checkpoint=checkpoint` (`checkpoint_size` rows): the data's (its
+    manifest's), once `check_growth` accepts its vocab."""
+    vocab_file, name = manifest.get("vocab_file"), f"--data_dir {data_dir}'s vocabulary"
+    check_growth(checkpoint, checkpoint_size, checkpoint_vocab, manifest["vocab_size"], vocab_file, name)
+    recorded = manifest.get("vocab_sha256")
+    if manifest["vocab_size"] != checkpoint_size and recorded and sha256_file(vocab_file) != recorded:
+        raise ValueError(f"{name}: {vocab_file} is not the vocab the data was built with (its sha256 differs from "
+                         "the manifest's), so the new rows cannot be told from it")
+    if manifest["vocab_size"] != checkpoint_size:
+        logging.info("%s (%s) extends --init_checkpoint's (%s): vocab_size %d -> %d, the new rows made at "
+                     "initialisation", name, vocab_file, checkpoint_vocab, checkpoint_size, manifest["vocab_size"])
+    return manifest["vocab_size"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularyExtension:
+    """How the V rows of a checkpoint become the V' rows of the run: `pieces[i]` are the old ids whose rows'
+    mean is new row V + i."""
+
+    old_vocab_file: str
+    new_vocab_file: str
+    old_size: int
+    new_size: int
+    pieces: list
+
+    @classmethod
+    def between(cls, old_vocab_file: str, new_vocab_file: str) -> "VocabularyExtension":
+        """The extension from `old_vocab_file` to `new_vocab_file` (refused unless it extends it)."""
+        old, new = read_vocab(old_vocab_file), read_vocab(new_vocab_file)
+        check_extends(old, new, old_vocab_file, new_vocab_file)
+        return cls(old_vocab_file, new_vocab_file, len(old), len(new), piece_ids(new[len(old):], old_vocab_file))
+
+    def describe(self) -> str:
+        return (f"extended vocabulary: {self.old_size} -> {self.new_size} ({self.new_size - self.old_size} new rows "
+                "from their pieces' mean)")
+
+    def source_model(self, model):
+        """A twin of `model` (an `ElectraPretrainer`) with the old vocabulary's rows, to load the checkpoint into."""
+        from electra_tf.model.networks import pretrainer_from_config
+
+        if model.config.vocab_size != self.new_size:
+            raise ValueError(f"the model has {model.config.vocab_size} token rows but {self.new_vocab_file} has "
+                             f"{self.new_size} tokens")
+        twin = pretrainer_from_config(model.config.replace(vocab_size=self.old_size),
+                                      special_token_ids=model.special_token_ids, execution=model.execution)
+        return twin.build_all()
+
+    def copy_into(self, model, source) -> None:
+        """Every weight of `source` (the twin, loaded) into `model`; vocabulary axes extended (`extended_rows`)."""
+        pairs = list(zip(source.weights, model.weights))
+        if len(source.weights) != len(model.weights):
+            raise ValueError(f"the model has {len(model.weights)} weights, its {self.old_size}-row twin "
+                             f"{len(source.weights)}")
+        for old, new in pairs:
+            if old.path != new.path:
+                raise ValueError(f"the model's weight {new.path} pairs with {old.path} of its twin")
+            value = np.asarray(old.numpy())
+            if value.shape != tuple(new.shape):
+                value = extended_rows(value, self.pieces, self._vocab_axis(old, new))
+            new.assign(value)
+
+    def _vocab_axis(self, old, new) -> int:
+        """The one axis along which `old` has V entries and `new` V' (the weights are otherwise alike)."""
+        old_shape, new_shape = tuple(old.shape), tuple(new.shape)
+        axes = [axis for axis, (a, b) in enumerate(zip(old_shape, new_shape)) if a != b]
+        if len(old_shape) != len(new_shape) or len(axes) != 1 or \
+                (old_shape[axes[0]], new_shape[axes[0]]) != (self.old_size, self.new_size):
+            raise ValueError(f"{new.path}: {old_shape} in the checkpoint's model, {new_shape} in the run's: only a "
+                             f"vocabulary axis ({self.old_size} -> {self.new_size}) may differ")
+        return axes[0]
+
