@@ -7,6 +7,10 @@ Two measurements, each interleaved A/B/A/B in one process so both pipelines see 
 * training: `pretraining.train` of the `tiny` model for the same steps from each source; examples/s of the
   steps after the first log window (the first includes tracing).
 
+Also one pass of each over the files: examples, mean length, share of single-segment and of full-length
+examples, [UNK] rate (the packers draw different random numbers: the distributions should agree, the examples
+differ).
+
 Prints a table and the command, and writes `bench/results/text_input-<name>.json` (CPU model, load average).
 
     python -m bench.text_input_bench --name=enwiki4 --num_files=4 --steps=30  # not run by tools/check_docs_commands.py: minutes
@@ -26,6 +30,7 @@ from electra_tf.runtime import use_onednn_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
+UNK_ID = 100  # BERT's en_uncased vocab
 
 
 def cpu_model() -> str:
@@ -53,6 +58,27 @@ def input_rate(dataset, batches: int, batch_size: int) -> float:
     for _ in range(batches):
         next(iterator)
     return batches * batch_size / (time.perf_counter() - start)
+
+
+def distribution(rows) -> dict:
+    """Summary statistics of examples given as dicts of int lists / arrays (`input_ids`, `input_mask`, ...)."""
+    import numpy as np
+
+    ids = np.array([r["input_ids"] for r in rows])
+    mask = np.array([r["input_mask"] for r in rows])
+    segments = np.array([r["segment_ids"] for r in rows])
+    return {"examples": len(rows), "mean_length": float(mask.sum(1).mean()),
+            "single_segment_share": float((segments.max(1) == 0).mean()),
+            "full_length_share": float((mask.sum(1) == mask.shape[1]).mean()),
+            "unk_rate": float(((ids == UNK_ID) & (mask > 0)).sum() / mask.sum())}
+
+
+def shard_rows(shards, manifest) -> list[dict]:
+    import tensorflow as tf
+
+    return [{name: list(feature.int64_list.value) for name, feature in
+             tf.train.Example.FromString(record.numpy()).features.feature.items()}
+            for shard in manifest["shards"] for record in tf.data.TFRecordDataset(os.path.join(shards, shard))]
 
 
 def train_rate(source: str, args, files, shards, work, index) -> float:
@@ -103,6 +129,10 @@ def main():
         make = {"train_text": lambda: text_input.text_dataset(source, args.batch_size, seed=0),
                 "shards": lambda: input_pipeline.pretraining_dataset(shards, manifest, args.batch_size, seed=0)}
         rates = {"input": {name: [] for name in make}, "training": {name: [] for name in make}}
+        distributions = {"train_text": distribution([{k: v.numpy() for k, v in row.items()} for row in
+                                                     text_input.examples_dataset(source, repeat=False)]),
+                         "shards": distribution(shard_rows(shards, manifest))}
+        print(json.dumps(distributions), file=sys.stderr, flush=True)
         for repeat in range(args.repeats):
             for name in make:  # A/B/A/B
                 rates["input"][name].append(input_rate(make[name](), args.input_batches, args.batch_size))
@@ -120,7 +150,7 @@ def main():
               "files": [os.path.basename(f) for f in files], "megabytes": sum(os.path.getsize(f) for f in files) / 1e6,
               "data_prep_build_seconds": build_seconds, "num_examples_in_shards": manifest["num_examples"],
               "batch_size": args.batch_size, "max_seq_length": args.max_seq_length, "steps": args.steps,
-              "model_size": "tiny", "examples_per_second": rates}
+              "model_size": "tiny", "examples_per_second": rates, "one_pass_distributions": distributions}
     print(f"\n{len(files)} files ({result['megabytes']:.1f} MB) of {args.input_dir}; {cpu_model()}, "
           f"{os.cpu_count()} CPUs, load average {load[0]:.1f}; data_prep built the shards in {build_seconds:.1f} s.\n")
     print("| examples/s (each A/B repeat) | --train_text | --data_dir shards |")
@@ -130,6 +160,11 @@ def main():
                  for name in ("train_text", "shards")]
         print(f"| {kind}{' (tiny, batch %d)' % args.batch_size if kind == 'training' else ''} | {cells[0]} | "
               f"{cells[1]} |")
+    print("\n| one pass | examples | mean length | single-segment share | full-length share | [UNK] rate |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, d in distributions.items():
+        print(f"| {name} | {d['examples']} | {d['mean_length']:.1f} | {d['single_segment_share']:.3f} | "
+              f"{d['full_length_share']:.3f} | {d['unk_rate']:.2e} |")
     print(f"\nCommand: {command}")
     out = ROOT / "bench" / "results" / f"text_input-{args.name}.json"
     staging = out.with_suffix(".json.tmp")
