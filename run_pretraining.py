@@ -167,13 +167,9 @@ def resolve_text():
     from electra_tf.text.tokenization import validate_vocab
     from electra_tf.training import text_input
 
-    if FLAGS.data_dir:
-        raise ValueError("--data_dir and --train_text both given: train from one of them")
+    text_input.check_flags(FLAGS.data_dir, FLAGS.train_text, FLAGS.vocab_file)
     if not FLAGS.model_dir:
         raise ValueError("--model_dir is required with --train_text")
-    text_input.expand_patterns(text_input.parse_patterns(FLAGS.train_text))
-    if not FLAGS.vocab_file or not os.path.isfile(FLAGS.vocab_file):
-        raise ValueError(f"--train_text needs --vocab_file (a WordPiece vocab); {FLAGS.vocab_file!r} is not a file")
     return None, FLAGS.model_dir, len(validate_vocab(FLAGS.vocab_file))
 
 

@@ -69,7 +69,7 @@ def phase2_dir(model_dir: str) -> str:
 
 def recipe_options(options, manifest: dict) -> dict:
     """The recipe's part of `options` (`TrainOptions`) and the vocabulary of the data (`manifest`; None where
-    its build recorded no sha256)."""
+    its build recorded no sha256); for --train_text also the text source and packing (`TEXT_RECIPE`)."""
     values = {name: getattr(options, name) for name in RECIPE_OPTIONS}
     values["mixed_precision"] = PRECISIONS[options.mixed_precision]  # "none" and "fp32" are one policy
     text = {name: manifest[name] for name in TEXT_RECIPE} if manifest.get("source") == "train_text" else {}

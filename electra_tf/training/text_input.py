@@ -75,18 +75,13 @@ class TextSource:
 def checked_source(options, config) -> TextSource:
     """`options`' (`TrainOptions`) --train_text source, refused (ValueError, one line naming the flag) when it
     matches no file or does not fit `config`."""
-    if options.data_dir:
-        raise ValueError("--data_dir and --train_text both given: train from one of them")
+    check_flags(options.data_dir, options.train_text, options.vocab_file)
     if options.skip_corrupt_records:
         raise ValueError("--skip_corrupt_records is for --data_dir's TFRecord shards, not --train_text")
-    if not options.vocab_file or not os.path.isfile(options.vocab_file):
-        raise ValueError(f"--train_text needs --vocab_file (a WordPiece vocab, one token per line); "
-                         f"{options.vocab_file!r} is not a file")
     source = TextSource(patterns=parse_patterns(options.train_text), vocab_file=options.vocab_file,
                         max_seq_length=config.max_seq_length, do_lower_case=options.do_lower_case,
                         short_seq_prob=options.short_seq_prob, single_segment_prob=options.single_segment_prob,
                         eval_fraction=options.eval_fraction)
-    expand_patterns(source.patterns)
     if not 0.0 <= source.eval_fraction < 1.0:
         raise ValueError(f"--eval_fraction={source.eval_fraction}: expected a fraction in [0, 1)")
     vocab_size = len(tokenization.validate_vocab(source.vocab_file))
@@ -94,6 +89,18 @@ def checked_source(options, config) -> TextSource:
         raise ValueError(f"--vocab_file {source.vocab_file} has {vocab_size} tokens but the model's vocab_size is "
                          f"{config.vocab_size}: set --hparams='{{\"vocab_size\": {vocab_size}}}'")
     return source
+
+
+def check_flags(data_dir, train_text, vocab_file) -> list[str]:
+    """The files of --train_text; ValueError (one line naming the flag) for --data_dir beside it, a glob that
+    matches nothing or a missing --vocab_file."""
+    if data_dir:
+        raise ValueError("--data_dir and --train_text both given: train from one of them")
+    files = expand_patterns(parse_patterns(train_text))
+    if not vocab_file or not os.path.isfile(vocab_file):
+        raise ValueError(f"--train_text needs --vocab_file (a WordPiece vocab, one token per line); "
+                         f"{vocab_file!r} is not a file")
+    return files
 
 
 def reader(source: TextSource, seed: int, shuffle_buffer: int):
@@ -285,8 +292,9 @@ class GraphTokenizer:
 
 def _split_examples(lengths, draws, max_seq_length: int, short_seq_prob: float, single_segment_prob: float):
     """Per sentence its example, segment (0 = A) and token offset in that segment; per example its A and B
-    lengths (kept after truncation), as `data_prep.packing.ExamplePacker.pack_document` decides (one pass: a sentence's segment
-    depends only on the sentences before it in its example and on the example's first-segment budget).
+    lengths (kept after truncation), as `data_prep.packing.ExamplePacker.pack_document` decides. One pass: a
+    sentence's segment depends only on the sentences before it in its example and on the example's
+    first-segment budget, so each sentence is placed as it arrives.
 
     `draws` `[n, 4]` uniforms: column 0 the sentence's A/B coin, columns 1-3 of row k example k's
     single-segment draw, short-target draw and short target.
