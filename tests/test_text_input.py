@@ -211,6 +211,19 @@ def test_the_dataset_graph_has_no_python_ops(corpus):
         graph_ops(bad)
 
 
+def test_a_tf_data_service_worker_yields_the_same_batches(corpus):
+    """The graph is shipped to a (local, in-process) tf.data service worker and runs there as here."""
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer()
+    worker = service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
+    dataset = text_input.text_dataset(degenerate_source(corpus, corpus["plain"]), 1, shuffle_buffer=0, repeat=False)
+    here = [batch["input_ids"].numpy().tolist() for batch in dataset]
+    remote = dataset.apply(service.distribute(processing_mode="parallel_epochs", service=dispatcher.target))
+    assert len(here) >= 4 and [batch["input_ids"].numpy().tolist() for batch in remote] == here
+    worker._stop()
+    dispatcher._stop()
+
+
 # (d) iterator checkpoint round trip ----------------------------------------------------------------------
 
 def test_iterator_checkpoint_restores_the_next_batches(corpus, tmp_path):
@@ -254,15 +267,17 @@ def cli(corpus, model_dir, steps, **flags):
 
 
 def step_losses(model_dir) -> dict:
+    if not os.path.exists(os.path.join(model_dir, "train_log.jsonl")):
+        return {}
     with open(os.path.join(model_dir, "train_log.jsonl")) as f:
         lines = [json.loads(line) for line in f if line.endswith("\n")]
     return {line["step"]: line["step_loss"] for line in lines}  # a re-logged step keeps its last value
 
 
-def checkpoints_of(model_dir) -> list:
-    directory = os.path.join(model_dir, "checkpoints")
-    return sorted(int(n[5:-6]) for n in os.listdir(directory) if n.startswith("ckpt-") and n.endswith(".index")) \
-        if os.path.isdir(directory) else []
+def latest_step(model_dir) -> int:
+    """The step of the checkpoint a resume starts from (0: none; its index file alone is not enough)."""
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
 @pytest.mark.slow
@@ -276,19 +291,20 @@ def test_resume_after_sigkill_gives_the_losses_of_an_uninterrupted_run(corpus, t
     run = subprocess.Popen(cli(corpus, killed_dir, 16, **flags), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 300
-        while not checkpoints_of(killed_dir) and time.time() < deadline and run.poll() is None:
+        deadline = time.time() + 300  # killed between checkpoints: after step 5, the checkpoint at 4 done
+        while not (latest_step(killed_dir) and max(step_losses(killed_dir), default=0) >= 5) \
+                and time.time() < deadline and run.poll() is None:
             time.sleep(0.05)
         run.send_signal(signal.SIGKILL)
         run.communicate(timeout=60)
     finally:
         run.kill()
-    reached = checkpoints_of(killed_dir)
-    assert reached and reached[-1] < 16 and run.returncode == -signal.SIGKILL
+    reached = latest_step(killed_dir)
+    assert 4 <= reached < 16 and run.returncode == -signal.SIGKILL
     rerun = subprocess.run(cli(corpus, killed_dir, 16, **flags), cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"from step {reached[-1]} to 16" in rerun.stderr
+    assert f"from step {reached} to 16" in rerun.stderr
     resumed, uninterrupted = step_losses(killed_dir), step_losses(full_dir)
     assert sorted(resumed) == list(range(1, 17)) and resumed == uninterrupted
 
