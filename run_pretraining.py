@@ -60,6 +60,16 @@ flags.DEFINE_enum("model_size", None, list(MODEL_SIZES),
                   "Model size from electra_tf/config.py (default: tiny for the demo, else small).")
 flags.DEFINE_string("data_dir", None, "Directory of TFRecord shards + manifest.json from data_prep. "
                     "Unset: build and use the offline demo corpus.")
+flags.DEFINE_string("train_text", None, "Instead of --data_dir: train straight from raw text, GLOB[,GLOB...] of "
+                    "plain-text (blank-line separated documents) or WikiExtractor files, split, tokenised with "
+                    "--vocab_file and packed as data_prep does, in tf.data (electra_tf/training/text_input.py).")
+flags.DEFINE_string("vocab_file", None, "With --train_text: the WordPiece vocab (its size is the model's vocab_size "
+                    "unless --hparams sets one).")
+flags.DEFINE_bool("do_lower_case", default(TrainOptions, "do_lower_case"), "With --train_text: lower-case and "
+                  "strip accents (uncased vocab), as data_prep's --do_lower_case.")
+flags.DEFINE_float("eval_fraction", default(TrainOptions, "eval_fraction"), "With --train_text: documents held "
+                   "out by data_prep's rule (electra_tf/text/held_out.py) are not trained on; the held-out evaluation "
+                   "runs on them unless --eval_data_dir is set.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs and the export go here.")
 flags.DEFINE_integer("num_train_steps", None, "Total training steps (default: the size's value).")
 flags.DEFINE_integer("num_warmup_steps", None, "Linear warm-up steps.")
@@ -135,7 +145,10 @@ flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into this many logi
 
 def resolve_data(model_size):
     """`(data_dir, model_dir, demo_vocab_size)`: the demo corpus (built at the size's sequence
-    length, in a folder of the size's own) when --data_dir is unset; demo_vocab_size is None otherwise."""
+    length, in a folder of the size's own) when --data_dir is unset; demo_vocab_size is None otherwise.
+    With --train_text data_dir is None and demo_vocab_size --vocab_file's size."""
+    if FLAGS.train_text is not None:
+        return resolve_text()
     if FLAGS.data_dir:
         if not FLAGS.model_dir:
             raise app.UsageError("--model_dir is required with --data_dir")
@@ -147,6 +160,17 @@ def resolve_data(model_size):
     max_seq_length = FLAGS.max_seq_length or get_config(model_size).max_seq_length
     data_dir = build_demo_dataset(os.path.join(DEMO_DIR, model_size, "data"), max_seq_length=max_seq_length)
     return data_dir, FLAGS.model_dir or os.path.join(DEMO_DIR, model_size, "model"), load_manifest(data_dir)["vocab_size"]
+
+
+def resolve_text():
+    """`resolve_data` for --train_text: its flags checked in one line each."""
+    from electra_tf.text.tokenization import validate_vocab
+    from electra_tf.training import text_input
+
+    text_input.check_flags(FLAGS.data_dir, FLAGS.train_text, FLAGS.vocab_file)
+    if not FLAGS.model_dir:
+        raise ValueError("--model_dir is required with --train_text")
+    return None, FLAGS.model_dir, len(validate_vocab(FLAGS.vocab_file))
 
 
 def demo_lines(model_size, data_dir, model_dir, config, size_vocab_size) -> list[str]:
@@ -189,7 +213,7 @@ def main(argv):
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
     from electra_tf.training import distribution, run_lock
 
-    model_size = FLAGS.model_size or ("small" if FLAGS.data_dir else "tiny")
+    model_size = FLAGS.model_size or ("small" if FLAGS.data_dir or FLAGS.train_text else "tiny")
     max_seq_length = sequence_length(model_size)  # refused before anything is written
     data_dir, model_dir, demo_vocab_size = resolve_data(model_size)
     # The chief is the only writer of checkpoints and the export, so it alone holds the lock.
@@ -223,6 +247,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     from electra_tf.config import get_config, parse_hparams
 
     if FLAGS.do_eval:
+        if FLAGS.train_text:
+            raise ValueError("--do_eval reads held-out shards (--data_dir or --eval_data_dir), not --train_text")
         return evaluate_run(data_dir, model_dir)
     precision = distribution.set_mixed_precision(FLAGS.mixed_precision)
     hparams = parse_hparams(FLAGS.hparams)
@@ -255,11 +281,16 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     if FLAGS.export_only:
         from electra_tf.training.input_pipeline import load_checked_manifest
 
-        manifest = load_checked_manifest(data_dir, config)
+        if FLAGS.train_text:
+            from electra_tf.training.text_input import TextSource, synthesized_manifest
+
+            manifest = synthesized_manifest(TextSource((), FLAGS.vocab_file, config.max_seq_length))
+        else:
+            manifest = load_checked_manifest(data_dir, config)
         path = pretraining.export_latest(config, model_dir, manifest["special_token_ids"], manifest.get("vocab_file"))
         print(f"Exported to {path}")
         return
-    if demo_vocab_size is not None:
+    if demo_vocab_size is not None and not FLAGS.train_text:
         for line in demo_lines(model_size, data_dir, model_dir, config, get_config(model_size).vocab_size):
             logging.info("%s", line)
     options = TrainOptions(
@@ -271,8 +302,10 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, skip_corrupt_records=FLAGS.skip_corrupt_records,
         input_sharding=FLAGS.input_sharding,
         stop_signals=(signal.SIGTERM,), eval_data_dir=FLAGS.eval_data_dir,
-        eval_every_steps=eval_every_steps(demo=demo_vocab_size is not None), eval_batches=FLAGS.eval_batches,
-        eval_batch_size=FLAGS.eval_batch_size,
+        eval_every_steps=eval_every_steps(demo=demo_vocab_size is not None and not FLAGS.train_text),
+        eval_batches=FLAGS.eval_batches,
+        eval_batch_size=FLAGS.eval_batch_size, train_text=FLAGS.train_text, vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case, eval_fraction=FLAGS.eval_fraction,
     )
     logging.info("Config (%s): %s", precision, config.to_json())
     history = pretraining.train(config, options, strategy)
@@ -336,7 +369,7 @@ def summarize(history, model_dir):
     print(f"TensorBoard:  tensorboard --logdir {model_dir}")
     if os.path.isdir(os.path.join(model_dir, "export")):
         print(f"Export:       {os.path.join(model_dir, 'export')} (fine-tune with run_finetuning.py --init_checkpoint)")
-    if not FLAGS.data_dir and history and "disc_auc" in history[-1]:
+    if not FLAGS.data_dir and not FLAGS.train_text and history and "disc_auc" in history[-1]:
         print(DEMO_CURVE_NOTE)
 
 

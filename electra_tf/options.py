@@ -162,7 +162,7 @@ def execution_from_flags(values) -> ExecutionOptions:
 class TrainOptions:
     """How one pre-training run runs (the model and recipe are the `ElectraConfig`)."""
 
-    data_dir: str
+    data_dir: str | None  # None with train_text
     model_dir: str
     seed: int = 0
     save_checkpoints_steps: int = 1000
@@ -187,6 +187,15 @@ class TrainOptions:
     eval_every_steps: int | None = None  # None: every save_checkpoints_steps; 0: only at the end
     eval_batches: int = 20  # 0: no evaluation
     eval_batch_size: int | None = None  # None: train_batch_size
+    # Data options of --train_text (electra_tf/training/text_input.py): raw text files instead of data_dir's
+    # shards (data_dir None), tokenised with vocab_file and packed as data_prep does; eval_fraction: documents
+    # held out by electra_tf.text.held_out (not trained on; evaluated on unless eval_data_dir is set).
+    train_text: str | None = None  # comma-separated globs
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    short_seq_prob: float = 0.05
+    single_segment_prob: float = 0.1
+    eval_fraction: float = 0.0
 
 
 @dataclasses.dataclass

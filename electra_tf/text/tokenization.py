@@ -210,13 +210,20 @@ def normalize_tf(texts: Sequence[str], do_lower_case: bool, strip_accents: bool)
     ``normalize_text`` (tests check this).
     """
     import tensorflow as tf
-    import tensorflow_text as tf_text
     if do_lower_case:
         texts = [t.lower() for t in texts]
     try:
         strings = tf.constant(list(texts), dtype=tf.string)
     except (UnicodeEncodeError, ValueError):  # lone surrogates (category Cs): BERT deletes them
         strings = tf.constant([t.encode("utf-8", "ignore") for t in texts], dtype=tf.string)
+    return clean_strings_tf(strings, strip_accents)
+
+
+def clean_strings_tf(strings, strip_accents: bool):
+    """The TF-op part of ``normalize_tf`` (graph-safe: also runs inside tf.data): deletion of NUL, U+FFFD and
+    category C* characters, then NFD + deletion of combining marks if ``strip_accents``."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
     patterns = _re2_patterns()
     strings = tf.strings.regex_replace(strings, patterns["removed"], "")
     if strip_accents:

@@ -103,10 +103,13 @@ class Evaluator:
 
     def __init__(self, model, source: tuple[str, dict], batch_size: int, num_batches: int,
                  model_dir: str | None):
-        self.model, (self.data_dir, manifest) = model, source
+        self.model, (self.data_dir, manifest) = model, source[:2]
         self.batch_size = min(batch_size, manifest["num_examples"])
-        dataset = input_pipeline.pretraining_dataset(self.data_dir, manifest, self.batch_size, shuffle_buffer=0,
-                                                     repeat=False)
+        if len(source) > 2:  # (name, view, make_dataset(batch_size)): --train_text's held-out documents
+            dataset = source[2](self.batch_size)
+        else:
+            dataset = input_pipeline.pretraining_dataset(self.data_dir, manifest, self.batch_size, shuffle_buffer=0,
+                                                         repeat=False)
         self.batches = [{name: batch[name] for name in FEATURE_NAMES} for batch in dataset.take(num_batches)]
         if len(self.batches) < num_batches:
             logging.info("Held-out data in %s: %d batch(es) of %d, fewer than the %d asked for", self.data_dir,

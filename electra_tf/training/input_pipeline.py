@@ -218,7 +218,8 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
 
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
                    *, seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-                   sharding: str = "batch", skip_corrupt: bool = False) -> tf.data.Dataset:
+                   sharding: str = "batch", skip_corrupt: bool = False, make_dataset=None,
+                   files: list[str] | None = None) -> tf.data.Dataset:
     """This worker's input; `distribution.split_for_replicas` hands each replica its slice.
 
     With several workers (MultiWorkerMirroredStrategy), `sharding`:
@@ -233,7 +234,15 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
 
     A plain `tf.data` iterator over this dataset is checkpointable (a
     `tf.distribute` distributed iterator is not), which is what exact resume needs.
+
+    `make_dataset(batch_size, input_context)`: another reader following these rules over `files` (instead
+    of the shards; `text_input.text_dataset` for --train_text).
     """
+    if make_dataset is None:
+        def make_dataset(batch_size, input_context):
+            return pretraining_dataset(data_dir, manifest, batch_size, seed=seed, input_context=input_context,
+                                       shuffle_buffer=shuffle_buffer, skip_corrupt=skip_corrupt)
+    shards = manifest["shards"] if files is None else files
     if sharding not in INPUT_SHARDINGS:
         raise ValueError(f"--input_sharding: unknown value {sharding!r}; choose from {INPUT_SHARDINGS}")
     replicas = strategy.num_replicas_in_sync
@@ -245,17 +254,14 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
             distribution.feed_global_batches(strategy)
             rows = global_batch_size // workers
             logging.info("Input of worker %d/%d: all %d shard(s); rows %d-%d of every global batch of %d", worker,
-                         workers, len(manifest["shards"]), worker * rows, (worker + 1) * rows - 1, global_batch_size)
-        return pretraining_dataset(data_dir, manifest, global_batch_size, seed=seed, shuffle_buffer=shuffle_buffer,
-                                   skip_corrupt=skip_corrupt)
-    shards = manifest["shards"]
+                         workers, len(shards), worker * rows, (worker + 1) * rows - 1, global_batch_size)
+        return make_dataset(global_batch_size, None)
     logging.info("Input of worker %d/%d: %s", worker, workers,
                  f"shards {shards[worker::workers]}" if len(shards) >= workers else
                  f"example {worker}, {worker + workers}, ... of all {len(shards)} shard(s)")
     context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
                                          num_replicas_in_sync=replicas)
-    return pretraining_dataset(data_dir, manifest, global_batch_size // workers, seed=seed,
-                               input_context=context, shuffle_buffer=shuffle_buffer, skip_corrupt=skip_corrupt)
+    return make_dataset(global_batch_size // workers, context)
 
 
 def whole_words_table(config, manifest: dict):

@@ -32,7 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.model import masking
-from electra_tf.training import distribution, evaluation, input_pipeline, loop, preemption, restore
+from electra_tf.training import distribution, evaluation, input_pipeline, loop, preemption, restore, text_input
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
@@ -147,12 +147,15 @@ def check_writable(model_dir: str, probe_name: str = ".write_test"):
         raise ValueError(f"--model_dir {model_dir} is not writable: {str(e).splitlines()[0]}") from None
 
 
-def _make_preview(model, options, manifest):
+def _make_preview(model, options, manifest, text=None):
     if "disc_loss" not in model.step_output_names:
         return None
-    dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=8, seed=options.seed,
-                                                 shuffle_buffer=0, repeat=False,
-                                                 skip_corrupt=options.skip_corrupt_records)
+    if text is not None:
+        dataset = text_input.text_dataset(text, batch_size=8, seed=options.seed, shuffle_buffer=0, repeat=False)
+    else:
+        dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=8, seed=options.seed,
+                                                     shuffle_buffer=0, repeat=False,
+                                                     skip_corrupt=options.skip_corrupt_records)
     dataset = dataset.map(lambda batch: {name: batch[name] for name in FEATURE_NAMES})
     return DetectionPreview(model, dataset, manifest.get("vocab_file"), seed=options.seed)
 
@@ -203,6 +206,7 @@ class RunSetup:
     eval_every: int  # evaluate every that many steps (0: only at the end)
     skipping: SkippedRecords | None  # --skip_corrupt_records
     last: int  # the step this invocation ends at (--stop_after_steps)
+    text: text_input.TextSource | None = None  # --train_text: read raw text instead of data_dir's shards
 
 
 def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
@@ -218,11 +222,17 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
         phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
     if chief or own_input:
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
-    manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
-    # A truncated shard fails here, not mid-run; under --skip_corrupt_records its lost records are counted.
-    for line in verify.check_shard_sizes(options.data_dir, manifest, allow_truncated=options.skip_corrupt_records):
-        logging.warning("%s", line)
-    eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir, manifest, config)
+    text = text_input.checked_source(options, config) if options.train_text else None
+    if text is not None:
+        manifest = text_input.synthesized_manifest(text)
+    else:
+        manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
+        # A truncated shard fails here, not mid-run; under --skip_corrupt_records its lost records are counted.
+        for line in verify.check_shard_sizes(options.data_dir, manifest, allow_truncated=options.skip_corrupt_records):
+            logging.warning("%s", line)
+    eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir or "", manifest, config)
+    if eval_source is None and text is not None and text.eval_fraction > 0:
+        eval_source = text_input.held_out_source(text, options.seed)
     eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
     restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
@@ -231,15 +241,18 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
         record_execution(options.model_dir, execution)
     last = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
     return RunSetup(chief, worker, workers, own_input, execution, phase1, manifest, eval_source, eval_every,
-                    skipping, last)
+                    skipping, last, text)
 
 
 def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy):
     """This worker's input iterator (a plain `tf.data` one: it is checkpointed)."""
+    text = {} if setup.text is None else dict(  # --train_text: text_input's reader under the same rules
+        make_dataset=text_input.reader(setup.text, options.seed, options.shuffle_buffer),
+        files=text_input.expand_patterns(setup.text.patterns))
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, setup.manifest, config.train_batch_size,
                                             seed=options.seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding,
-                                            skip_corrupt=options.skip_corrupt_records)
+                                            skip_corrupt=options.skip_corrupt_records, **text)
     return iter(dataset)
 
 
@@ -328,7 +341,7 @@ class TrainLoop:
                                          input_report=setup.skipping.report if setup.skipping else None)
         self.logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if setup.chief else None
         with checkpoints.corrupt_data_as_error(options.data_dir):
-            self.preview = _make_preview(model, options, setup.manifest) if setup.chief else None
+            self.preview = _make_preview(model, options, setup.manifest, setup.text) if setup.chief else None
         self.evaluator = evaluation.for_training(model, setup.eval_source, options, config, setup.chief)
         self.history = []
         self.step = self.saved_step = loop.current_step(self.optimizer)

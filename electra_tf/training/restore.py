@@ -51,12 +51,14 @@ PHASE2_CHANGES = ("max_seq_length", "train_batch_size", "num_train_steps", "num_
 # masks, samples, dropout), the data order (the shuffle buffer; `input_sharding`: file sharding reads in
 # another order), the arithmetic (mixed_precision; fp16 also adds the loss scale to the optimizer state).
 RECIPE_OPTIONS = ("seed", "shuffle_buffer", "input_sharding", "mixed_precision")
+# --train_text runs also record their source and packing (text_input.synthesized_manifest's fields).
+TEXT_RECIPE = ("train_text", "do_lower_case", "short_seq_prob", "single_segment_prob", "eval_fraction")
 # The vocabulary the token ids mean: the sha256 of the vocab file, as data_prep's manifest records it.
 VOCABULARY = "vocab_sha256"
 # The flag that sets a recorded value, named in a refusal (the other config fields: --hparams).
 FLAG_OF = {**{name: f"--{name}" for name in ("model_size", "objective", "optimizer", "train_batch_size",
                                               "learning_rate", "num_train_steps", "num_warmup_steps",
-                                              "max_seq_length", *RECIPE_OPTIONS)},
+                                              "max_seq_length", *RECIPE_OPTIONS, *TEXT_RECIPE)},
            VOCABULARY: "--data_dir's vocabulary"}
 
 
@@ -67,10 +69,11 @@ def phase2_dir(model_dir: str) -> str:
 
 def recipe_options(options, manifest: dict) -> dict:
     """The recipe's part of `options` (`TrainOptions`) and the vocabulary of the data (`manifest`; None where
-    its build recorded no sha256)."""
+    its build recorded no sha256); for --train_text also the text source and packing (`TEXT_RECIPE`)."""
     values = {name: getattr(options, name) for name in RECIPE_OPTIONS}
     values["mixed_precision"] = PRECISIONS[options.mixed_precision]  # "none" and "fp32" are one policy
-    return {**values, VOCABULARY: manifest.get(VOCABULARY)}
+    text = {name: manifest[name] for name in TEXT_RECIPE} if manifest.get("source") == "train_text" else {}
+    return {**values, VOCABULARY: manifest.get(VOCABULARY), **text}
 
 
 def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True, record: dict | None = None,
