@@ -18,7 +18,8 @@ from pretrain_testutil import tiny_config, write_shards
 from test_preemption import cli_args, logged_steps, quiet_env
 
 from electra_tf.options import TrainOptions
-from electra_tf.training import data_service, pretraining, restore
+from electra_tf.text.manifest import load_manifest
+from electra_tf.training import data_service, input_pipeline, pretraining, restore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 90
@@ -92,45 +93,17 @@ def service(tmp_path_factory):
             server.stop()
 
 
-def tokenized_range(size: int) -> tf.data.Dataset:
-    """`{index, tokens, worker}` per number: a tensorflow-text op (RegexSplitWithOffsets) runs on the worker,
-    and `worker` is the content of WHOAMI in the working directory of the process that ran it."""
-    def describe(index):
-        text = tf.strings.join([tf.strings.as_string(index), "a b"], separator=" ")
-        return {"index": index, "words": tf.size(tf_text.regex_split(text, r"\s")),
-                "worker": tf.io.read_file(WHOAMI)}
-
-    return tf.data.Dataset.range(size).map(describe)
-
-
-def test_both_workers_run_a_tensorflow_text_pipeline_each_element_once(service):
-    address, _ = service
-    dataset = data_service.distribute(tokenized_range(200), address, job_name="test_tokenized_range")
-    rows = list(dataset.as_numpy_iterator())
-    assert sorted(int(row["index"]) for row in rows) == list(range(200))  # DYNAMIC: each element once
-    assert {int(row["words"]) for row in rows} == {3}
-    assert {row["worker"].decode() for row in rows} == {"worker0", "worker1"}
-
-
-def test_a_worker_without_tensorflow_text_fails_on_the_op(tmp_path):
-    """The negative control: a bare TensorFlow worker (its own dispatcher here, so that the tests' workers
-    serve no job of it) cannot run the pipeline of the test above."""
-    dispatcher = tf.data.experimental.service.DispatchServer()  # in this process, which imported tensorflow_text
-    bare = Server([sys.executable, "-c",
-                   "import tensorflow as tf; s = tf.data.experimental.service; "
-                   f"w = s.WorkerServer(s.WorkerConfig(dispatcher_address={dispatcher.target.split('://')[1]!r})); "
-                   "print('bare worker up', flush=True); import time; time.sleep(600)"], str(tmp_path / "bare.log"))
-    try:
-        bare.wait_for("bare worker up")
-        dataset = data_service.distribute(tokenized_range(4), dispatcher.target, job_name="bare")
-        with pytest.raises(tf.errors.NotFoundError, match="Op type not registered 'RegexSplitWithOffsets'"):
-            list(dataset)
-    finally:
-        bare.stop()
+@pytest.fixture
+def shards(tmp_path):
+    data_dir = str(tmp_path / "shards")
+    write_shards(data_dir, num_examples=64, num_shards=4)
+    return data_dir
 
 
 def tasks_started(server: Server) -> int:
-    """How many tasks a worker of our CLI has taken so far (the rises of its logged task count)."""
+    """How many tasks a worker of our CLI has taken so far: the rises of its logged task count. (A worker
+    learns of new and released jobs by heartbeat, so one could hide the other; but a trainer's job lingers for
+    minutes after it exits, and these tests come first, before the jobs of the tests below.)"""
     counts = [0] + tasks_served(server)
     return sum(max(0, now - before) for before, now in zip(counts, counts[1:]))
 
@@ -150,13 +123,6 @@ def train_on_service(address, data_dir, model_dir, **flags):
                             env=quiet_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
-
-
-@pytest.fixture
-def shards(tmp_path):
-    data_dir = str(tmp_path / "shards")
-    write_shards(data_dir, num_examples=64, num_shards=4)
-    return data_dir
 
 
 def test_pretraining_reads_from_both_workers_and_checkpoints_no_input_position(service, shards, tmp_path):
@@ -185,6 +151,70 @@ def test_a_resume_on_the_service_warns_once_that_it_is_not_exact_and_reads_a_new
     warnings = [line for line in second.stderr.splitlines() if "--data_service: this resume" in line]
     assert len(warnings) == 1 and "at step 2 is not exact" in warnings[0], second.stderr[-3000:]
     assert all(now >= n + 2 for now, n in zip(wait_for_tasks(workers, [n + 2 for n in before]), before))  # 2 jobs
+
+
+def tokenized_range(size: int) -> tf.data.Dataset:
+    """`{index, tokens, worker}` per number: a tensorflow-text op (RegexSplitWithOffsets) runs on the worker,
+    and `worker` is the content of WHOAMI in the working directory of the process that ran it."""
+    def describe(index):
+        text = tf.strings.join([tf.strings.as_string(index), "a b"], separator=" ")
+        return {"index": index, "words": tf.size(tf_text.regex_split(text, r"\s")),
+                "worker": tf.io.read_file(WHOAMI)}
+
+    return tf.data.Dataset.range(size).map(describe)
+
+
+def test_the_workers_run_a_tensorflow_text_pipeline_each_element_once(service):
+    address, _ = service
+    dataset = data_service.distribute(tokenized_range(200), address, job_name="test_tokenized_range")
+    rows = list(dataset.as_numpy_iterator())
+    assert sorted(int(row["index"]) for row in rows) == list(range(200))  # DYNAMIC: each element once
+    assert {int(row["words"]) for row in rows} == {3}
+
+
+def test_both_workers_serve_one_job(service):
+    """Read until both have served an element of the job (the second may start a little later)."""
+    address, _ = service
+    dataset = data_service.distribute(tokenized_range(10**9), address, job_name="test_both_workers")
+    seen, started, indices = set(), time.time(), []
+    for row in dataset.as_numpy_iterator():
+        seen.add(row["worker"].decode())
+        indices.append(int(row["index"]))
+        if len(seen) == 2 or time.time() - started > START_TIMEOUT_S:
+            break
+    print(f"both workers after {time.time() - started:.2f} s, {len(indices)} elements")
+    assert seen == {"worker0", "worker1"}
+    assert len(set(indices)) == len(indices)
+
+
+def test_the_pretraining_pipeline_serves_each_example_once_per_epoch(service, shards):
+    """The trainer's pipeline (less its endless repeat) through the service: the examples of one local pass."""
+    address, _ = service
+    manifest = load_manifest(shards)
+
+    def rows(dataset):
+        return sorted(tuple(row) for batch in dataset.as_numpy_iterator() for row in batch["input_ids"].tolist())
+
+    local = input_pipeline.pretraining_dataset(shards, manifest, batch_size=4, seed=3, repeat=False)
+    served = data_service.distribute(local, address, job_name="test_one_epoch")
+    assert len(rows(local)) == manifest["num_examples"] and rows(served) == rows(local)
+
+
+def test_a_worker_without_tensorflow_text_fails_on_the_op(tmp_path):
+    """The negative control: a bare TensorFlow worker (its own dispatcher here, so that the tests' workers
+    serve no job of it) cannot run the pipeline of the test above."""
+    dispatcher = tf.data.experimental.service.DispatchServer()  # in this process, which imported tensorflow_text
+    bare = Server([sys.executable, "-c",
+                   "import tensorflow as tf; s = tf.data.experimental.service; "
+                   f"w = s.WorkerServer(s.WorkerConfig(dispatcher_address={dispatcher.target.split('://')[1]!r})); "
+                   "print('bare worker up', flush=True); import time; time.sleep(600)"], str(tmp_path / "bare.log"))
+    try:
+        bare.wait_for("bare worker up")
+        dataset = data_service.distribute(tokenized_range(4), dispatcher.target, job_name="bare")
+        with pytest.raises(tf.errors.NotFoundError, match="Op type not registered 'RegexSplitWithOffsets'"):
+            list(dataset)
+    finally:
+        bare.stop()
 
 
 def test_a_bad_address_is_refused_in_one_line_before_anything_is_written(tmp_path):
