@@ -5,7 +5,8 @@ it under a `tf.distribute` strategy, `steps_per_loop` steps per `tf.function`
 call (what TPUs need), and keeps a `tf.train.CheckpointManager` holding the
 model, the optimizer (its step counter drives the schedule and the masking
 seeds) and the input iterator. Re-running the same command restores all three,
-so a resumed run repeats an uninterrupted one exactly. A custom loop rather
+so a resumed run repeats an uninterrupted one exactly (not with `--data_service`, whose input position
+cannot be checkpointed: see `training.data_service`). A custom loop rather
 than `Model.fit` because `fit` cannot checkpoint its data iterator. Where a run
 starts (resume, `--init_checkpoint`, phase 2 of a run) is `restore`'s part.
 
