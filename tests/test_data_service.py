@@ -153,6 +153,24 @@ def test_a_resume_on_the_service_warns_once_that_it_is_not_exact_and_reads_a_new
     assert all(now >= n + 2 for now, n in zip(wait_for_tasks(workers, [n + 2 for n in before]), before))  # 2 jobs
 
 
+@pytest.mark.slow  # two trainer processes (~90 s on 2 busy cores)
+def test_two_trainers_of_a_run_share_one_job_each_with_its_share_of_the_batch(service, shards, tmp_path):
+    from test_multi_worker import finish, start_workers
+
+    address, _ = service
+    model_dir = str(tmp_path / "run")
+    trainers = start_workers(shards, model_dir, tmp_path, total=4, data_service=address, eval_batches=0)
+    results = finish(trainers, timeout=400)
+    assert [p.returncode for p in trainers] == [0, 0], results[1][1][-3000:] + results[0][1][-3000:]
+    assert logged_steps(model_dir) == [1, 2, 3, 4]
+    inputs = [[line.split("Input of worker ", 1)[1] for line in stderr.splitlines() if "Input of worker " in line]
+              for _, stderr in results]
+    job = data_service.job_name(model_dir, 0)
+    for index, lines in enumerate(inputs):
+        assert len(lines) == 1 and lines[0].startswith(f"{index}/2: batches of 4 from the tf.data service at "
+                                                       f"{address}, job {job} "), lines
+
+
 def tokenized_range(size: int) -> tf.data.Dataset:
     """`{index, tokens, worker}` per number: a tensorflow-text op (RegexSplitWithOffsets) runs on the worker,
     and `worker` is the content of WHOAMI in the working directory of the process that ran it."""
