@@ -98,6 +98,11 @@ flags.DEFINE_enum("input_sharding", default(TrainOptions, "input_sharding"), INP
                   "shards and takes its slice of each global batch (the batches, losses and resume of one "
                   "process, with any number of workers); file = worker i reads shards i, i+N, ... only (1/N of "
                   "the reading; the data order depends on N).")
+flags.DEFINE_string("data_service", None, "grpc://HOST:PORT of a tf.data service dispatcher (python -m "
+                    "electra_tf.training.data_service): its workers run the input pipeline over --data_dir "
+                    "(readable by them at the same path), each shard file read by one worker per epoch (DYNAMIC "
+                    "sharding; the order is not reproducible). Checkpoints then hold no input position: a resume "
+                    "is not exact (docs/distributed.md).")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu or auto).")
 flags.DEFINE_enum("mixed_precision", default(TrainOptions, "mixed_precision"), list(PRECISIONS),
                   "fp16 uses dynamic loss scaling.")
@@ -300,7 +305,7 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
         mixed_precision=FLAGS.mixed_precision, shuffle_buffer=FLAGS.shuffle_buffer,
         init_checkpoint=FLAGS.init_checkpoint, phase2_from=phase1_dir, stop_after_steps=FLAGS.stop_after_steps,
         skip_nonfinite_steps=FLAGS.skip_nonfinite_steps, skip_corrupt_records=FLAGS.skip_corrupt_records,
-        input_sharding=FLAGS.input_sharding,
+        input_sharding=FLAGS.input_sharding, data_service=FLAGS.data_service,
         stop_signals=(signal.SIGTERM,), eval_data_dir=FLAGS.eval_data_dir,
         eval_every_steps=eval_every_steps(demo=demo_vocab_size is not None and not FLAGS.train_text),
         eval_batches=FLAGS.eval_batches,

@@ -181,6 +181,9 @@ class TrainOptions:
     skip_nonfinite_steps: bool = False  # False: stop at a NaN/Inf loss or gradient norm
     skip_corrupt_records: bool = False  # False: stop at a corrupt input record; True: count it and go on
     input_sharding: str = "batch"  # one of INPUT_SHARDINGS
+    # grpc://host:port of a tf.data service dispatcher: its workers run the input (training.data_service);
+    # the input position is then not checkpointed, so a resume is not exact.
+    data_service: str | None = None
     stop_signals: tuple = ()  # e.g. (signal.SIGTERM,): checkpoint at the step reached and return
     # Held-out evaluation (training.evaluation): the data dir's held-out shards unless eval_data_dir is set.
     eval_data_dir: str | None = None

@@ -45,7 +45,7 @@ import struct
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.training import distribution
+from electra_tf.training import data_service, distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.model import masking
@@ -219,7 +219,7 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
 def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: dict, global_batch_size: int,
                    *, seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                    sharding: str = "batch", skip_corrupt: bool = False, make_dataset=None,
-                   files: list[str] | None = None) -> tf.data.Dataset:
+                   files: list[str] | None = None, service: tuple[str, str] | None = None) -> tf.data.Dataset:
     """This worker's input; `distribution.split_for_replicas` hands each replica its slice.
 
     With several workers (MultiWorkerMirroredStrategy), `sharding`:
@@ -237,6 +237,9 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
 
     `make_dataset(batch_size, input_context)`: another reader following these rules over `files` (instead
     of the shards; `text_input.text_dataset` for --train_text).
+
+    `service=(address, job_name)`: the tf.data service's workers run the pipeline (`data_service`), and each
+    worker's trainer reads its own batches of the shared job (any `sharding`); not checkpointable.
     """
     if make_dataset is None:
         def make_dataset(batch_size, input_context):
@@ -249,6 +252,13 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
     if global_batch_size % replicas:
         raise ValueError(f"--train_batch_size={global_batch_size} is not divisible by the {replicas} replicas")
     workers, worker = distribution.num_workers(strategy), distribution.worker_index(strategy)
+    if service is not None:
+        address, job_name = service
+        logging.info("Input of worker %d/%d: batches of %d from the tf.data service at %s, job %s (%s sharding: "
+                     "each input file is read by one service worker per epoch, in an order that is not reproducible; "
+                     "the input position is not checkpointed, so a resume will not be exact)",
+                     worker, workers, global_batch_size // workers, address, job_name, data_service.PROCESSING_MODE)
+        return data_service.distribute(make_dataset(global_batch_size // workers, None), address, job_name=job_name)
     if workers == 1 or sharding == "batch":
         if workers > 1:
             distribution.feed_global_batches(strategy)

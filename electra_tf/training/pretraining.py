@@ -5,7 +5,8 @@ it under a `tf.distribute` strategy, `steps_per_loop` steps per `tf.function`
 call (what TPUs need), and keeps a `tf.train.CheckpointManager` holding the
 model, the optimizer (its step counter drives the schedule and the masking
 seeds) and the input iterator. Re-running the same command restores all three,
-so a resumed run repeats an uninterrupted one exactly. A custom loop rather
+so a resumed run repeats an uninterrupted one exactly (not with `--data_service`, whose input position
+cannot be checkpointed: see `training.data_service`). A custom loop rather
 than `Model.fit` because `fit` cannot checkpoint its data iterator. Where a run
 starts (resume, `--init_checkpoint`, phase 2 of a run) is `restore`'s part.
 
@@ -32,7 +33,8 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.model import masking
-from electra_tf.training import distribution, evaluation, input_pipeline, loop, preemption, restore, text_input
+from electra_tf.training import (data_service, distribution, evaluation, input_pipeline, loop, preemption, restore,
+                                 text_input)
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
@@ -214,7 +216,9 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     `execution.json`): nothing is built, and a run refused here writes nothing into its `model_dir`."""
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
-    own_input = workers > 1 and options.input_sharding == "file"
+    own_input = workers > 1 and options.input_sharding == "file" and not options.data_service
+    if options.data_service:
+        check_service_options(options)
     # Decided once, before anything is built or written; every layer and loop below takes it as is.
     execution = resolve_run_execution(options, strategy, config)
     phase1 = None
@@ -244,22 +248,41 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
                     skipping, last, text)
 
 
+def check_service_options(options: TrainOptions) -> None:
+    """`--data_service`: refuses `--skip_corrupt_records` and an address where no dispatcher answers (one line)."""
+    if options.skip_corrupt_records:
+        raise ValueError("--data_service cannot be combined with --skip_corrupt_records: the skipped-record "
+                         "counts are kept exact by checkpointing them with the input position, which a tf.data "
+                         "service input has not; drop one of the two flags")
+    data_service.check_address(options.data_service)
+
+
 def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy):
-    """This worker's input iterator (a plain `tf.data` one: it is checkpointed)."""
+    """This worker's input iterator: a plain `tf.data` one (it is checkpointed), or with `--data_service`
+    one reading a tf.data service job (not checkpointable)."""
+    seed, service = options.seed, None
+    if options.data_service:  # a new job and a new order at each (re)start: the service keeps no position
+        step = restore.steps_taken(options.model_dir)
+        seed, service = options.seed + step, (options.data_service, data_service.job_name(options.model_dir, step))
     text = {} if setup.text is None else dict(  # --train_text: text_input's reader under the same rules
-        make_dataset=text_input.reader(setup.text, options.seed, options.shuffle_buffer),
+        make_dataset=text_input.reader(setup.text, seed, options.shuffle_buffer),
         files=text_input.expand_patterns(setup.text.patterns))
     dataset = input_pipeline.worker_dataset(strategy, options.data_dir, setup.manifest, config.train_batch_size,
-                                            seed=options.seed, shuffle_buffer=options.shuffle_buffer,
+                                            seed=seed, shuffle_buffer=options.shuffle_buffer,
                                             sharding=options.input_sharding,
-                                            skip_corrupt=options.skip_corrupt_records, **text)
+                                            skip_corrupt=options.skip_corrupt_records, service=service, **text)
     return iter(dataset)
+
+
+SERVICE_RESUME = ("--data_service: this resume at step %d is not exact: a tf.data service input position cannot be "
+                  "checkpointed, so the input restarts in a new service job (examples may be repeated or skipped); "
+                  "the model, optimizer and dropout RNG state are restored")
 
 
 class RunCheckpoints:
     """The run's checkpoints in `<model_dir>/checkpoints`: the model, the optimizer, the dropout RNG state and
-    the input position (with `--skip_corrupt_records`, the records lost too). Under `setup.own_input` each
-    worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
+    the input position (with `--skip_corrupt_records`, the records lost too; with `--data_service`, none).
+    Under `setup.own_input` each worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
 
     def __init__(self, setup: RunSetup, options: TrainOptions, model, optimizer, iterator):
         self.setup, self.model, self.optimizer = setup, model, optimizer
@@ -268,9 +291,10 @@ class RunCheckpoints:
         self.keep = options.keep_checkpoint_max
         state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
         skipped = {"skipped_records": setup.skipping.by_shard} if setup.skipping else {}
-        self.input_state = {self.input_key: iterator, **skipped}
+        self.service = options.data_service
+        self.input_state = {} if self.service else {self.input_key: iterator, **skipped}
         self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.own_input else self.input_state))
-        self.without_input = None if setup.own_input else tf.train.Checkpoint(**state)
+        self.without_input = None if setup.own_input or self.service else tf.train.Checkpoint(**state)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.keep,
                                                   step_counter=optimizer.iterations)
         self.input_saver = None
@@ -282,6 +306,8 @@ class RunCheckpoints:
         replay = restore.restore_or_initialize(self.manager, self.checkpoint, self.model, self.optimizer,
                                                init_checkpoint, self.input_key, self.without_input,
                                                self.setup.phase1, self.setup.manifest.get("vocab_file"))
+        if self.service and self.manager.latest_checkpoint:
+            logging.warning(SERVICE_RESUME, loop.current_step(self.optimizer))
         if self.setup.own_input:
             setup = self.setup
             self.input_saver = tf.train.CheckpointManager(

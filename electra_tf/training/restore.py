@@ -50,6 +50,8 @@ PHASE2_CHANGES = ("max_seq_length", "train_batch_size", "num_train_steps", "num_
 # The `TrainOptions` that belong to a run's recipe beside its config: the seed (initialisation, data order,
 # masks, samples, dropout), the data order (the shuffle buffer; `input_sharding`: file sharding reads in
 # another order), the arithmetic (mixed_precision; fp16 also adds the loss scale to the optimizer state).
+# Not `data_service`: where the input runs, like the execution options; a resume may change or drop the address
+# (the data itself is checked: the config's length and the vocabulary below).
 RECIPE_OPTIONS = ("seed", "shuffle_buffer", "input_sharding", "mixed_precision")
 # --train_text runs also record their source and packing (text_input.synthesized_manifest's fields).
 TEXT_RECIPE = ("train_text", "do_lower_case", "short_seq_prob", "single_segment_prob", "eval_fraction")
