@@ -77,6 +77,7 @@ def data_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~70 s of two CLI runs; by default test_multi_worker stops two workers by SIGTERM and resumes them exactly
 def test_sigterm_checkpoints_the_step_reached_exits_0_and_the_rerun_equals_an_uninterrupted_run(data_dir, tmp_path):
     total = 300  # a few seconds of steps, so SIGTERM lands mid-run; dropout on: its RNG state must resume too
     flags = dict(log_steps=25, steps_per_loop=100, save_checkpoints_steps=1000)

@@ -88,6 +88,7 @@ def test_a_model_dir_locked_by_a_live_run_is_refused_naming_its_host_and_pid(dat
         f"pid {holder.pid}, started {started}): wait for it to end or use another --model_dir")
 
 
+@pytest.mark.slow  # a CLI run; test_run_lock.py tests the takeover (dead pid, pid reuse, races) in-process by default
 def test_the_stale_lock_of_a_dead_run_is_taken_over_with_a_warning_and_removed_at_exit(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
     dead = subprocess.Popen(["true"])

@@ -161,6 +161,7 @@ def test_a_run_stopped_by_a_corrupt_record_resumes_with_the_flag_as_if_it_had_sk
     assert_same_training(resumed, whole[stopped:], model_dir, skipping_dir, NAMES + ("skipped_records",))
 
 
+@pytest.mark.slow  # a CLI run; the count and its resume are tested in-process above
 def test_the_cli_with_the_flag_finishes_and_reports_the_count_in_one_line(corrupt_dir, tmp_path):
     data_dir, _, path = corrupt_dir
     model_dir = str(tmp_path / "run")
