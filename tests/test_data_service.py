@@ -139,6 +139,25 @@ def test_pretraining_reads_from_both_workers_and_checkpoints_no_input_position(s
     assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))  # its job
 
 
+def test_raw_text_trains_on_the_service_workers(service, tmp_path):
+    """--train_text over --data_service: the subprocess workers read, tokenise and pack the text
+    (tensorflow-text ops in the graph they run) and the trainer takes its batches from them."""
+    from test_text_input import PLAIN, WIKI, cli, write_text, write_vocab
+
+    address, workers = service
+    corpus = {"vocab": str(write_vocab(tmp_path)), "plain": str(write_text(tmp_path / "plain.txt", PLAIN)),
+              "wiki": str(write_text(tmp_path / "wiki_00", WIKI))}
+    model_dir = str(tmp_path / "run")
+    before = [tasks_started(worker) for worker in workers]
+    result = subprocess.run(cli(corpus, model_dir, 2, data_service=address, log_steps=1, steps_per_loop=1,
+                                save_checkpoints_steps=2), capture_output=True, text=True, env=quiet_env(),
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged_steps(model_dir) == [1, 2]
+    assert "from the tf.data service at " + address in result.stderr
+    assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))
+
+
 @pytest.mark.slow
 def test_a_resume_on_the_service_warns_once_that_it_is_not_exact_and_reads_a_new_job(service, shards, tmp_path):
     address, workers = service
