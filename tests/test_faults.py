@@ -132,6 +132,7 @@ def fp16_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow  # ~10 s; by default test_loop tests the bound on skipped steps and test_finetuning_run the fine-tuning run
 def test_fp16_with_a_diverging_learning_rate_stops_within_a_bounded_number_of_steps(data_dir, tmp_path, fp16_policy):
     """Keras' loss-scale optimizer skips overflowed steps and halves its scale, with no floor: on a loss that
     stays non-finite `iterations` never advances. The run must end with the one-line error, not loop forever

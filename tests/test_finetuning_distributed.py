@@ -40,6 +40,7 @@ def _train(tmp_path, glue_dir, vocab_file, strategy, name):
     return result, {v.path: v.numpy() for v in model.weights}
 
 
+@pytest.mark.slow  # ~16 s; by default test_finetuning_loss_clip sums over two replicas and test_finetuning_padding predicts on two
 def test_two_replicas_match_one_device(tmp_path, glue_dir, vocab_file):
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs the two logical CPUs set up by conftest.py")

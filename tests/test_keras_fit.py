@@ -19,6 +19,7 @@ def data_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~23 s: Keras fit under two replicas, kept for -m slow to hold the default suite to 15 minutes
 def test_fit_under_two_replicas_logs_what_the_run_logs(data_dir, tmp_path):
     config = small(dropout_rate=0.0, num_train_steps=4, train_batch_size=8)
     execution = ExecutionOptions(gradient_accumulation_steps=1).resolve({"CPU"})

@@ -59,6 +59,7 @@ def assert_same_training(one, two, dir_one, dir_two, names):
         np.testing.assert_allclose(one_values[key], two_values[key], atol=1e-5, err_msg=key)
 
 
+@pytest.mark.slow  # ~8 s; test_device_option_sets checks two replicas x two micro-batches against one device by default
 def test_mirrored_two_devices_match_one_device(data_dir, tmp_path):
     config = small(dropout_rate=0.0, num_train_steps=3)
     one = run(config, data_dir, str(tmp_path / "one"), export=False)
@@ -180,6 +181,7 @@ def test_mixed_precision_trains_with_float32_losses(precision, data_dir, tmp_pat
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "fp16")
 
 
+@pytest.mark.slow  # ~19 s; test_continued_pretraining.py tests the HF and official starts by default
 def test_continued_pretraining_from_a_hugging_face_checkpoint(tmp_path):
     from safetensors.numpy import load_file
 
