@@ -72,3 +72,15 @@ def read_examples(data_dir: Path) -> list[dict]:
             example = tf.train.Example.FromString(record.numpy())
             out.append({k: list(v.int64_list.value) for k, v in example.features.feature.items()})
     return out
+
+
+def build_options(tmp_path: Path, inputs, name: str, num_shards: int, **overrides):
+    """`BuildOptions` over `inputs` into `tmp_path/name` with the tiny vocab (written once), seq 24."""
+    from data_prep.plan import BuildOptions
+    vocab = tmp_path / "vocab.txt"
+    if not vocab.exists():
+        write_vocab(tmp_path)
+    values = dict(inputs=",".join(str(p) for p in inputs), output_dir=str(tmp_path / name),
+                  vocab_file=str(vocab), max_seq_length=24, num_shards=num_shards)
+    values.update(overrides)
+    return BuildOptions(**values)

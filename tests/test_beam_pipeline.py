@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.builder import BuildOptions, CorpusError, make_plan, run_build
-from tests.data_prep_testutil import ENWIKI_DIR, EN_VOCAB, REPO_ROOT, write_text, write_vocab
+from tests.data_prep_testutil import ENWIKI_DIR, EN_VOCAB, REPO_ROOT, build_options, write_text, write_vocab
 
 # beam_pipeline imports apache_beam only when it builds: the tests without Beam run without it.
 from data_prep.beam_pipeline import BEAM_MISSING, TEMP_MARK, build_shard_to_temps, finalize, run_beam_build
@@ -44,13 +44,7 @@ def corpus_files(directory: Path, num_files: int = 3, docs_per_file: int = 14) -
 
 
 def options(tmp_path: Path, inputs, name: str, **overrides) -> BuildOptions:
-    vocab = tmp_path / "vocab.txt"
-    if not vocab.exists():
-        write_vocab(tmp_path)
-    values = dict(inputs=",".join(str(p) for p in inputs), output_dir=str(tmp_path / name),
-                  vocab_file=str(vocab), max_seq_length=24, num_shards=5)
-    values.update(overrides)
-    return BuildOptions(**values)
+    return build_options(tmp_path, inputs, name, **{"num_shards": 5, **overrides})
 
 
 def quiet(message: str) -> None:

@@ -125,19 +125,25 @@ def train_on_service(address, data_dir, model_dir, **flags):
     return result
 
 
+def assert_trained_two_steps_on_the_service(result, model_dir, address, workers, before) -> None:
+    """Two steps logged; one input line saying a resume will not be exact; a checkpoint without the input
+    position; every worker took a task of the run's job (`before`: their task counts before the run)."""
+    assert logged_steps(model_dir) == [1, 2]
+    lines = [line for line in result.stderr.splitlines() if "from the tf.data service at " + address in line]
+    assert len(lines) == 1 and "a resume will not be exact" in lines[0], result.stderr[-3000:]
+    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    saved = {name.split("/")[0] for name, _ in tf.train.list_variables(checkpoint)}
+    assert {"model", "optimizer", "dropout_rng"} <= saved and not saved & set(pretraining.INPUT_KEYS.values())
+    assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))
+
+
 @pytest.mark.slow  # ~17 s; test_raw_text_trains_on_the_service_workers trains on both workers by default
 def test_pretraining_reads_from_both_workers_and_checkpoints_no_input_position(service, shards, tmp_path):
     address, workers = service
     model_dir = str(tmp_path / "run")
     before = [tasks_started(worker) for worker in workers]
     first = train_on_service(address, shards, model_dir, stop_after_steps=2)
-    assert logged_steps(model_dir) == [1, 2]
-    lines = [line for line in first.stderr.splitlines() if "from the tf.data service at " + address in line]
-    assert len(lines) == 1 and "a resume will not be exact" in lines[0], first.stderr[-3000:]
-    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
-    saved = {name.split("/")[0] for name, _ in tf.train.list_variables(checkpoint)}
-    assert {"model", "optimizer", "dropout_rng"} <= saved and not saved & set(pretraining.INPUT_KEYS.values())
-    assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))  # its job
+    assert_trained_two_steps_on_the_service(first, model_dir, address, workers, before)
 
 
 def test_raw_text_trains_on_the_service_workers(service, tmp_path):
@@ -154,13 +160,7 @@ def test_raw_text_trains_on_the_service_workers(service, tmp_path):
                                 save_checkpoints_steps=2), capture_output=True, text=True, env=quiet_env(),
                             timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert logged_steps(model_dir) == [1, 2]
-    lines = [line for line in result.stderr.splitlines() if "from the tf.data service at " + address in line]
-    assert len(lines) == 1 and "a resume will not be exact" in lines[0], result.stderr[-3000:]
-    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
-    saved = {name.split("/")[0] for name, _ in tf.train.list_variables(checkpoint)}
-    assert {"model", "optimizer", "dropout_rng"} <= saved and not saved & set(pretraining.INPUT_KEYS.values())
-    assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))
+    assert_trained_two_steps_on_the_service(result, model_dir, address, workers, before)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 
 from data_prep.builder import BuildOptions, make_plan, run_build
 from data_prep.dedup import document_key, duplicate_positions, later_occurrences, shard_document_keys
-from tests.data_prep_testutil import write_text, write_vocab
+from tests.data_prep_testutil import build_options, write_text, write_vocab
 
 SHARD = "pretrain_data.tfrecord-00000-of-00001"
 UNIQUE = [f"{w} cat sat on the mat. the dog ran {w}." for w in
@@ -27,13 +27,8 @@ def quiet(message: str) -> None:
 
 
 def build(tmp_path: Path, inputs, name: str, num_processes: int = 1, **overrides) -> dict:
-    vocab = tmp_path / "vocab.txt"
-    if not vocab.exists():
-        write_vocab(tmp_path)
-    values = dict(inputs=",".join(str(p) for p in inputs), output_dir=str(tmp_path / name),
-                  vocab_file=str(vocab), max_seq_length=24, num_shards=4)
-    values.update(overrides)
-    return run_build(make_plan(BuildOptions(**values)), num_processes=num_processes, log=quiet)
+    options = build_options(tmp_path, inputs, name, **{"num_shards": 4, **overrides})
+    return run_build(make_plan(options), num_processes=num_processes, log=quiet)
 
 
 def corpus(tmp_path: Path) -> list[Path]:

@@ -175,6 +175,20 @@ class SkipReport:
                        "skip_events_by_shard": tf.math.unsorted_segment_sum(events, shard, self.num_shards)}
 
 
+def files_of_this_pipeline(dataset: tf.data.Dataset, num_files: int, *, seed: int, input_context=None,
+                           repeat: bool = True) -> tuple[tf.data.Dataset, bool]:
+    """The file-level reading rules of every input (shards and `--train_text`): with several input pipelines
+    and at least as many files, pipeline i takes files i, i+N, ...; `repeat` reshuffles the files each epoch
+    (seeded). Returns the dataset and whether the files were sharded (else the caller shards by example)."""
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    shard_files = num_pipelines > 1 and num_files >= num_pipelines
+    if shard_files:
+        dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
+    if repeat:
+        dataset = dataset.shuffle(num_files, seed=seed, reshuffle_each_iteration=True).repeat()
+    return dataset, shard_files
+
+
 def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed: int = 0,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, repeat: bool = True,
@@ -193,12 +207,9 @@ def pretraining_dataset(data_dir: str, manifest: dict, batch_size: int, *, seed:
             (files, tf.range(len(files), dtype=tf.int64), tf.constant(counts, tf.int64)))
     else:
         dataset = tf.data.Dataset.from_tensor_slices(files)
+    dataset, shard_files = files_of_this_pipeline(dataset, len(files), seed=seed, input_context=input_context,
+                                                  repeat=repeat)
     num_pipelines = input_context.num_input_pipelines if input_context else 1
-    shard_files = num_pipelines > 1 and len(files) >= num_pipelines
-    if shard_files:
-        dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
-    if repeat:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     read = _read_shard_skipping if skip_corrupt else tf.data.TFRecordDataset
     dataset = dataset.interleave(
         read, cycle_length=min(len(files), 8), block_length=16,

@@ -52,6 +52,7 @@ from electra_tf.options import DEFAULT_SHUFFLE_BUFFER
 from electra_tf.text import tokenization
 from electra_tf.text.held_out import HASH_BUCKETS, held_out_mask
 from electra_tf.text.manifest import FEATURE_NAMES, SPECIAL_TOKENS, sha256_file
+from electra_tf.training.input_pipeline import files_of_this_pipeline
 
 SINGLE_SEGMENT_TARGET = 100000  # data_prep.packing's "infinite" first-segment budget (the official code's)
 MIN_SHORT_TARGET = 5  # data_prep.packing's: a short target is uniform in [5, max_seq_length]
@@ -391,13 +392,9 @@ def examples_dataset(source: TextSource, *, seed: int = 0, input_context=None, r
     wiki = [file_format(f) == WIKI for f in files]
     tokenizer = GraphTokenizer(source.vocab_file, source.do_lower_case)
     special = synthesized_manifest(source)["special_token_ids"]
-    dataset = tf.data.Dataset.from_tensor_slices((files, wiki))
+    dataset, shard_files = files_of_this_pipeline(tf.data.Dataset.from_tensor_slices((files, wiki)), len(files),
+                                                  seed=seed, input_context=input_context, repeat=repeat)
     num_pipelines = input_context.num_input_pipelines if input_context else 1
-    shard_files = num_pipelines > 1 and len(files) >= num_pipelines
-    if shard_files:
-        dataset = dataset.shard(num_pipelines, input_context.input_pipeline_id)
-    if repeat:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     documents = dataset.interleave(file_documents, cycle_length=min(len(files), 8), block_length=1,
                                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if source.eval_fraction > 0 or held_out:
