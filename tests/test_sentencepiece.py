@@ -7,6 +7,7 @@ tiny self-made corpus (default suite) and on English/Chinese Wikipedia
 """
 
 import hashlib
+import io
 import random
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def test_training_is_deterministic(corpus, tmp_path, model_type):
 
 
 def test_bad_model_files_give_one_line_naming_file_and_token(tmp_path, corpus):
-    proto = __import__("io").BytesIO()
+    proto = io.BytesIO()
     spm.SentencePieceTrainer.train(  # spm's defaults: <unk> <s> </s>, no [PAD]/[CLS]/...
         input=str(corpus), model_writer=proto, vocab_size=360, hard_vocab_limit=False,
         control_symbols=["[CLS]", "[SEP]"], pad_id=3, pad_piece="[PAD]", unk_piece="[UNK]",
