@@ -23,10 +23,21 @@ still holds, or halves it until it does (at most ``--max_search_steps`` runs);
 the surplus lowest-count pieces are dropped.  Inputs: the builder's formats (text, WikiExtractor, JSON Lines,
 ``.gz``/``.bz2``).  The file is written atomically.
 
+``--model_type=unigram`` or ``bpe`` instead trains a SentencePiece model with the
+``sentencepiece`` package (``train_sentencepiece``) on the same paragraphs:
+byte fallback on, ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0-4 (pad and unk
+as such, the other three as CONTROL symbols, so the text "[MASK]" in the input
+never becomes the mask id), no BOS/EOS, lower-casing in the model's normalizer
+(``nmt_nfkc_cf``) when ``--do_lower_case``.  It writes ``<output>.model`` and
+``<output>.vocab`` (piece and score per line), each atomically; one thread and
+a fixed seed make it deterministic for a fixed input.
+
 Example:
 
     python -m data_prep.build_vocab --input=../shared/data/pretrain/enwiki/AA/wiki_0[0-3] \
         --vocab_size=8000 --output=/tmp/vocab.txt
+    python -m data_prep.build_vocab --model_type=unigram --input=../shared/data/pretrain/enwiki/AA/wiki_00 \
+        --vocab_size=8000 --output=/tmp/sp_en     # writes /tmp/sp_en.model and /tmp/sp_en.vocab
 """
 
 from __future__ import annotations
@@ -44,6 +55,9 @@ from data_prep.corpus.documents import RangeStats, batched, iter_documents
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import FORMATS, expand_inputs, inspect_inputs
 from electra_tf.text.manifest import SPECIAL_TOKENS, write_text_atomic
+
+MODEL_TYPES = ("wordpiece", "unigram", "bpe")
+SENTENCEPIECE_SEED = 12345
 
 DEFAULT_RESERVED = tuple(SPECIAL_TOKENS.values())  # [PAD] [UNK] [CLS] [SEP] [MASK]
 REQUIRED = DEFAULT_RESERVED
@@ -179,13 +193,91 @@ def build_vocab(inputs: str, output: str, vocab_size: int = 30522, do_lower_case
     return tokens
 
 
+def sentencepiece_trainer_args(model_type: str, vocab_size: int, do_lower_case: bool,
+                               character_coverage: float = 0.9995) -> dict:
+    """``SentencePieceTrainer.train`` settings for an ELECTRA vocab (see the module docstring)."""
+    pad, unk, cls, sep, mask = (SPECIAL_TOKENS[k] for k in ("pad", "unk", "cls", "sep", "mask"))
+    return dict(
+        model_type=model_type, vocab_size=vocab_size, byte_fallback=True,
+        character_coverage=character_coverage,  # rarer characters: byte pieces
+        pad_id=0, pad_piece=pad, unk_id=1, unk_piece=unk, bos_id=-1, eos_id=-1,
+        control_symbols=[cls, sep, mask],  # ids 2, 3, 4, in this order
+        normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
+        num_threads=1, shuffle_input_sentence=False,  # deterministic for a fixed input
+        hard_vocab_limit=False,  # a small corpus gives a smaller vocab instead of an error
+        max_sentence_length=1 << 16, minloglevel=2)
+
+
+def train_sentencepiece(paragraphs: Iterable[str], output: str, model_type: str = "unigram",
+                        vocab_size: int = 30522, do_lower_case: bool = True,
+                        character_coverage: float = 0.9995) -> bytes:
+    """Train on ``paragraphs``; write ``<output>.model`` and ``<output>.vocab`` atomically."""
+    import io
+    import sentencepiece as spm
+    proto = io.BytesIO()
+    spm.set_random_generator_seed(SENTENCEPIECE_SEED)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(paragraphs), model_writer=proto,
+            **sentencepiece_trainer_args(model_type, vocab_size, do_lower_case, character_coverage))
+    except (RuntimeError, OSError) as e:
+        raise CorpusError(f"--model_type={model_type} --vocab_size={vocab_size}: SentencePiece "
+                          f"training failed ({str(e).strip()})") from None
+    model = proto.getvalue()
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    vocab_lines = [f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}"
+                   for i in range(processor.get_piece_size())]
+    os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
+    write_bytes_atomic(output + ".model", model)
+    write_text_atomic(output + ".vocab", "\n".join(vocab_lines) + "\n")
+    return model
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file + ``os.replace`` (never a torn file)."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def build_sentencepiece(inputs: str, output: str, model_type: str, vocab_size: int = 30522,
+                        do_lower_case: bool = True, input_format: str = "auto",
+                        text_field: str = "text", character_coverage: float = 0.9995,
+                        log: Callable[[str], None] = lambda m: None) -> bytes:
+    """Train a SentencePiece model on the paragraphs of the comma-separated ``inputs``."""
+    if model_type not in MODEL_TYPES[1:]:
+        raise CorpusError(f"--model_type={model_type}: expected one of {', '.join(MODEL_TYPES)}")
+    start = time.time()
+    paths = expand_inputs(inputs)
+    stats = RangeStats()
+    paragraphs = (p for batch in iter_paragraph_batches(paths, input_format, text_field, stats)
+                  for p in batch if p.strip())
+    model = train_sentencepiece(paragraphs, output, model_type, vocab_size, do_lower_case,
+                                character_coverage)
+    log(f"read {stats.bytes_read / 1e6:.1f} MB; wrote {output}.model ({len(model):,} bytes) and "
+        f"{output}.vocab in {time.time() - start:.1f} s")
+    return model
+
+
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
     """Register the command-line flags (only when run as a program)."""
     flags.DEFINE_string("input", None, "Comma-separated input files, globs or directories.")
-    flags.DEFINE_string("output", None, "Vocab file to write.")
+    flags.DEFINE_string("output", None, "Vocab file to write (unigram/bpe: the prefix of "
+                        "<output>.model and <output>.vocab).")
+    flags.DEFINE_enum("model_type", "wordpiece", list(MODEL_TYPES),
+                      "wordpiece: BERT vocab file; unigram/bpe: SentencePiece model.")
     flags.DEFINE_integer("vocab_size", 30522, "Exact number of tokens in the output.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case the text.")
     flags.DEFINE_enum("strip_accents", None, ["true", "false"],
@@ -198,15 +290,23 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_unique_chars", None,
                          "Alphabet size cap (default vocab_size/2); rarer characters become [UNK].")
     flags.DEFINE_integer("max_search_steps", 4, "Learner runs spent on the threshold search.")
+    flags.DEFINE_float("character_coverage", 0.9995,
+                       "unigram/bpe: share of characters given their own piece (the rest use "
+                       "byte pieces); SentencePiece's default, suited to CJK.")
 
 
 def run() -> None:
     """Learn and write the vocab (the flags are parsed; see ``data_prep.cli``)."""
+    log = lambda m: print(f"[build_vocab] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    if FLAGS.model_type != "wordpiece":
+        build_sentencepiece(FLAGS.input, FLAGS.output, FLAGS.model_type, FLAGS.vocab_size,
+                            FLAGS.do_lower_case, FLAGS.input_format, FLAGS.text_field,
+                            FLAGS.character_coverage, log)
+        return
     strip = None if FLAGS.strip_accents is None else FLAGS.strip_accents == "true"
     build_vocab(FLAGS.input, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case, strip,
                 FLAGS.reserved_tokens, FLAGS.input_format, FLAGS.text_field,
-                FLAGS.max_unique_chars, FLAGS.max_search_steps,
-                log=lambda m: print(f"[build_vocab] {m}", file=sys.stderr, flush=True))
+                FLAGS.max_unique_chars, FLAGS.max_search_steps, log=log)
 
 
 if __name__ == "__main__":

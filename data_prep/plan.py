@@ -38,7 +38,7 @@ from data_prep.fs import join_path
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import expand_inputs, inspect_inputs
 from electra_tf.text.manifest import eval_shard_name, sha256_file, shard_name
-from electra_tf.text.tokenization import validate_vocab
+from electra_tf.text.tokenizers import validate_tokenizer_file
 
 # Bump when the bytes written for the same plan, or the shards' sidecar
 # records, change: finished shards of an older version are then rebuilt.
@@ -144,7 +144,7 @@ def make_plan(options: BuildOptions) -> BuildPlan:
     options = dataclasses.replace(options, output_dir=output_dir,
                                   vocab_file=os.path.abspath(options.vocab_file))
     try:
-        vocab = validate_vocab(options.vocab_file)
+        vocab = validate_tokenizer_file(options.vocab_file)  # WordPiece vocab or SentencePiece .model
     except ValueError as e:
         raise CorpusError(str(e)) from None
     vocab_sha = sha256_file(options.vocab_file)

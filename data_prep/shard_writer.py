@@ -87,9 +87,9 @@ def _tokenizer(plan):
     key = _tokenizer_key(options.vocab_file, plan.vocab_sha256, options.do_lower_case,
                          options.strip_accents)
     if key not in _TOKENIZER_CACHE:
-        from electra_tf.text.tokenization import WordPieceTokenizer
+        from electra_tf.text.tokenizers import load_tokenizer
         _TOKENIZER_CACHE.clear()
-        _TOKENIZER_CACHE[key] = WordPieceTokenizer(
+        _TOKENIZER_CACHE[key] = load_tokenizer(
             options.vocab_file, options.do_lower_case, options.strip_accents)
     return _TOKENIZER_CACHE[key]
 

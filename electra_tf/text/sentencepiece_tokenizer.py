@@ -1,0 +1,181 @@
+"""SentencePiece (unigram / BPE) tokenization with the ``WordPieceTokenizer`` interface.
+
+``SentencePieceTokenizer(model_file)`` reads a SentencePiece model proto (as
+written by ``python -m data_prep.build_vocab --model_type=unigram|bpe``) and
+offers the same methods as ``electra_tf.text.tokenization.WordPieceTokenizer``
+(``tokenize``, ``tokenize_flat``, ``tokenize_to_ragged``, ``special_ids``,
+``unk_id``, ``vocab_size``, ``convert_ids_to_tokens``, ``decode``) plus
+``is_word_start`` for whole-word masking.  Two engines, same ids (tests check
+it on English and Chinese text):
+
+* the Python ``sentencepiece`` processor (``tokenize``, ``tokenize_flat``);
+* ``tensorflow_text.SentencepieceTokenizer`` built from the same proto
+  (``tokenize_to_ragged``: a graph op, usable inside ``tf.data``).
+
+Normalisation (NFKC, lower-casing with ``nmt_nfkc_cf``) lives in the model,
+so ``do_lower_case``/``strip_accents`` are not applied again here.
+``[PAD]``/``[UNK]``/``[CLS]``/``[SEP]``/``[MASK]`` are looked up by name;
+``[CLS] [SEP] [MASK]`` are CONTROL symbols, so the text "[MASK]" typed in the
+input is tokenised as ordinary characters, never as the mask id.
+
+Example (a model trained on the fly; ``build_vocab`` writes real ones):
+
+>>> import io, tempfile, os
+>>> import sentencepiece as spm
+>>> from electra_tf.text.sentencepiece_tokenizer import SentencePieceTokenizer
+>>> proto = io.BytesIO()
+>>> spm.SentencePieceTrainer.train(
+...     sentence_iterator=iter(["hello world", "hello there"] * 50), model_writer=proto,
+...     vocab_size=40, hard_vocab_limit=False, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+...     pad_piece="[PAD]", unk_piece="[UNK]", control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+...     minloglevel=2)
+>>> path = os.path.join(tempfile.mkdtemp(), "sp.model")
+>>> _ = open(path, "wb").write(proto.getvalue())
+>>> tok = SentencePieceTokenizer(path)
+>>> tok.special_ids
+{'pad': 0, 'unk': 1, 'cls': 2, 'sep': 3, 'mask': 4}
+>>> ids = tok.tokenize(["hello world"])[0]
+>>> tok.decode([tok.cls_id] + ids + [tok.sep_id, tok.pad_id])
+'[CLS] hello world [SEP]'
+>>> tok.mask_id in tok.tokenize(["[MASK]"])[0]
+False
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from electra_tf.text.manifest import SPECIAL_TOKENS
+
+WORD_START = "\u2581"  # '▁': SentencePiece's mark of a piece that begins a word
+
+
+def _processor(model_file: str, proto: bytes):
+    """A ``SentencePieceProcessor`` for ``proto``; one clear line if it is not a model."""
+    import sentencepiece as spm
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(proto)
+    except (RuntimeError, OSError) as e:
+        raise ValueError(f"sentencepiece model {model_file}: not a SentencePiece model proto "
+                         f"({str(e).strip()})") from None
+    return processor
+
+
+def _read_model(model_file: str) -> bytes:
+    try:
+        with open(model_file, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"sentencepiece model {model_file}: cannot read it ({e.strerror})") from None
+
+
+def _special_ids(model_file: str, processor) -> dict[str, int]:
+    """Ids of the special tokens by name; ValueError naming the first one missing."""
+    ids = {}
+    for name, token in SPECIAL_TOKENS.items():
+        index = processor.piece_to_id(token)  # an absent piece maps to the unk id
+        if processor.id_to_piece(index) != token:
+            raise ValueError(
+                f"sentencepiece model {model_file}: missing special token {token} "
+                f"(an ELECTRA model needs {', '.join(SPECIAL_TOKENS.values())}; "
+                "build it with python -m data_prep.build_vocab --model_type=unigram)")
+        ids[name] = index
+    return ids
+
+
+def validate_sentencepiece_model(model_file: str) -> list[str]:
+    """Read and check a SentencePiece model; return its pieces in id order."""
+    processor = _processor(model_file, _read_model(model_file))
+    _special_ids(model_file, processor)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+class SentencePieceTokenizer:
+    """SentencePiece tokenizer with the ``WordPieceTokenizer`` interface.
+
+    Args:
+      model_file: path of a SentencePiece model proto (``*.model``).
+      do_lower_case, strip_accents: accepted for interface compatibility;
+        the model's own normalizer decides (see the module docstring).
+    """
+
+    def __init__(self, model_file: str, do_lower_case: bool = True,
+                 strip_accents: Optional[bool] = None):
+        self.vocab_file = str(model_file)
+        self.model_proto = _read_model(self.vocab_file)
+        self._sp = _processor(self.vocab_file, self.model_proto)
+        self.special_ids = _special_ids(self.vocab_file, self._sp)
+        self.vocab: list[str] = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
+        # Word starts: pieces opening with '▁', plus control/unknown pieces (never inside a word).
+        self._word_starts = np.array(
+            [piece.startswith(WORD_START) or self._sp.is_control(i) or self._sp.is_unknown(i)
+             for i, piece in enumerate(self.vocab)], dtype=bool)
+        self._graph = None  # built lazily: tensorflow import is slow
+
+    # ---- vocabulary ---------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    pad_id = property(lambda self: self.special_ids["pad"])
+    unk_id = property(lambda self: self.special_ids["unk"])
+    cls_id = property(lambda self: self.special_ids["cls"])
+    sep_id = property(lambda self: self.special_ids["sep"])
+    mask_id = property(lambda self: self.special_ids["mask"])
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
+
+    def is_word_start(self, token_id: int) -> bool:
+        """True if the piece begins a word (whole-word masking groups a start with what follows)."""
+        return bool(self._word_starts[int(token_id)])
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of the ids; special tokens shown by name and separated by spaces, [PAD] dropped."""
+        specials = {index: SPECIAL_TOKENS[name] for name, index in self.special_ids.items()}
+        parts: list[str] = []
+        run: list[int] = []
+        for index in (int(i) for i in ids):
+            if index in specials and index != self.unk_id:
+                if run:
+                    parts.append(self._sp.decode(run))
+                    run = []
+                if index != self.pad_id:
+                    parts.append(specials[index])
+            else:
+                run.append(index)
+        if run:
+            parts.append(self._sp.decode(run))
+        return " ".join(p for p in parts if p)
+
+    # ---- tokenisation -------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (no [CLS]/[SEP] added)."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("tokenize* take a list of strings, not a single string")
+        return self._sp.encode(list(texts))
+
+    def tokenize_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All ids concatenated (int32) and the number of ids of each text (int64)."""
+        rows = self.tokenize(texts)
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        flat = np.fromiter((i for r in rows for i in r), dtype=np.int32, count=int(lengths.sum()))
+        return flat, lengths
+
+    def tokenize_to_ragged(self, texts):
+        """Ids as a ``tf.RaggedTensor`` (int64), from tensorflow-text's graph op (eager or tf.data)."""
+        import tensorflow as tf
+        if not isinstance(texts, tf.Tensor):
+            texts = tf.constant(list(texts), dtype=tf.string)
+        return tf.cast(self._graph_tokenizer().tokenize(texts), tf.int64)
+
+    def _graph_tokenizer(self):
+        if self._graph is None:
+            import tensorflow as tf
+            import tensorflow_text as tf_text
+            self._graph = tf_text.SentencepieceTokenizer(
+                model=self.model_proto, out_type=tf.int32, add_bos=False, add_eos=False)
+        return self._graph
