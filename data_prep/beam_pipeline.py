@@ -94,6 +94,10 @@ def plan_with_local_vocab(plan):
     """
     if os.path.exists(plan.options.vocab_file):
         return plan
+    from electra_tf.text.tokenizers import is_sentencepiece
+    if is_sentencepiece(plan.options.vocab_file):  # its pieces alone do not make the model: refuse, never guess
+        raise CorpusError(f"--vocab_file {plan.options.vocab_file}: this worker cannot read the SentencePiece "
+                          "model; put it where every worker can read it (shared storage or the worker image)")
     import tempfile
     from electra_tf.text.manifest import write_text_atomic
     local = os.path.join(tempfile.gettempdir(), f"data_prep-vocab-{plan.vocab_sha256[:16]}.txt")

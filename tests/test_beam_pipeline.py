@@ -278,6 +278,20 @@ def test_workers_that_lack_the_vocab_file_use_the_plans_tokens(tmp_path):
 
 
 @requires_beam
+def test_a_worker_that_lacks_a_sentencepiece_model_refuses_instead_of_guessing(tmp_path):
+    """A WordPiece vocab can be rebuilt from the plan's tokens; a SentencePiece model cannot (its scores,
+    normaliser and byte pieces are not in them): the worker says so in one line rather than tokenise otherwise."""
+    import dataclasses
+
+    from data_prep.beam_pipeline import plan_with_local_vocab
+    plan = make_plan(options(tmp_path, corpus_files(tmp_path / "in"), "beam"))
+    remote = dataclasses.replace(plan, options=dataclasses.replace(plan.options, vocab_file="/elsewhere/sp.model"))
+    with pytest.raises(CorpusError, match=r"^--vocab_file /elsewhere/sp.model: this worker cannot read the "
+                                          r"SentencePiece model"):
+        plan_with_local_vocab(remote)
+
+
+@requires_beam
 def test_beam_retrying_every_bundle_changes_nothing_and_counts_once(tmp_path):
     """FnApiRunner's bundle_repeat runs every bundle (the finaliser's too) once more and drops the repeat's output."""
     inputs = corpus_files(tmp_path / "in")
