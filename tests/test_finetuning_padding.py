@@ -175,6 +175,7 @@ def test_training_with_dynamic_padding_equals_fixed(tmp_path, glue_dir, vocab_fi
         np.testing.assert_allclose(dynamic[path], value, atol=TOLERANCE, err_msg=path)
 
 
+@pytest.mark.slow  # ~8 s; test_training_with_dynamic_padding_equals_fixed and test_span_predictions_equal_fixed_padding run by default
 def test_squad_v2_dynamic_padding_equals_fixed(tmp_path):
     """SQuAD 2.0 end to end (training, beam search, decoding), batches cut from 96 to 64 tokens or not."""
     import json

@@ -25,6 +25,7 @@ def data_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~18 s CLI run; test_skip_corrupt stops a run on a corrupt record in-process by default
 def test_a_corrupt_record_ends_the_run_with_one_line_naming_it_and_the_last_good_checkpoint(tmp_path):
     data = str(tmp_path / "data")
     manifest = write_shards(data, num_examples=96, num_shards=3)

@@ -45,7 +45,7 @@ def keras_outputs(weights, num_labels, features):
     return predict(model, features, 4)
 
 
-@pytest.mark.parametrize("task,pair", [("SST-2", False), ("STS-B", True)])
+@pytest.mark.parametrize("task,pair", [("SST-2", False), pytest.param("STS-B", True, marks=pytest.mark.slow)])  # STS-B: ~10 s
 def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, vocab_file, glue_dir, task, pair):
     export = tmp_path / "serving"
     run_main(_common(tmp_path, vocab_file) + [f"--task={task}", f"--data_dir={glue_dir}", "--max_train_steps=3",

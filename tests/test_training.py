@@ -100,6 +100,7 @@ def test_model_dir_of_another_architecture_is_refused(data_dir, tmp_path):
         run(small(num_train_steps=2, hidden_size=64, num_heads=2), data_dir, str(tmp_path / "m"))
 
 
+@pytest.mark.slow  # ~15 s; test_finetuning_run loads an export into fine-tuning by default
 def test_export_loads_the_pretrained_encoder(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
     run(small(num_train_steps=2), data_dir, model_dir)
@@ -224,6 +225,7 @@ def test_tensorboard_shows_what_the_discriminator_sees(data_dir, tmp_path):
     assert found["disc_auc"][0] == "scalars"  # the held-out run tags it alike (tests/test_tensorboard_tags.py)
 
 
+@pytest.mark.slow  # ~9 s; test_finetuning_init_checkpoint carries the flag to the fine-tuning loop by default
 def test_graph_optimizer_option_reaches_the_loop_and_leaves_the_training_unchanged(data_dir, tmp_path, caplog):
     """--graph_optimizer=on runs grappler, the CPU default does not; the log says which, the losses and
     weights agree (grappler only rewrites the graph)."""
