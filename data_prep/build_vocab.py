@@ -54,7 +54,7 @@ from data_prep.corpus.byte_ranges import ByteRange
 from data_prep.corpus.documents import RangeStats, batched, iter_documents
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import FORMATS, expand_inputs, inspect_inputs
-from electra_tf.text.manifest import SPECIAL_TOKENS, write_text_atomic
+from electra_tf.text.manifest import SPECIAL_TOKENS, write_bytes_atomic, write_text_atomic
 
 MODEL_TYPES = ("wordpiece", "unigram", "bpe")
 SENTENCEPIECE_SEED = 12345
@@ -231,22 +231,6 @@ def train_sentencepiece(paragraphs: Iterable[str], output: str, model_type: str 
     write_bytes_atomic(output + ".model", model)
     write_text_atomic(output + ".vocab", "\n".join(vocab_lines) + "\n")
     return model
-
-
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file + ``os.replace`` (never a torn file)."""
-    import tempfile
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def build_sentencepiece(inputs: str, output: str, model_type: str, vocab_size: int = 30522,
