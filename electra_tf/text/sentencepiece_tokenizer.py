@@ -48,6 +48,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from electra_tf.text.manifest import SPECIAL_TOKENS
+from electra_tf.text.tokenization import VocabularyLookups
 
 WORD_START = "\u2581"  # '▁': SentencePiece's mark of a piece that begins a word
 
@@ -93,7 +94,7 @@ def validate_sentencepiece_model(model_file: str) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(VocabularyLookups):
     """SentencePiece tokenizer with the ``WordPieceTokenizer`` interface.
 
     Args:
@@ -115,19 +116,7 @@ class SentencePieceTokenizer:
              for i, piece in enumerate(self.vocab)], dtype=bool)
         self._graph = None  # built lazily: tensorflow import is slow
 
-    # ---- vocabulary ---------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    pad_id = property(lambda self: self.special_ids["pad"])
-    unk_id = property(lambda self: self.special_ids["unk"])
-    cls_id = property(lambda self: self.special_ids["cls"])
-    sep_id = property(lambda self: self.special_ids["sep"])
-    mask_id = property(lambda self: self.special_ids["mask"])
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        return [self.vocab[int(i)] for i in ids]
+    # ---- vocabulary: VocabularyLookups ------------------------------------------
 
     def is_word_start(self, token_id: int) -> bool:
         """True if the piece begins a word (whole-word masking groups a start with what follows)."""

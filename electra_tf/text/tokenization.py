@@ -256,7 +256,24 @@ _ANY_WHITESPACE = re.compile(r"\s")
 # The tokenizer
 # --------------------------------------------------------------------------
 
-class WordPieceTokenizer:
+class VocabularyLookups:
+    """What every tokenizer derives from its `vocab` (list, id order) and `special_ids` (name -> id)."""
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    pad_id = property(lambda self: self.special_ids["pad"])
+    unk_id = property(lambda self: self.special_ids["unk"])
+    cls_id = property(lambda self: self.special_ids["cls"])
+    sep_id = property(lambda self: self.special_ids["sep"])
+    mask_id = property(lambda self: self.special_ids["mask"])
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
+
+
+class WordPieceTokenizer(VocabularyLookups):
     """BERT-compatible WordPiece tokenizer (tensorflow-text C++ core).
 
     Args:
@@ -279,19 +296,7 @@ class WordPieceTokenizer:
         self._long_run = None  # compiled lazily (see _long_word_patterns)
         self._fast = None  # built lazily: tensorflow import is slow
 
-    # ---- vocabulary ---------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    pad_id = property(lambda self: self.special_ids["pad"])
-    unk_id = property(lambda self: self.special_ids["unk"])
-    cls_id = property(lambda self: self.special_ids["cls"])
-    sep_id = property(lambda self: self.special_ids["sep"])
-    mask_id = property(lambda self: self.special_ids["mask"])
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        return [self.vocab[int(i)] for i in ids]
+    # ---- vocabulary: VocabularyLookups ------------------------------------------
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         unk = self.unk_id
