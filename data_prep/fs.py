@@ -19,13 +19,12 @@ Example:
 from __future__ import annotations
 
 import glob as glob_lib
-import hashlib
 import io
 import json
 import os
 from typing import Any, Optional
 
-from electra_tf.text.manifest import sha256_file, write_json_atomic
+from electra_tf.text.manifest import sha256_file, sha256_stream, write_json_atomic
 
 
 def is_url(path: str) -> bool:
@@ -58,11 +57,8 @@ def size(path: str) -> int:
 def sha256(path: str) -> str:
     if not is_url(path):
         return sha256_file(path)
-    digest = hashlib.sha256()
     with _gfile().GFile(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(f)
 
 
 def makedirs(path: str) -> None:

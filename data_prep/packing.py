@@ -45,10 +45,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from electra_tf.text.manifest import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
+from electra_tf.text.manifest import INPUT_IDS, INPUT_MASK, MIN_SHORT_TARGET, SEGMENT_IDS, SINGLE_SEGMENT_TARGET
 
-SINGLE_SEGMENT_TARGET = 100000  # "infinite" first-segment budget, as in the official code
-MIN_SHORT_TARGET = 5
 
 
 class SpecialIds(NamedTuple):

@@ -74,6 +74,10 @@ INPUT_IDS, INPUT_MASK, SEGMENT_IDS = "input_ids", "input_mask", "segment_ids"
 FEATURE_NAMES = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)
 
 # Keys of the manifest's ``special_token_ids`` -> the vocab token they name.
+# The official ExampleBuilder's packing constants; data_prep.packing and training.text_input both follow them.
+SINGLE_SEGMENT_TARGET = 100000  # the "infinite" first-segment budget of a single-segment example
+MIN_SHORT_TARGET = 5  # a short target length is uniform in [MIN_SHORT_TARGET, max_seq_length]
+
 SPECIAL_TOKENS = {
     "pad": "[PAD]",
     "unk": "[UNK]",
@@ -145,10 +149,15 @@ def write_json_atomic(path: str, obj: Any, sort_keys: bool = False) -> None:
 
 
 def sha256_file(path: str, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(chunk_size), b""):
-            digest.update(chunk)
+        return sha256_stream(f, chunk_size)
+
+
+def sha256_stream(f, chunk_size: int = 1 << 20) -> str:
+    """The sha256 of a binary file object read to its end (local files, `tf.io.gfile.GFile`)."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: f.read(chunk_size), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

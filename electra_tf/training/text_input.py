@@ -51,11 +51,10 @@ import tensorflow as tf
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER
 from electra_tf.text import tokenization
 from electra_tf.text.held_out import HASH_BUCKETS, held_out_mask
-from electra_tf.text.manifest import FEATURE_NAMES, SPECIAL_TOKENS, sha256_file
+from electra_tf.text.manifest import (FEATURE_NAMES, MIN_SHORT_TARGET, SINGLE_SEGMENT_TARGET, SPECIAL_TOKENS,
+                                      sha256_file)
 from electra_tf.training.input_pipeline import files_of_this_pipeline
 
-SINGLE_SEGMENT_TARGET = 100000  # data_prep.packing's "infinite" first-segment budget (the official code's)
-MIN_SHORT_TARGET = 5  # data_prep.packing's: a short target is uniform in [5, max_seq_length]
 TEXT, WIKI = "text", "wikiextractor"
 SNIFF_LINES = 50  # a file whose first non-blank line (among these) starts with "<doc" is WikiExtractor output
 
