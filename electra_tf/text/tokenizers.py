@@ -15,6 +15,14 @@ Example:
 'WordPieceTokenizer'
 >>> validate_tokenizer_file(path)[-1]
 'hello'
+>>> export_name(path), export_name("spm/en.model")
+('vocab.txt', 'sentencepiece.model')
+>>> tokenizer_sha256(path)[:12]  # hashlib.sha256(the file's bytes)
+'90786d49eb5d'
+
+An export, a manifest or a fine-tuning run names its tokenizer by file and
+records ``tokenizer_sha256``: the SHA-256 of the file's bytes.  Two tokenizers
+with the same number of ids are told apart by it.
 """
 
 from __future__ import annotations
@@ -22,6 +30,10 @@ from __future__ import annotations
 from typing import Optional
 
 SENTENCEPIECE_SUFFIX = ".model"
+# The tokenizer's file name inside an export directory, by kind (a reader looks for each).
+WORDPIECE_EXPORT_NAME = "vocab.txt"
+SENTENCEPIECE_EXPORT_NAME = "sentencepiece.model"
+EXPORT_NAMES = (WORDPIECE_EXPORT_NAME, SENTENCEPIECE_EXPORT_NAME)
 
 
 def is_sentencepiece(path: str) -> bool:
@@ -45,3 +57,14 @@ def validate_tokenizer_file(path: str) -> list[str]:
         return validate_sentencepiece_model(path)
     from electra_tf.text.tokenization import validate_vocab
     return validate_vocab(path)
+
+
+def export_name(path: str) -> str:
+    """The file name the tokenizer at ``path`` takes inside an export directory."""
+    return SENTENCEPIECE_EXPORT_NAME if is_sentencepiece(path) else WORDPIECE_EXPORT_NAME
+
+
+def tokenizer_sha256(path: str) -> str:
+    """The SHA-256 (hex) of the tokenizer file's bytes: what manifests and exports record."""
+    from electra_tf.text.manifest import sha256_file
+    return sha256_file(path)
