@@ -179,6 +179,36 @@ def test_without_flock_a_live_pid_with_its_own_start_time_still_holds(tmp_path, 
 
 # --- a three-way race for one stale lock ---
 
+def test_a_run_refused_while_the_winner_writes_its_record_names_the_winner_not_the_dead_run(tmp_path):
+    """The window of test_three_runs_racing...[flock], made certain: the winner holds the flock while run.lock still
+    holds the dead run's record, and writes its own 0.3 s later; the refused run must name the winner."""
+    import fcntl
+    import threading
+
+    from electra_tf.training import run_lock
+
+    model_dir = tmp_path / "run"
+    write_record(model_dir, dead_pid())
+    winner = {"host": socket.gethostname(), "pid": os.getpid(), "start_time": "2026-11-27T00:00:00+0000"}
+    fd = os.open(model_dir / "run.lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: the RunLock below cannot get it
+
+    def write_winners_record():
+        time.sleep(0.3)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(winner).encode(), 0)
+
+    writer = threading.Thread(target=write_winners_record)
+    writer.start()
+    try:
+        with pytest.raises(run_lock.RunLockError) as refused:
+            run_lock.RunLock(str(model_dir)).acquire()
+    finally:
+        writer.join()
+        os.close(fd)
+    assert f"pid {os.getpid()}, started 2026-11-27T00:00:00+0000" in str(refused.value), str(refused.value)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_three_runs_racing_for_one_stale_lock_exactly_one_wins(mode, tmp_path):
     """Started together on a slow file system: each racer's renames and links are delayed differently, so that

@@ -7,7 +7,8 @@ that stops before writing anything removes the directory again if it created it.
 
 **The kernel lock.** A run opens ``run.lock``, takes an exclusive ``fcntl.flock`` on it (``LOCK_EX | LOCK_NB``)
 and keeps the file open for its whole life; then it writes ``{"host", "pid", "pid_start", "start_time"}`` into the
-file, for the refusal message only. The kernel drops the flock when the process dies, however it dies, so a lock
+file, for the refusal message only (a run refused in the moment between the two reads the record the dead run
+left, which it can tell is dead, and waits for the holder's own). The kernel drops the flock when the process dies, however it dies, so a lock
 is stale exactly when no process holds its flock. Nothing a restart can fake decides it: a container restarted on
 the same volume keeps its hostname and its entrypoint is pid 1 again, and the pid a killed run recorded may belong
 to anyone by now. A run that finds a record nobody holds takes the file with a warning naming the run that left
@@ -205,7 +206,7 @@ class RunLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise RunLockError(self._refusal(self._holder(), deletable=False)) from None
+                raise RunLockError(self._refusal(self._flock_holder(), deletable=False)) from None
             except OSError as e:
                 os.close(fd)
                 if e.errno not in _FLOCK_UNSUPPORTED:
@@ -374,6 +375,17 @@ class RunLock:
             time.sleep(0.1)
             holder = _read(self.path)
         return holder
+
+    def _flock_holder(self) -> Optional[dict]:
+        """The record of the run that holds the flock. Between taking the flock and writing its record, that
+        run's file still holds the record of the run that left it: one this host can tell is dead is not the
+        holder's, so wait for the holder's own (another host's record cannot be checked and is taken as read)."""
+        for _ in range(_TRIES):
+            holder = self._holder()
+            if holder is None or not self._record_is_stale(holder):
+                return holder
+            time.sleep(0.02)
+        return None
 
     def _warn_fallback(self, reason: str) -> None:
         logging.warning("%s %s: %s, so %s is kept by pid and start time instead (another host's lock cannot be "
