@@ -293,6 +293,8 @@ def test_transformers_auto_tokenizer_gives_our_ids(corpus, tmp_path, model_type)
     literal = [i for i, text in enumerate(texts) if "[MASK]" in text or "[SEP]" in text or "[CLS]" in text]
     plain = [t for i, t in enumerate(texts) if i not in literal]
     assert auto(plain)["input_ids"] == [[ours.cls_id] + ids + [ours.sep_id] for ids in ours.tokenize(plain)]
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
+    assert fast(plain)["input_ids"] == auto(plain)["input_ids"]
     split = transformers.AutoTokenizer.from_pretrained(folder, split_special_tokens=True)
     assert split(texts)["input_ids"] == [[ours.cls_id] + ids + [ours.sep_id] for ids in ours.tokenize(texts)]
     pair = auto("the cat sat", "我爱中国")

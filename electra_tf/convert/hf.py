@@ -8,6 +8,9 @@ or one directory with `discriminator/` and `generator/` sub-directories (what
 both models; ours shares one copy, so the two copies must be equal (they are
 in Google's released checkpoints). `hidden_act` "gelu" maps to exact GELU,
 "gelu_new"/"gelu_pytorch_tanh"/"gelu_fast" to `gelu_approximate`.
+The tokenizer is found beside the weights: vocab.txt, sentencepiece.model
+(what `save_hf` writes beside a SentencePiece tokenizer.json, see
+`hf_tokenizer`) or a WordPiece tokenizer.json.
 
 Example (from the repository root):
 

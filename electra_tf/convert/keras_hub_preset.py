@@ -42,6 +42,7 @@ import numpy as np
 from absl import logging
 
 from electra_tf.config import ElectraConfig
+from electra_tf.convert import vocab
 from electra_tf.text import tokenizers
 
 KERAS_HUB_EPSILON = 1e-12
@@ -116,7 +117,7 @@ def keras_hub_tokenizer(vocab_file: str, do_lower_case: bool = True):
     A SentencePiece model normalises by itself (`do_lower_case` does not apply).
     """
     if tokenizers.is_sentencepiece(vocab_file):
-        tokenizers.validate_tokenizer_file(vocab_file)  # one clear line if it is no ELECTRA model
+        vocab.read_tokens(vocab_file)  # checked: one clear line if it is no ELECTRA model
         with open(vocab_file, "rb") as f:
             return keras_hub.tokenizers.SentencePieceTokenizer(proto=f.read())
     return keras_hub.models.ElectraTokenizer(vocabulary=vocab_file, lowercase=do_lower_case)
