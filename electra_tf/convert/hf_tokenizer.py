@@ -142,8 +142,8 @@ def sentencepiece_tokenizer(model_file: str):
     prepend = "always" if proto.normalizer_spec.add_dummy_prefix else "never"
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme=prepend,
                                                        split=proto.trainer_spec.split_by_whitespace)
-    # Byte pieces first (they may hold a '▁' no more), then '▁' → ' ' per token: Metaspace drops the first
-    # token's leading space, so it must see the tokens before Fuse joins them.
+    # ByteFallback first turns runs of byte pieces into their characters; Metaspace then maps '▁' to ' ' per
+    # token and drops the first token's leading space, so it must see the tokens before Fuse joins them.
     tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(),
                                            decoders.Metaspace(replacement=WORD_START, prepend_scheme=prepend),
                                            decoders.Fuse()])
