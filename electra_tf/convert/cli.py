@@ -42,10 +42,11 @@ def parse_args(argv):
     parser.add_argument("--input", required=True, help="checkpoint directory, or TF1 checkpoint prefix")
     parser.add_argument("--output", required=True, help="directory to write")
     parser.add_argument("--generator_input", help="Hugging Face generator directory (ElectraForMaskedLM)")
-    parser.add_argument("--vocab_file", help="vocab.txt (default: found beside the input)")
+    parser.add_argument("--vocab_file", help="vocab.txt or SentencePiece .model (default: found beside the input)")
     parser.add_argument("--config_json", help="JSON of config fields the checkpoint must match")
     parser.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True,
-                        help="tokenizer lower-cases (uncased vocabularies, as Google's ELECTRA)")
+                        help="WordPiece tokenizer lower-cases (uncased vocabularies, as Google's ELECTRA); "
+                             "a SentencePiece model normalises by itself")
     return parser.parse_args(argv)
 
 
@@ -62,7 +63,8 @@ def convert(args) -> str:
         save_ours(pretrainer, args.output, vocab)
     elif args.target == "hf":
         if not vocab:
-            raise ConversionError(f"{args.input} has no vocab.txt: pass --vocab_file")
+            raise ConversionError(f"{args.input} has no tokenizer (vocab.txt or sentencepiece.model): "
+                                  "pass --vocab_file")
         save_hf(pretrainer, config, args.output, vocab, args.do_lower_case)
     else:
         save_keras_hub_preset(pretrainer, config, args.output, vocab, args.do_lower_case)

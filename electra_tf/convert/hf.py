@@ -8,6 +8,9 @@ or one directory with `discriminator/` and `generator/` sub-directories (what
 both models; ours shares one copy, so the two copies must be equal (they are
 in Google's released checkpoints). `hidden_act` "gelu" maps to exact GELU,
 "gelu_new"/"gelu_pytorch_tanh"/"gelu_fast" to `gelu_approximate`.
+The tokenizer is found beside the weights: vocab.txt, sentencepiece.model
+(what `save_hf` writes beside a SentencePiece tokenizer.json, see
+`hf_tokenizer`) or a WordPiece tokenizer.json.
 
 Example (from the repository root):
 
@@ -29,10 +32,11 @@ import numpy as np
 from absl import logging
 
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import foreign, keras_model, names, tensor_io, vocab
+from electra_tf.convert import foreign, hf_tokenizer, keras_model, names, tensor_io, vocab
 from electra_tf.convert.checkpoint import SourceTensors
 from electra_tf.convert.foreign import ForeignCheckpoint
 from electra_tf.convert.errors import ConversionError
+from electra_tf.text import tokenizers
 
 HF_TO_OURS_ACT = {"gelu": "gelu", "gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate",
                   "gelu_fast": "gelu_approximate"}
@@ -283,6 +287,19 @@ def hf_tensors(weights: dict, role: str) -> dict:
 
 
 def write_tokenizer_files(directory: str, vocab_file: str, config: ElectraConfig, do_lower_case: bool) -> None:
+    """The tokenizer files `transformers.AutoTokenizer` reads, for a WordPiece vocab or a SentencePiece model.
+
+    A SentencePiece model decides its own normalisation (`do_lower_case` does
+    not apply): `hf_tokenizer.write_tokenizer_files` writes its tokenizer.json.
+    """
+    if tokenizers.is_sentencepiece(vocab_file):
+        hf_tokenizer.write_tokenizer_files(directory, vocab_file, config.max_position_embeddings)
+    else:
+        write_wordpiece_tokenizer_files(directory, vocab_file, config, do_lower_case)
+
+
+def write_wordpiece_tokenizer_files(directory: str, vocab_file: str, config: ElectraConfig,
+                                    do_lower_case: bool) -> None:
     """vocab.txt + the configs `transformers.AutoTokenizer` needs for a BERT-style WordPiece tokenizer."""
     shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
     special = {f"{name}_token": token for name, token in vocab.SPECIAL_TOKENS.items()}

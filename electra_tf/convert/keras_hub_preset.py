@@ -1,10 +1,17 @@
-"""Our discriminator → a keras-hub `ElectraBackbone` preset directory (+ `ElectraTokenizer`).
+"""Our discriminator → a keras-hub `ElectraBackbone` preset directory (+ its tokenizer).
 
 The preset (config.json, model.weights.h5, metadata.json, tokenizer.json,
 assets/tokenizer/vocabulary.txt) is written with keras-hub's own
 `Backbone.save_to_preset` / `Tokenizer.save_to_preset`, so
 `keras_hub.models.ElectraBackbone.from_preset(out_dir)` and
 `keras_hub.models.ElectraTokenizer.from_preset(out_dir)` load it.
+
+keras-hub's `ElectraTokenizer` is WordPiece-only: a SentencePiece model goes
+into the preset as keras-hub's generic `keras_hub.tokenizers.SentencePieceTokenizer`
+(assets/tokenizer/vocabulary.spm), which `keras_hub.tokenizers.Tokenizer.from_preset(out_dir)`
+loads and which gives our ids (the same tensorflow-text op); keras-hub's ELECTRA
+task preprocessors need the WordPiece tokenizer's special-token attributes, so
+for tasks pack `[CLS] ... [SEP]` yourself (`tokenizer.token_to_id("[CLS]")`).
 
 keras-hub's ElectraBackbone hard-codes tanh-approximate GELU and LayerNorm
 epsilon 1e-12, and has a `pooled_dense` layer ELECTRA lacks (left random).
@@ -35,6 +42,8 @@ import numpy as np
 from absl import logging
 
 from electra_tf.config import ElectraConfig
+from electra_tf.convert import vocab
+from electra_tf.text import tokenizers
 
 KERAS_HUB_EPSILON = 1e-12
 
@@ -102,6 +111,18 @@ def _add_to_metadata(out_dir: str, note: dict) -> None:
         json.dump(note, f, indent=2)
 
 
+def keras_hub_tokenizer(vocab_file: str, do_lower_case: bool = True):
+    """keras-hub's `ElectraTokenizer` of a WordPiece vocab, or its generic `SentencePieceTokenizer` of a model.
+
+    A SentencePiece model normalises by itself (`do_lower_case` does not apply).
+    """
+    if tokenizers.is_sentencepiece(vocab_file):
+        vocab.read_tokens(vocab_file)  # checked: one clear line if it is no ELECTRA model
+        with open(vocab_file, "rb") as f:
+            return keras_hub.tokenizers.SentencePieceTokenizer(proto=f.read())
+    return keras_hub.models.ElectraTokenizer(vocabulary=vocab_file, lowercase=do_lower_case)
+
+
 def save_keras_hub_preset(model, config: ElectraConfig, out_dir: str, vocab_file: str | None,
                           do_lower_case: bool = True) -> dict:
     """Writes the preset of `model`'s discriminator (an `ElectraPretrainer` or an encoder); returns the note."""
@@ -109,7 +130,7 @@ def save_keras_hub_preset(model, config: ElectraConfig, out_dir: str, vocab_file
     backbone = to_keras_hub_backbone(encoder, config)
     backbone.save_to_preset(out_dir)
     if vocab_file:
-        keras_hub.models.ElectraTokenizer(vocabulary=vocab_file, lowercase=do_lower_case).save_to_preset(out_dir)
+        keras_hub_tokenizer(vocab_file, do_lower_case).save_to_preset(out_dir)
     else:
         logging.warning("keras-hub preset %s written without a tokenizer (no vocabulary given)", out_dir)
     note = deviation_note(config, keras_hub_deviation(encoder, backbone, config))

@@ -3,16 +3,20 @@
 An export directory holds:
 
 * `electra_config.json`: the `ElectraConfig` (under "config"), which encoder is
-  fine-tuned (`finetuning_role`), the special token ids and the training step;
+  fine-tuned (`finetuning_role`), the special token ids, the training step and
+  `tokenizer_sha256` (of the tokenizer file, when there is one);
 * `discriminator.weights.h5`: the encoder to fine-tune (the discriminator, or
   the MLM encoder of an `objective="mlm"` run), loadable into
   `ElectraEncoder.from_config_object(config, role)`;
 * `discriminator.keras`: the same encoder as a self-contained Keras model;
 * `pretrainer.weights.h5`: generator + discriminator + heads (embeddings once);
-* `keras_hub/`: a keras-hub `ElectraBackbone` + `ElectraTokenizer` preset
+* `keras_hub/`: a keras-hub `ElectraBackbone` + tokenizer preset
   (`electra_tf.convert.keras_hub_preset`, which records where keras-hub's tanh
   GELU makes it compute something else);
-* `vocab.txt`: the vocabulary, when known.
+* the tokenizer, when known, under `tokenizers.export_name`: `vocab.txt`
+  (WordPiece) or `sentencepiece.model`.  `export_vocab` returns it after
+  checking its SHA-256 against the recorded one (exports written before
+  2026-11 record none and load as they are).
 
 The directory is written under a temporary name and renamed into place.
 `save_ours` writes it, `load_ours` rebuilds the whole pre-trainer,
@@ -43,10 +47,12 @@ from electra_tf.config import BEHAVIOUR_FIELDS, SHAPE_FIELDS, ElectraConfig, fla
 from electra_tf.convert import keras_hub_preset, keras_model
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.text import tokenizers
 
 CONFIG_FILE = "electra_config.json"
 ENCODER_WEIGHTS = "discriminator.weights.h5"
 PRETRAINER_WEIGHTS = "pretrainer.weights.h5"
+TOKENIZER_SHA256 = "tokenizer_sha256"  # key in CONFIG_FILE: the SHA-256 of the exported tokenizer file
 
 
 def is_export_dir(path: str) -> bool:
@@ -75,6 +81,8 @@ def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: 
     try:
         meta = {"config": config.to_dict(), "finetuning_role": pretrainer.finetuning_role,
                 "special_token_ids": pretrainer.special_token_ids, "step": step}
+        if vocab_file:
+            meta[TOKENIZER_SHA256] = tokenizers.tokenizer_sha256(vocab_file)
         with open(os.path.join(staging, CONFIG_FILE), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
         encoder.save_weights(os.path.join(staging, ENCODER_WEIGHTS))
@@ -83,7 +91,7 @@ def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: 
         if keras_hub:
             keras_hub_preset.save_keras_hub_preset(encoder, config, os.path.join(staging, "keras_hub"), vocab_file)
         if vocab_file:
-            shutil.copyfile(vocab_file, os.path.join(staging, "vocab.txt"))
+            shutil.copyfile(vocab_file, os.path.join(staging, tokenizers.export_name(vocab_file)))
         _replace_dir(staging, export_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -104,8 +112,28 @@ def _replace_dir(staging: str, target: str):
 
 
 def export_vocab(path: str) -> str | None:
-    vocab = os.path.join(path, "vocab.txt")
-    return vocab if os.path.isfile(vocab) else None
+    """The export's tokenizer file (vocab.txt or sentencepiece.model), checked against its recorded SHA-256."""
+    found = [os.path.join(path, name) for name in tokenizers.EXPORT_NAMES
+             if os.path.isfile(os.path.join(path, name))]
+    if len(found) > 1:
+        raise ConversionError(f"{path} holds two tokenizer files ({', '.join(map(os.path.basename, found))}); "
+                              "an export holds the one it was trained with: remove the other")
+    if not found:
+        return None
+    check_tokenizer_sha256(path, found[0])
+    return found[0]
+
+
+def check_tokenizer_sha256(export_dir: str, tokenizer_file: str) -> None:
+    """ConversionError (one line) if `tokenizer_file`'s SHA-256 is not the one the export recorded."""
+    recorded = read_export_metadata(export_dir).get(TOKENIZER_SHA256)
+    if recorded is None:  # exported before the digest was recorded
+        return
+    actual = tokenizers.tokenizer_sha256(tokenizer_file)
+    if actual != recorded:
+        raise ConversionError(f"{tokenizer_file}: sha256 {actual} differs from {recorded}, recorded in "
+                              f"{os.path.join(export_dir, CONFIG_FILE)} at export: the tokenizer file was "
+                              "replaced; restore the exported one")
 
 
 def _check_export_dir(path: str) -> None:

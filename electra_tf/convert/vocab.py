@@ -1,4 +1,8 @@
-"""Finding and checking the WordPiece vocabulary that goes with a checkpoint.
+"""Finding and checking the vocabulary that goes with a checkpoint: a WordPiece vocab.txt or a SentencePiece model.
+
+`read_tokens` gives the tokens in id order of either kind (a SentencePiece
+model's pieces through `tokenizers.validate_tokenizer_file`), so sizes and
+special ids are checked the same way for both.
 
 Example:
 
@@ -19,18 +23,25 @@ import tempfile
 from absl import logging
 
 from electra_tf.convert.errors import ConversionError
+from electra_tf.text import tokenizers
 from electra_tf.text.manifest import SPECIAL_TOKENS  # the one table of special tokens (data contract)
 
-VOCAB_NAMES = ("vocab.txt",)
+VOCAB_NAMES = tokenizers.EXPORT_NAMES  # vocab.txt, sentencepiece.model
 
 
 def read_tokens(path: str) -> list:
+    """The tokens in id order: a vocab.txt's lines, or a SentencePiece model's pieces (checked)."""
+    if tokenizers.is_sentencepiece(path):
+        try:
+            return tokenizers.validate_tokenizer_file(path)
+        except ValueError as e:
+            raise ConversionError(str(e)) from None
     with open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 
 
 def find_vocab(vocab_file: str | None, search_dirs, vocab_size: int | None = None) -> str:
-    """`vocab_file`, else the first `vocab.txt` in `search_dirs`; checks its size against the checkpoint."""
+    """`vocab_file`, else the first vocab.txt / sentencepiece.model in `search_dirs`; checks its size."""
     if vocab_file:
         if not os.path.isfile(vocab_file):
             raise ConversionError(f"--vocab_file {vocab_file!r} does not exist")
