@@ -30,7 +30,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import GraphTokenizer, char_offsets, python_whitespace, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, write_archive
 
 INPUT_NAMES = ("text",)
 SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model
@@ -104,7 +104,7 @@ class TaggingServer(tf.Module):
             raise ValueError(f"tagging segment id {segment_id!r} is not 0 or 1")
         self.segment_id = int(segment_id)
         self.model = model
-        self.tokenizer = GraphTokenizer(tokenizer)
+        self.tokenizer = graph_tokenizer(tokenizer)
         self.scheme, self.chunked = scheme, scheme != "none"
         self.max_seq_length, self.budget = max_seq_length, max_seq_length - 2  # [CLS] words [SEP]
         self.labels = tf.constant(list(labels), tf.string)

@@ -1,7 +1,7 @@
 """SQuAD features: `[CLS] question [SEP] doc-window [SEP]` windows `doc_stride` tokens apart.
 
-Every word is WordPiece-tokenised on its own (all words in one batched call) so token ↔ word maps are exact;
-the answer span is refined as the official `_improve_answer_span`; windows without the answer (and 2.0
+Every word is tokenised on its own (WordPiece or SentencePiece; all words in one batched call) so token ↔ word maps
+are exact; the answer span is refined as the official `_improve_answer_span`; windows without the answer (and 2.0
 unanswerable questions) point at position 0.
 """
 
@@ -45,7 +45,8 @@ def _tokenize_in_chunks(tokenizer, texts, chunk=20000):
 
 
 def _tokenize_paragraphs(tokenizer, examples):
-    """Per paragraph (by identity of its word list): token ids and index maps."""
+    """Per paragraph (by identity of its word list): token ids and index maps (token → word, word → its first
+    token, token → its place among its word's pieces)."""
     paragraphs, words = {}, []
     for example in examples:
         key = id(example.doc_tokens)
@@ -55,13 +56,14 @@ def _tokenize_paragraphs(tokenizer, examples):
     word_ids = _tokenize_in_chunks(tokenizer, words)
     result = {}
     for key, (offset, doc_tokens) in paragraphs.items():
-        tok_to_orig, orig_to_tok, all_ids = [], [], []
+        tok_to_orig, orig_to_tok, all_ids, tok_in_word = [], [], [], []
         for i in range(len(doc_tokens)):
             orig_to_tok.append(len(all_ids))
             pieces = word_ids[offset + i]
             tok_to_orig.extend([i] * len(pieces))
+            tok_in_word.extend(range(len(pieces)))
             all_ids.extend(pieces)
-        result[key] = (tok_to_orig, orig_to_tok, all_ids)
+        result[key] = (tok_to_orig, orig_to_tok, all_ids, tok_in_word)
     return result
 
 
@@ -71,7 +73,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
     """Features (dict of int32 arrays) and one metadata dict per feature.
 
     Metadata: `example_index`, `tokens` (ids), `token_to_orig` (int array,
-    -1 outside the document), `max_context` (bool array), and `span_start` /
+    -1 outside the document), `tok_in_word` (each document token's index
+    among its word's pieces, -1 outside: SentencePiece decoding maps pieces
+    to characters with it), `max_context` (bool array), and `span_start` /
     `doc_offset` (the window's first document token and its position).
     """
     paragraphs = _tokenize_paragraphs(tokenizer, examples)
@@ -82,7 +86,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
     meta = []
     cls, sep, pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
     for example_index, example in enumerate(examples):
-        tok_to_orig, orig_to_tok, all_ids = paragraphs[id(example.doc_tokens)]
+        tok_to_orig, orig_to_tok, all_ids, tok_in_word = paragraphs[id(example.doc_tokens)]
         query = queries[example_index][:max_query_length]
         tok_start = tok_end = None
         if is_training and not example.is_impossible:
@@ -108,9 +112,11 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
             doc_offset = len(query) + 2
             segment = [0] * doc_offset + [1] * (span_length + 1)
             token_to_orig = np.full(len(tokens), -1, np.int32)
+            piece_in_word = np.full(len(tokens), -1, np.int32)
             max_context = np.zeros(len(tokens), bool)
             for i in range(span_length):
                 token_to_orig[doc_offset + i] = tok_to_orig[span_start + i]
+                piece_in_word[doc_offset + i] = tok_in_word[span_start + i]
                 max_context[doc_offset + i] = check_is_max_context(doc_spans, span_index, span_start + i)
             padding = max_seq_length - len(tokens)
             cols["input_ids"].append(tokens + [pad] * padding)
@@ -124,7 +130,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
                 cols["end_positions"].append(end)
                 cols["is_impossible"].append(int(example.is_impossible))
             meta.append({"example_index": example_index, "tokens": tokens, "token_to_orig": token_to_orig,
-                         "max_context": max_context, "span_start": span_start, "doc_offset": doc_offset})
+                         "tok_in_word": piece_in_word, "max_context": max_context, "span_start": span_start,
+                         "doc_offset": doc_offset})
     features = {k: np.asarray(v, np.int32).reshape(len(v), -1) if k in ("input_ids", "input_mask", "segment_ids")
                 else np.asarray(v, np.int32) for k, v in cols.items()}
     if not meta:
