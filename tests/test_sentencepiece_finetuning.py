@@ -301,7 +301,7 @@ def test_detect_scores_and_shows_sentencepiece_pieces(tmp_path, sp_model, sp_tok
 # ---- real text -----------------------------------------------------------------------------------
 
 @pytest.mark.data
-@pytest.mark.slow  # builds an 8000-piece model from Wikipedia: ~30 s
+@pytest.mark.slow  # builds an 8000-piece model from Wikipedia: ~25 s on 2 cores
 def test_in_graph_ids_equal_python_ids_on_sst2_dev_and_chinese_text(shared_data, tmp_path):
     from data_prep.build_vocab import build_sentencepiece
     from electra_tf.serving.classifier import ClassifierServer

@@ -3,7 +3,7 @@
 `export_tagging(model, tokenizer, labels, scheme, max_seq_length, path, segment_id=...)` writes a SavedModel whose
 `serving_default` signature takes `text` (a string batch). Each text is split into words as Python's
 `str.split()` splits it (what a CoNLL line's word column holds), and every word gets a tag, as
-`run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): WordPiece per
+`run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): pieces per
 word (`[UNK]` for a word without pieces), the label read at its first piece, sentences longer than
 `max_seq_length - 2` pieces split into windows of whole words, every real token fed the segment id the
 model was trained with (`--tagging_segment_id`), BIOES labels decoded back into the training files'
@@ -118,7 +118,7 @@ class TaggingServer(tf.Module):
 
     # ---- features -------------------------------------------------------------------------------
     def _pieces(self, words):
-        """Per word (flat), its WordPiece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
+        """Per word (flat), its piece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
         pieces = tf.cast(self.tokenizer(words), tf.int32)
         count = tf.minimum(tf.maximum(pieces.row_lengths(), 1), self.budget)
         unk = tf.RaggedTensor.from_tensor(tf.fill([tf.size(words), 1], self.unk_id))
