@@ -81,9 +81,9 @@ def load_detector(init_checkpoint: str, vocab_file: str | None = None, generator
             if generator_checkpoint:
                 raise UsageError("--generator_checkpoint", "only for Hugging Face checkpoints; an export "
                                  "directory already holds its generator")
-            config, pretrainer, found_vocab = api.load_any(init_checkpoint, source_format="ours")
+            config, pretrainer, _ = api.load_any(init_checkpoint, source_format="ours")
             parts = ("discriminator", "discriminator_head", "generator", "generator_head")
-            vocab_path = vocab_file or found_vocab
+            vocab_path = vocab_file or api.checkpoint_vocab(init_checkpoint)  # vocab.txt or sentencepiece.model
             if not vocab_path:
                 raise UsageError("--vocab_file", f"{init_checkpoint} has no tokenizer file (vocab.txt or "
                                  "sentencepiece.model); pass --vocab_file")
