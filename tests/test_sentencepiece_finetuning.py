@@ -115,8 +115,11 @@ def test_in_graph_ids_equal_the_python_features_for_single_texts_and_pairs(sp_to
 
 # ---- SQuAD ---------------------------------------------------------------------------------------
 
-SQUAD_CONTEXT = "Zoë's café, «Le Zinc», opened in 1921 in Zürich (Suisse); it served 200 cups a day."
-SQUAD_ANSWERS = {"q1": "café", "q2": "1921", "q3": "Zoë's", "q4": "Zürich", "q5": "200 cups", "q6": "Zinc»,"}
+SQUAD_CONTEXT = "Zoë's café, «Le Zinc», opened in 1921 in Zürich (Suisse); a cup cost ($5) and it served 200 cups."
+# Whole words, words with punctuation cut off, and answers that begin inside a whitespace word ("Le Zinc" in
+# "«Le Zinc»,", "Suisse" in "(Suisse);", "$5" in "($5)").
+SQUAD_ANSWERS = {"q1": "café", "q2": "1921", "q3": "Zoë's", "q4": "Zürich", "q5": "200 cups", "q6": "Zinc»,",
+                 "q7": "Le Zinc", "q8": "Suisse", "q9": "$5", "q10": "Zoë"}
 
 
 def _squad_examples():
@@ -133,7 +136,8 @@ def _squad_examples():
 
 def test_squad_answer_spans_map_back_to_the_exact_original_text(sp_tokenizer):
     """Accents, punctuation glued to words and byte-fallback characters: the answer's pieces (found by the training
-    features) decode to the answer's exact characters, not the normalised or lower-cased pieces."""
+    features from the answer's characters) decode to the answer's exact characters, not the normalised or
+    lower-cased pieces nor whole words."""
     from electra_tf.finetuning.squad.decoding import decode_predictions
     from electra_tf.finetuning.squad.features import convert_examples_to_features
 
@@ -151,7 +155,7 @@ def test_squad_answer_spans_map_back_to_the_exact_original_text(sp_tokenizer):
 def test_squad_pieces_tile_their_words(sp_tokenizer):
     """Each piece's characters, piece after piece, rebuild its word exactly (what decoding slices); the ids the
     offsets come from are the ids the model saw."""
-    from electra_tf.finetuning.squad.decoding import sentencepiece_char_spans
+    from electra_tf.finetuning.squad.features import sentencepiece_char_spans
 
     words = SQUAD_CONTEXT.split() + ["☃", "ﬁne", "我爱中国。", "(Hello)"]
     spans = sentencepiece_char_spans(sp_tokenizer.model_proto, words)

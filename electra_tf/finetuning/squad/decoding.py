@@ -19,10 +19,10 @@ Example:
 from __future__ import annotations
 
 import collections
-import functools
 
 import numpy as np
 
+from electra_tf.finetuning.squad.features import sentencepiece_char_spans
 from electra_tf.options import SquadOptions
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -114,20 +114,6 @@ def feature_null_score(outputs, feature_index: int) -> float:
         return float(outputs["answerable_logit"][feature_index])
     end = float(outputs["end_logits"][feature_index][0]) if "end_logits" in outputs else 0.0
     return float(outputs["start_logits"][feature_index][0]) + end
-
-
-@functools.lru_cache(maxsize=4)
-def _sentencepiece_processor(model_proto: bytes):
-    import sentencepiece as spm
-    return spm.SentencePieceProcessor(model_proto=model_proto)
-
-
-def sentencepiece_char_spans(model_proto: bytes, words) -> list[list[tuple[int, int]]]:
-    """Per word, its pieces' `(begin, end)` characters in the word as the SentencePiece model `model_proto`
-    tokenises the word on its own (what SQuAD features do). A piece with no characters of its own (the lone
-    `▁`, the leading bytes of a byte-fallback character) has `begin == end`."""
-    encoded = _sentencepiece_processor(model_proto).encode(list(words), out_type="immutable_proto")
-    return [[(piece.begin, piece.end) for piece in word.pieces] for word in encoded]
 
 
 def _sentencepiece_final_text(example, m, start, end, tokenizer) -> str:
