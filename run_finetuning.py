@@ -73,8 +73,10 @@ flags.DEFINE_enum("model_size", None, list(MODEL_SIZES), "Defaults of electra_tf
                     "(default: the --init_checkpoint's size, else small). The architecture of a "
                     "checkpoint always wins.")
 flags.DEFINE_string("hparams", None, "JSON object or JSON file of get_config overrides.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab (defaults to the checkpoint's vocab.txt).")
-flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and strip accents) before WordPiece.")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or SentencePiece .model (defaults to the "
+                    "checkpoint's tokenizer).")
+flags.DEFINE_boolean("do_lower_case", True, "Lower-case (and strip accents) before WordPiece (a SentencePiece "
+                     "model normalises as it was built).")
 flags.DEFINE_float("learning_rate", None, "Peak learning rate (config: finetune_learning_rate).")
 flags.DEFINE_integer("train_batch_size", None, "Global batch size (config: finetune_batch_size).")
 flags.DEFINE_integer("eval_batch_size", None, "Prediction batch size (default: the train batch size).")

@@ -22,12 +22,14 @@ from `--seed`. Tokens that really changed are marked, with the original shown.
 (`electra_config.json` + `pretrainer.weights.h5`), a Hugging Face folder
 (`discriminator/` + `generator/`, or a discriminator folder with
 `--generator_checkpoint`), or an official TF1 checkpoint (`model.ckpt-N`). The
-vocabulary is `--vocab_file`, else the `vocab.txt` the checkpoint carries;
-lower-casing follows a Hugging Face `tokenizer_config.json` when there is one,
-else `--[no]do_lower_case` (default: lower-case). Wordpieces are shown as the
-model scores them, `##` continuation marks included (the HTML page draws a
-continuation piece attached to its word, each piece with its own shade and
-tooltip); [CLS]/[SEP] are scored but not shown. Bad input exits with status 2 and a one-line error naming the
+vocabulary is `--vocab_file`, else the tokenizer the checkpoint carries: a WordPiece
+`vocab.txt` or a SentencePiece model (`electra_tf.text.tokenizers.load_tokenizer` picks by the
+file); WordPiece lower-casing follows a Hugging Face `tokenizer_config.json` when there is one,
+else `--[no]do_lower_case` (default: lower-case), a SentencePiece model normalises as it was
+built. Pieces are shown as the model scores them, their marks included (`##` before a WordPiece
+continuation, `▁` before a SentencePiece word start; the HTML page draws a piece inside a word
+attached to it without its mark, each piece with its own shade and tooltip); [CLS]/[SEP] are
+scored but not shown. Bad input exits with status 2 and a one-line error naming the
 flag.
 
 Modules: `scoring` (`TokenScores`, `score_texts`), `rendering` (terminal and HTML), `loading`

@@ -20,10 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--init_checkpoint", help="export directory, Hugging Face folder or TF1 checkpoint")
     parser.add_argument("--generator_checkpoint", help="Hugging Face generator folder, if not beside the "
                         "discriminator (for --corrupt)")
-    parser.add_argument("--vocab_file", help="vocab.txt (default: the checkpoint's)")
+    parser.add_argument("--vocab_file", help="vocab.txt or SentencePiece .model (default: the checkpoint's)")
     parser.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=None,
-                        help="lower-case and strip accents (default: the checkpoint's tokenizer_config.json, "
-                        "else yes)")
+                        help="lower-case and strip accents, WordPiece only (default: the checkpoint's "
+                        "tokenizer_config.json, else yes; a SentencePiece model normalises as it was built)")
     parser.add_argument("--input_file", help="file with one text per line (blank lines skipped); '-' = stdin")
     parser.add_argument("--max_seq_length", type=int, default=128,
                         help="wordpieces per sequence incl. [CLS]/[SEP] (capped by max_position_embeddings)")

@@ -64,7 +64,7 @@ def load_detector(init_checkpoint: str, vocab_file: str | None = None, generator
         raise UsageError("--vocab_file", f"{vocab_file} does not exist")
     if generator_checkpoint and not os.path.isdir(generator_checkpoint):
         raise UsageError("--generator_checkpoint", f"{generator_checkpoint} is not a directory")
-    from electra_tf.text.tokenization import WordPieceTokenizer  # after the cheap checks: these import TensorFlow
+    from electra_tf.text.tokenizers import load_tokenizer  # after the cheap checks: these import TensorFlow
     from electra_tf.convert import ConversionError, api, foreign
     from electra_tf.convert import vocab as vocab_lib
 
@@ -81,11 +81,12 @@ def load_detector(init_checkpoint: str, vocab_file: str | None = None, generator
             if generator_checkpoint:
                 raise UsageError("--generator_checkpoint", "only for Hugging Face checkpoints; an export "
                                  "directory already holds its generator")
-            config, pretrainer, found_vocab = api.load_any(init_checkpoint, source_format="ours")
+            config, pretrainer, _ = api.load_any(init_checkpoint, source_format="ours")
             parts = ("discriminator", "discriminator_head", "generator", "generator_head")
-            vocab_path = vocab_file or found_vocab
+            vocab_path = vocab_file or api.checkpoint_vocab(init_checkpoint)  # vocab.txt or sentencepiece.model
             if not vocab_path:
-                raise UsageError("--vocab_file", f"{init_checkpoint} has no vocab.txt; pass --vocab_file")
+                raise UsageError("--vocab_file", f"{init_checkpoint} has no tokenizer file (vocab.txt or "
+                                 "sentencepiece.model); pass --vocab_file")
         else:
             opened = api.open_foreign(init_checkpoint, fmt, generator_checkpoint)
             try:
@@ -102,7 +103,7 @@ def load_detector(init_checkpoint: str, vocab_file: str | None = None, generator
     if do_lower_case is None:
         do_lower_case = _lower_case_from(init_checkpoint)
     try:
-        tokenizer = WordPieceTokenizer(vocab_path, do_lower_case=True if do_lower_case is None else do_lower_case)
+        tokenizer = load_tokenizer(vocab_path, do_lower_case=True if do_lower_case is None else do_lower_case)
     except ValueError as e:
         raise UsageError("--vocab_file", _first_line(e)) from None
     if tokenizer.vocab_size != config.vocab_size:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from electra_tf.detect.scoring import TokenScores
+from electra_tf.detect.scoring import TokenScores, is_wordpiece_continuation
+from electra_tf.text.sentencepiece_tokenizer import WORD_START
 
 
 # White → red in the xterm 256-colour cube: (5,5,5), (5,4,4), ..., (5,0,0).
@@ -93,18 +94,29 @@ h1 { font-size: 1.3rem; } .meta { color: #555; font-size: .9rem; }
 """
 
 
+def shown_piece(token: str, word_start: bool) -> str:
+    """The piece without its tokenizer's word mark: `▁` before a SentencePiece word start, `##` before a
+    WordPiece continuation."""
+    if word_start and token.startswith(WORD_START) and len(token) > 1:
+        return token[1:]
+    if not word_start and is_wordpiece_continuation(token):
+        return token[2:]
+    return token
+
+
 def _html_tokens(scores: TokenScores) -> str:
     originals = scores.originals or [None] * len(scores.tokens)
+    starts = scores.word_starts or [not is_wordpiece_continuation(t) for t in scores.tokens]
     out = []
-    for token, prob, original in zip(scores.tokens, scores.probs, originals):
-        piece = token.startswith("##") and len(token) > 2
+    for token, prob, original, word_start in zip(scores.tokens, scores.probs, originals, starts):
+        piece = not word_start
         classes = "tok" + (" piece" if piece else "") + (" replaced" if original is not None else "")
         title = f"p(replaced) = {prob:.3f}  ({token})"
         if original is not None:
             title += f"; replaced by the generator, original: {original}"
         r, g, b = shade_rgb(prob)
         span = (f'<span class="{classes}" style="background:rgb({r},{g},{b})" title="{html.escape(title)}">'
-                f"{html.escape(token[2:] if piece else token)}</span>")
+                f"{html.escape(shown_piece(token, word_start))}</span>")
         if original is not None:
             span += f'<s class="orig" title="original token">{html.escape(original)}</s>'
         out.append(span if piece or not out else " " + span)
@@ -115,7 +127,8 @@ def render_html(results: Sequence[TokenScores], title: str = "ELECTRA replaced-t
                 source: str | None = None) -> str:
     """A self-contained HTML page: every wordpiece on its p(replaced) shade, the value in its tooltip.
 
-    Continuation pieces (`##x`) are drawn attached to the piece before them; with
+    Pieces inside a word (WordPiece `##x`, SentencePiece pieces without `▁`) are drawn attached to the piece
+    before them, without their marks; with
     corruption, replaced tokens are outlined and followed by the struck-out original.
     """
     legend = "".join(f'<span style="background:rgb({",".join(map(str, shade_rgb(p / 5)))})">{p / 5:.1f}</span>'

@@ -10,6 +10,8 @@ import dataclasses
 import math
 from typing import Sequence
 
+from electra_tf.text.tokenizers import is_sentencepiece
+
 
 @dataclasses.dataclass
 class TokenScores:
@@ -19,7 +21,8 @@ class TokenScores:
     `--corrupt` the corrupted ones); `probs`: p(replaced) of each; `originals`:
     `None` when nothing was corrupted, else per token the original wordpiece
     where the generator changed it and `None` where the token is the original.
-    `truncated`: wordpieces dropped to fit the sequence length.
+    `truncated`: wordpieces dropped to fit the sequence length. `word_starts`: per
+    token, whether it begins a word (`word_starts()`; None: read from the `##` marks).
     """
 
     text: str
@@ -27,6 +30,7 @@ class TokenScores:
     probs: list
     originals: list | None = None
     truncated: int = 0
+    word_starts: list | None = None
 
     @property
     def corrupted(self) -> bool:
@@ -44,6 +48,19 @@ class TokenScores:
         if self.truncated:
             notes.append(f"{self.truncated} wordpieces truncated")
         return f"  ({'; '.join(notes)})" if notes else ""
+
+
+def is_wordpiece_continuation(token: str) -> bool:
+    """`##x`: a WordPiece piece that continues the word before it."""
+    return token.startswith("##") and len(token) > 2
+
+
+def word_starts(tokenizer, ids) -> list:
+    """Per id, whether its piece begins a word: the one place that reads a tokenizer kind's marks (SentencePiece
+    marks a word's first piece with `▁`, `is_word_start`; WordPiece marks the others with `##`)."""
+    if is_sentencepiece(tokenizer.vocab_file):
+        return [tokenizer.is_word_start(i) for i in ids]
+    return [not is_wordpiece_continuation(token) for token in tokenizer.convert_ids_to_tokens(ids)]
 
 
 def _encode(tokenizer, texts: Sequence[str], max_seq_length: int):
@@ -83,7 +100,7 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
     """A `TokenScores` per text: the discriminator's p(replaced) for every wordpiece.
 
     `pretrainer` is an `ElectraPretrainer` (discriminator + head; with `corrupt`
-    the generator too), `tokenizer` an `electra_tf.text.tokenization.WordPieceTokenizer`
+    the generator too), `tokenizer` one of `electra_tf.text.tokenizers.load_tokenizer`
     over the same vocabulary. With `corrupt`, text i is corrupted with the
     stateless seeds of example i at step 0 of run `seed`, so a text's corruption
     does not depend on the batch it is in. `mask_prob`/`temperature` default to
@@ -136,5 +153,5 @@ def score_texts(pretrainer, tokenizer, texts: Sequence[str], corrupt: bool = Fal
             results.append(TokenScores(
                 text=texts[start + i], tokens=tokenizer.convert_ids_to_tokens(seen[i, inner]),
                 probs=[round(float(p), 6) for p in probs[i, inner]], originals=originals,
-                truncated=dropped[start + i]))
+                truncated=dropped[start + i], word_starts=word_starts(tokenizer, seen[i, inner])))
     return results

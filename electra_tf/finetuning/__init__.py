@@ -7,7 +7,7 @@ Modules:
 * `glue`: the GLUE task table and `GlueTask`; `tfds_input`: GLUE from TFDS;
 * `text_classification`: `TextClassificationTask` over any tsv/csv;
 * `squad`: SQuAD features, decoding, scoring and `SquadTask`;
-* `tagging`: `TaggingTask` (`ner`, `chunk`, `tagging`): first-WordPiece labels, windows, BIOES;
+* `tagging`: `TaggingTask` (`ner`, `chunk`, `tagging`): first-piece labels, windows, BIOES;
 * `registry`: `get_task` / `register_task` by name; `tasks`: all of their public names;
 * `encoding` (`[CLS] a [SEP] b [SEP]` features), `readers` (tsv/csv rows, columns);
 * `metrics` (GLUE metrics, official SQuAD EM/F1), `heads` (task heads + losses),

@@ -3,7 +3,8 @@
 * the config: the model size's defaults (the checkpoint's size unless one is
   named), `hparams`, then the fine-tuning overrides; a checkpoint's
   architecture always wins (`build_config`);
-* the tokenizer, checked against the checkpoint's vocabulary (`make_tokenizer`);
+* the tokenizer (`tokenizers.load_tokenizer`: a WordPiece `vocab.txt` or a SentencePiece `.model`), checked
+  against the checkpoint's (`make_tokenizer`, `check_vocab_matches_checkpoint`);
 * the encoder factory: fresh, or a new copy of the pre-trained weights per seed;
 * the sequence length (`resolve_max_seq_length`) and the features (`load_data`).
 
@@ -24,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Optional
 
@@ -34,7 +36,8 @@ from electra_tf.finetuning.errors import UsageError
 from electra_tf.finetuning.model import new_encoder_fn
 from electra_tf.finetuning.task import Task
 from electra_tf.options import RunOptions
-from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
+from electra_tf.text.tokenization import read_vocab
+from electra_tf.text.tokenizers import is_sentencepiece, load_tokenizer, tokenizer_sha256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,30 +147,72 @@ def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = N
     return build
 
 
-def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows):
-    """`vocab_file` must be the checkpoint's vocabulary: other ids would index the wrong embeddings."""
+def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
+    """The `tokenizer_sha256` an export of ours records in its config JSON, or None (other formats, older exports)."""
+    if not init_checkpoint:
+        return None
+    from electra_tf.convert.ours import CONFIG_FILE
+
+    path = os.path.join(init_checkpoint, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    return recorded.get("tokenizer_sha256") if isinstance(recorded, dict) else None
+
+
+def _first_differing_line(vocab_file, checkpoint_vocab):
+    """Two WordPiece vocabs: (line number, mine, theirs) of the first token that differs, or None."""
+    mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
+    differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    return None if differs is None else (differs + 1, mine[differs], theirs[differs])
+
+
+def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows,
+                                   recorded_sha256: Optional[str] = None, init_checkpoint: Optional[str] = None):
+    """`vocab_file` must be the checkpoint's tokenizer: other ids would index the wrong embeddings.
+
+    Two WordPiece vocabs are compared token by token (the ids are the lines; the message names the first line
+    that differs, and bytes that change no token, such as a final newline, pass). Otherwise (a SentencePiece
+    model, mixed kinds, or no tokenizer file beside the checkpoint) the `tokenizers.tokenizer_sha256` of
+    `vocab_file` must equal the checkpoint file's and the `recorded_sha256` of its config where it has one: two
+    models of the same size give different ids to the same text.
+    """
     if vocab_size != embedding_rows:
         raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
                          f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
-    if checkpoint_vocab and os.path.abspath(checkpoint_vocab) != os.path.abspath(vocab_file):
-        mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
-        differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    if checkpoint_vocab and not is_sentencepiece(vocab_file) and not is_sentencepiece(checkpoint_vocab):
+        differs = _first_differing_line(vocab_file, checkpoint_vocab)
         if differs is not None:
-            raise UsageError(f"--vocab_file: {vocab_file} line {differs + 1} is {mine[differs]!r} but the vocab of "
-                             f"--init_checkpoint ({checkpoint_vocab}) has {theirs[differs]!r} there")
+            raise UsageError(f"--vocab_file: {vocab_file} line {differs[0]} is {differs[1]!r} but the vocab of "
+                             f"--init_checkpoint ({checkpoint_vocab}) has {differs[2]!r} there")
+        return  # the same tokens in the same order: the same ids, whatever else differs in the bytes
+    expected = [(tokenizer_sha256(checkpoint_vocab), checkpoint_vocab)] if checkpoint_vocab else []
+    if recorded_sha256:
+        expected.append((recorded_sha256, f"the tokenizer_sha256 its config records in {init_checkpoint}"))
+    mine = tokenizer_sha256(vocab_file) if expected else None
+    for sha, where in expected:
+        if sha != mine:
+            raise UsageError(f"--vocab_file: {vocab_file} (sha256 {mine[:12]}) is not --init_checkpoint's tokenizer "
+                             f"({where}, sha256 {sha[:12]}); use the checkpoint's own tokenizer")
 
 
 def make_tokenizer(config, options: ModelOptions, checkpoint_vocab: Optional[str] = None):
-    """The tokenizer and the config with vocab_size matching it."""
+    """The tokenizer (`tokenizers.load_tokenizer`: WordPiece or SentencePiece by the file) and the config with
+    vocab_size matching it."""
     vocab_file = options.vocab_file or checkpoint_vocab
     if not vocab_file:
-        raise UsageError("--vocab_file is required" +
-                         (" (no vocab.txt in --init_checkpoint)" if options.init_checkpoint else ""))
+        raise UsageError("--vocab_file is required" + (" (no tokenizer file, vocab.txt or sentencepiece.model, in "
+                                                       "--init_checkpoint)" if options.init_checkpoint else ""))
     if not os.path.isfile(vocab_file):
         raise UsageError(f"--vocab_file: {vocab_file} does not exist")
-    tokenizer = WordPieceTokenizer(vocab_file, do_lower_case=options.do_lower_case)
+    try:
+        tokenizer = load_tokenizer(vocab_file, do_lower_case=options.do_lower_case)
+    except ValueError as e:  # a bad vocab or model: the tokenizer's line names the file
+        raise UsageError(f"--vocab_file: {e}") from None
     if options.init_checkpoint:
-        check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, tokenizer.vocab_size, config.vocab_size)
+        check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, tokenizer.vocab_size, config.vocab_size,
+                                       recorded_tokenizer_sha256(options.init_checkpoint), options.init_checkpoint)
     elif tokenizer.vocab_size != config.vocab_size:
         logging.warning("*** vocab_size %d of model size %r replaced by %d, the size of %s ***",
                         config.vocab_size, config.model_size, tokenizer.vocab_size, vocab_file)

@@ -2,7 +2,7 @@
 
 Follows the official ELECTRA `finetune/tagging/tagging_tasks.py`:
 
-* every word is WordPiece-tokenised on its own (one batched call for all
+* every word is tokenised on its own, WordPiece or SentencePiece (one batched call for all
   words); its label goes on its **first** piece, the other pieces carry
   weight 0 and are never scored; predictions are read at the first pieces
   and mapped back to the words (`align_features`, `words_of`);
@@ -120,7 +120,7 @@ def from_bioes(tags: Sequence[str], scheme: str) -> list[str]:
 # ---- features ----------------------------------------------------------------------------------
 
 def word_pieces(tokenizer, sentences) -> list[list[list[int]]]:
-    """Per sentence, per word, its WordPiece ids (one batched call; a word without pieces gets [UNK])."""
+    """Per sentence, per word, its piece ids (one batched call; a word without pieces gets [UNK])."""
     words = [word for sentence_words, _ in sentences for word in sentence_words]
     ids, out, offset = [], [], 0
     for i in range(0, len(words), 20000):

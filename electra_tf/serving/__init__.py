@@ -1,7 +1,7 @@
 """Fine-tuned models as TF SavedModels that take raw text, with everything from tokenisation to decoding in
 the graph (load them with TensorFlow and tensorflow-text only).
 
-* `text`: what every export shares: the in-graph WordPiece tokeniser, whitespace words with their
+* `text`: what every export shares: the in-graph tokeniser (WordPiece or SentencePiece), whitespace words with their
   character offsets, writing the SavedModel atomically;
 * `portable`: the model every export holds: the trained weights in a copy built with TensorFlow's standard
   ops (no XLA) in float32, whatever device and precision trained them;

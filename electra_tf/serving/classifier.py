@@ -8,9 +8,9 @@ sentence-pair tasks), tokenises them in the graph and returns
   for classification;
 * `score` `[batch]` for regression (STS-B).
 
-Tokenisation in the graph is `electra_tf.serving.text.GraphTokenizer`'s (that of
-`WordPieceTokenizer`, with its two documented gaps), pairs truncated longest-first (BERT's
-`_truncate_seq_pair`), `[CLS] a [SEP] b [SEP]` with segment ids.
+Tokenisation in the graph is `electra_tf.serving.text.graph_tokenizer`'s (a SentencePiece model's own
+ids, its proto held in the SavedModel; or WordPiece with its two documented gaps), pairs truncated
+longest-first (BERT's `_truncate_seq_pair`), `[CLS] a [SEP] b [SEP]` with segment ids.
 
 Load and call it anywhere TensorFlow runs, without this package:
 
@@ -29,7 +29,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import GraphTokenizer, write_archive
+from electra_tf.serving.text import graph_tokenizer, write_archive
 
 
 def _keep_first(tokens, lengths):
@@ -58,7 +58,7 @@ class ClassifierServer(tf.Module):
     def __init__(self, model, tokenizer, label_names, max_seq_length: int):
         super().__init__()
         self.model = model
-        self.tokenizer = GraphTokenizer(tokenizer)
+        self.tokenizer = graph_tokenizer(tokenizer)
         self.label_names = tf.constant([str(n) for n in (label_names or [])], tf.string)
         self.regression = not label_names
         self.max_seq_length = max_seq_length

@@ -9,13 +9,15 @@ takes two string batches, `question` and `context`, and returns per question
 * 2.0 only: `best_span` (the answer before the null decision) and `null_odds`.
 
 Everything runs in the graph and reproduces `run_finetuning`'s Python path step by step
-(`electra_tf.finetuning.squad`): whitespace words, WordPiece per word (`serving.text`'s in-graph
+(`electra_tf.finetuning.squad`): whitespace words, pieces per word (`serving.text`'s in-graph
 tokeniser), the question cut to `max_query_length`, `doc_stride` windows with their max-context
 flags, the head's candidate spans (joint beam or independent top-n) with the official filters, the
-best by score (first on ties, as the stable sort), `get_final_text` (BERT's basic tokenisation of
-the span's words, the first occurrence of the WordPiece text, the non-space character alignment)
-and the 2.0 null odds. Only the best answer is decoded: the n-best list and its probabilities stay
-in `nbest_predictions.json`. Gaps are `serving.text`'s (ICU lower-casing, words over 100 characters).
+best by score (first on ties, as the stable sort), the answer text and the 2.0 null odds. The text:
+WordPiece, `get_final_text` (BERT's basic tokenisation of the span's words, the first occurrence of
+the WordPiece text, the non-space character alignment); SentencePiece, the pieces' own character
+offsets in their words (tensorflow-text's `tokenize_with_offsets`). Only the best answer is decoded:
+the n-best list and its probabilities stay in `nbest_predictions.json`. Gaps are `serving.text`'s
+(WordPiece: ICU lower-casing, words over 100 characters).
 Where the Python path finds no valid span it predicts the official nonce "empty"; so does this.
 
 Load it with TensorFlow and tensorflow-text only, or ask it with `python -m electra_tf.ask`.
@@ -32,8 +34,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import GraphTokenizer, char_offsets, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, write_archive
 from electra_tf.text import tokenization
+from electra_tf.text.tokenizers import is_sentencepiece
 
 # SQuAD's `is_whitespace` (examples.whitespace_split), as RE2.
 SQUAD_WHITESPACE = r"[ \t\r\n\x{202f}]+"
@@ -138,21 +141,34 @@ class SquadServer(tf.Module):
                              f"a {settings.max_query_length}-token question; lower --max_query_length")
         self.model = model
         self.settings = settings
-        self.tokenizer = GraphTokenizer(tokenizer)
+        self.tokenizer = graph_tokenizer(tokenizer)
+        # SentencePiece: answers from the pieces' character offsets (`decoding._final_text` decides the same way).
+        self.char_spans = is_sentencepiece(tokenizer.vocab_file)
         self.joiner = _BasicJoiner(settings.do_lower_case)
         self.vocab = tf.constant(tokenizer.vocab, tf.string)  # convert_ids_to_tokens's strings
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
 
     # ---- features -------------------------------------------------------------------------------
     def _documents(self, contexts):
-        """Whitespace words, their first characters, and the document's WordPiece ids and word index."""
+        """Whitespace words, their first characters, the document's piece ids and word index, and (SentencePiece)
+        each piece's `(begin, end)` characters in its word."""
         words, begins, _ = tf_text.regex_split_with_offsets(contexts, SQUAD_WHITESPACE, "")
-        pieces = self.tokenizer(words.flat_values)  # every word on its own, as the Python features
+        flat_words = words.flat_values
+        piece_chars = None
+        if self.char_spans:  # every word on its own, as the Python features
+            pieces, byte_begin, byte_end = self.tokenizer.tokenize_with_offsets(flat_words)
+            piece_chars = [tf.RaggedTensor.from_tensor(char_offsets(flat_words, offsets), lengths=pieces.row_lengths())
+                           .flat_values for offsets in (byte_begin, byte_end)]
+        else:
+            pieces = self.tokenizer(flat_words)
         word_index = tf.repeat(tf.ragged.range(words.row_lengths()).flat_values, pieces.row_lengths())
         doc_lengths = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(pieces.row_lengths(), words.row_lengths()), axis=1)
-        doc_ids = tf.RaggedTensor.from_row_lengths(tf.cast(pieces.flat_values, tf.int32), doc_lengths)
-        tok_to_orig = tf.RaggedTensor.from_row_lengths(tf.cast(word_index, tf.int32), doc_lengths)
-        return words, char_offsets(contexts, begins), doc_ids, tok_to_orig
+        by_document = lambda flat: tf.RaggedTensor.from_row_lengths(flat, doc_lengths)  # noqa: E731
+        doc_ids = by_document(tf.cast(pieces.flat_values, tf.int32))
+        tok_to_orig = by_document(tf.cast(word_index, tf.int32))
+        if piece_chars is not None:
+            piece_chars = [by_document(chars) for chars in piece_chars]
+        return words, char_offsets(contexts, begins), doc_ids, tok_to_orig, piece_chars
 
     def _windows(self, questions, doc_ids, tok_to_orig):
         """The features of every window (rows of all questions, in order) and what decoding needs of them."""
@@ -253,25 +269,47 @@ class SquadServer(tf.Module):
         return {"found": found, "window": chosen // per_window, "start": pick(starts), "end": pick(ends),
                 "start_score": tf.where(found, pick(start_scores), 0.0), "end_score": tf.where(found, pick(end_scores), 0.0)}
 
-    def _span_texts(self, best, windows, words, doc_ids):
-        """The span's WordPiece text (`_final_text`'s tok_text), its words joined by spaces, their range."""
+    def _span_texts(self, best, windows, words, doc_ids, piece_chars):
+        """The span's answer text and its first and last characters in the span's words joined by spaces
+        (`decoding._final_text`), its first word, and which words it covers."""
         w = best["window"]
         orig = tf.gather(windows["token_to_orig"], w)
         first_word = tf.gather(orig, best["start"][:, None], batch_dims=1)[:, 0]
         last_word = tf.gather(orig, best["end"][:, None], batch_dims=1)[:, 0]
         piece_start = tf.cast(tf.gather(windows["start"], w) + best["start"] - tf.gather(windows["offset"], w), tf.int64)
         piece_end = piece_start + tf.cast(best["end"] - best["start"], tf.int64)
-        positions = tf.ragged.range(doc_ids.row_lengths())
-        in_span = (positions >= piece_start[:, None]) & (positions <= piece_end[:, None])
-        tokens = tf.gather(self.vocab, tf.ragged.boolean_mask(doc_ids, in_span))
-        pred = tf.strings.reduce_join(tokens, axis=1, separator=" ")
-        pred = tf.strings.regex_replace(tf.strings.regex_replace(pred, " ##", ""), "##", "")
-        pred = tf.strings.strip(tf.strings.regex_replace(pred, " +", " "))
         first_word, last_word = tf.cast(first_word, tf.int64), tf.cast(last_word, tf.int64)
         word_positions = tf.ragged.range(words.row_lengths())
         in_words = (word_positions >= first_word[:, None]) & (word_positions <= last_word[:, None])
         orig_text = tf.strings.reduce_join(tf.ragged.boolean_mask(words, in_words), axis=1, separator=" ")
-        return pred, orig_text, first_word, in_words
+        if piece_chars is not None:
+            # A question without a span (its result is masked) may name no word (-1): read a padding column.
+            padded_words = tf.pad(words.to_tensor(""), [[0, 0], [0, 1]])
+            last_index = tf.clip_by_value(last_word, 0, tf.cast(tf.shape(padded_words)[1] - 1, tf.int64))
+            last_word_text = tf.gather(padded_words, last_index[:, None], batch_dims=1)[:, 0]
+            text, first, last = self._piece_text(orig_text, last_word_text, piece_chars, piece_start, piece_end)
+        else:
+            positions = tf.ragged.range(doc_ids.row_lengths())
+            in_span = (positions >= piece_start[:, None]) & (positions <= piece_end[:, None])
+            tokens = tf.gather(self.vocab, tf.ragged.boolean_mask(doc_ids, in_span))
+            pred = tf.strings.reduce_join(tokens, axis=1, separator=" ")
+            pred = tf.strings.regex_replace(tf.strings.regex_replace(pred, " ##", ""), "##", "")
+            pred = tf.strings.strip(tf.strings.regex_replace(pred, " +", " "))
+            text, first, last = get_final_text_tf(pred, orig_text, self.joiner)
+        return text, first, last, first_word, in_words
+
+    @staticmethod
+    def _piece_text(orig_text, last_word_text, piece_chars, piece_start, piece_end):
+        """SentencePiece: from the first piece's first character in its word to the last piece's last in its
+        word (`decoding._sentencepiece_final_text`), as (text, first, last) in `orig_text`."""
+        begins, ends = (tf.pad(chars.to_tensor(0), [[0, 0], [0, 1]]) for chars in piece_chars)
+        clip = lambda index: tf.clip_by_value(index, 0, tf.cast(tf.shape(begins)[1] - 1, tf.int64))  # noqa: E731
+        first = tf.gather(begins, clip(piece_start)[:, None], batch_dims=1)[:, 0]
+        last_word_begin = tf.cast(_chars(orig_text) - _chars(last_word_text), tf.int64)
+        last = last_word_begin + tf.gather(ends, clip(piece_end)[:, None], batch_dims=1)[:, 0] - 1
+        length = tf.maximum(last - first + 1, 0)
+        text = tf.strings.substr(orig_text, tf.cast(first, tf.int32), tf.cast(length, tf.int32), unit="UTF8_CHAR")
+        return text, first, last
 
     @staticmethod
     def _context_offset(chars, first_word, in_words, word_lengths, word_chars):
@@ -305,14 +343,13 @@ class SquadServer(tf.Module):
     def answer(self, questions, contexts):
         """The signature's function: question and context string batches → answers."""
         num_questions = tf.size(questions)
-        words, word_chars, doc_ids, tok_to_orig = self._documents(contexts)
+        words, word_chars, doc_ids, tok_to_orig, piece_chars = self._documents(contexts)
         features, windows = self._windows(questions, doc_ids, tok_to_orig)
         outputs = self.model(features, training=False)
         best = self._best_span(outputs, windows, num_questions)
         empty = tf.equal(doc_ids.row_lengths(), 0)  # no document token: the Python path has no window
         found = best["found"] & ~empty
-        pred, orig_text, first_word, in_words = self._span_texts(best, windows, words, doc_ids)
-        text, first, last = get_final_text_tf(pred, orig_text, self.joiner)
+        text, first, last, first_word, in_words = self._span_texts(best, windows, words, doc_ids, piece_chars)
         word_lengths = tf.cast(_chars(words).to_tensor(0), tf.int64)
         in_words = in_words.to_tensor(False)
         start = self._context_offset(first, first_word, in_words, word_lengths, word_chars)

@@ -3,7 +3,7 @@
 `export_tagging(model, tokenizer, labels, scheme, max_seq_length, path, segment_id=...)` writes a SavedModel whose
 `serving_default` signature takes `text` (a string batch). Each text is split into words as Python's
 `str.split()` splits it (what a CoNLL line's word column holds), and every word gets a tag, as
-`run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): WordPiece per
+`run_finetuning` predicts the words of a CoNLL file (`electra_tf.finetuning.tagging`): pieces per
 word (`[UNK]` for a word without pieces), the label read at its first piece, sentences longer than
 `max_seq_length - 2` pieces split into windows of whole words, every real token fed the segment id the
 model was trained with (`--tagging_segment_id`), BIOES labels decoded back into the training files'
@@ -30,7 +30,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import GraphTokenizer, char_offsets, python_whitespace, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, write_archive
 
 INPUT_NAMES = ("text",)
 SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model
@@ -104,7 +104,7 @@ class TaggingServer(tf.Module):
             raise ValueError(f"tagging segment id {segment_id!r} is not 0 or 1")
         self.segment_id = int(segment_id)
         self.model = model
-        self.tokenizer = GraphTokenizer(tokenizer)
+        self.tokenizer = graph_tokenizer(tokenizer)
         self.scheme, self.chunked = scheme, scheme != "none"
         self.max_seq_length, self.budget = max_seq_length, max_seq_length - 2  # [CLS] words [SEP]
         self.labels = tf.constant(list(labels), tf.string)
@@ -118,7 +118,7 @@ class TaggingServer(tf.Module):
 
     # ---- features -------------------------------------------------------------------------------
     def _pieces(self, words):
-        """Per word (flat), its WordPiece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
+        """Per word (flat), its piece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
         pieces = tf.cast(self.tokenizer(words), tf.int32)
         count = tf.minimum(tf.maximum(pieces.row_lengths(), 1), self.budget)
         unk = tf.RaggedTensor.from_tensor(tf.fill([tf.size(words), 1], self.unk_id))

@@ -1,7 +1,15 @@
 """What every serving export shares: the in-graph tokeniser, whitespace words with their offsets, and
 writing the SavedModel.
 
-`GraphTokenizer` matches `electra_tf.text.tokenization.WordPieceTokenizer`: the same normalisation
+`graph_tokenizer(tokenizer)` is the one place that picks the in-graph tokeniser for a run's tokenizer
+(`tokenizers.is_sentencepiece` of its file):
+
+* a SentencePiece model: `SentencePieceGraphTokenizer`, tensorflow-text's `SentencepieceTokenizer` built
+  from the model proto's bytes, which the SavedModel holds (it needs no file once written); the
+  normalisation is the model's own, so its ids are the Python tokenizer's;
+* a WordPiece vocab: `WordPieceGraphTokenizer`.
+
+`WordPieceGraphTokenizer` matches `electra_tf.text.tokenization.WordPieceTokenizer`: the same normalisation
 (lower-casing, deletion of control characters, accent stripping by NFD + removal of combining marks,
 with the same RE2 character classes), then tensorflow-text's `FastWordpieceTokenizer` over the same
 vocabulary. Two deliberate gaps, both rare: lower-casing is ICU's (`tf.strings.lower`) rather than
@@ -21,9 +29,33 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.text import tokenization
+from electra_tf.text.tokenizers import is_sentencepiece
 
 
-class GraphTokenizer(tf.Module):
+def graph_tokenizer(tokenizer) -> tf.Module:
+    """The in-graph tokeniser of `tokenizer` (from `tokenizers.load_tokenizer`): ids of a string batch, ragged."""
+    if is_sentencepiece(tokenizer.vocab_file):
+        return SentencePieceGraphTokenizer(tokenizer)
+    return WordPieceGraphTokenizer(tokenizer)
+
+
+class SentencePieceGraphTokenizer(tf.Module):
+    """`SentencePieceTokenizer` as a TF op holding the model proto (for a SavedModel)."""
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.sentencepiece = tf_text.SentencepieceTokenizer(model=tokenizer.model_proto, out_type=tf.int32,
+                                                            add_bos=False, add_eos=False)
+
+    def __call__(self, texts):
+        return self.sentencepiece.tokenize(texts)
+
+    def tokenize_with_offsets(self, texts):
+        """Ids and each piece's `(begin, end)` bytes in its text, ragged `[batch, pieces]`."""
+        return self.sentencepiece.tokenize_with_offsets(texts)
+
+
+class WordPieceGraphTokenizer(tf.Module):
     """`WordPieceTokenizer`'s normalisation and WordPiece as TF ops (for a SavedModel)."""
 
     def __init__(self, tokenizer: tokenization.WordPieceTokenizer):

@@ -5,7 +5,7 @@ Follows the official ELECTRA `finetune/qa/qa_tasks.py` (features) and
 
 * paragraphs are split on whitespace into "original" words, answers mapped
   from character offsets to words (train examples whose answer text cannot be
-  recovered are skipped and counted), every word is WordPiece-tokenised on its
+  recovered are skipped and counted), every word is tokenised on its
   own so token ↔ word maps are exact (all words go to the tokenizer in one
   batched call), the answer span is refined with `_improve_answer_span`;
 * features are `[CLS] question [SEP] doc-window [SEP]` with the question cut

@@ -1,6 +1,15 @@
 """SQuAD decoding: the head's outputs → n-best answer texts, predictions and 2.0 null odds, as the official
 `write_predictions` (the package docstring tells the rules).
 
+A span of pieces becomes text in one of two ways, by the tokenizer's kind (`_final_text`, the one place):
+
+* WordPiece: BERT's `get_final_text`: the pieces joined without their `##` marks, found in the basic
+  tokenisation of the span's words and projected back onto them by their non-space characters;
+* SentencePiece: the pieces' own character offsets in their word (`sentencepiece_char_spans`, as the ALBERT and
+  XLNet SQuAD code map pieces to characters): from the first piece's first character to the last piece's last,
+  in the span's words joined by single spaces. Normalisation (NFKC, case folding) and byte-fallback pieces need
+  no inverse: the offsets point into the original text.
+
 Example:
 
 >>> get_final_text("steve smith", "Steve Smith's", do_lower_case=True)
@@ -13,7 +22,9 @@ import collections
 
 import numpy as np
 
+from electra_tf.finetuning.squad.features import sentencepiece_char_spans
 from electra_tf.options import SquadOptions
+from electra_tf.text.tokenizers import is_sentencepiece
 
 
 def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool = True) -> str:
@@ -105,8 +116,21 @@ def feature_null_score(outputs, feature_index: int) -> float:
     return float(outputs["start_logits"][feature_index][0]) + end
 
 
+def _sentencepiece_final_text(example, m, start, end, tokenizer) -> str:
+    """The span's text from its pieces' character offsets in their words."""
+    first_word, last_word = int(m["token_to_orig"][start]), int(m["token_to_orig"][end])
+    words = example.doc_tokens[first_word:last_word + 1]
+    first_spans, last_spans = sentencepiece_char_spans(tokenizer.model_proto, [words[0], words[-1]])
+    orig_text = " ".join(words)
+    begin = first_spans[m["tok_in_word"][start]][0]
+    last_word_begin = len(orig_text) - len(words[-1])
+    return orig_text[begin:last_word_begin + last_spans[m["tok_in_word"][end]][1]]
+
+
 def _final_text(example, m, start, end, tokenizer, do_lower_case):
     """The original-text answer of tokens [start, end] of window `m`."""
+    if is_sentencepiece(tokenizer.vocab_file):
+        return _sentencepiece_final_text(example, m, start, end, tokenizer)
     tok_text = " ".join(tokenizer.convert_ids_to_tokens(m["tokens"][start:end + 1]))
     tok_text = " ".join(tok_text.replace(" ##", "").replace("##", "").strip().split())
     orig_text = " ".join(example.doc_tokens[m["token_to_orig"][start]:m["token_to_orig"][end] + 1])

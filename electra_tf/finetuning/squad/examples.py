@@ -7,6 +7,8 @@ Example:
 >>> doc_tokens, offsets = whitespace_split("The  cat sat.")
 >>> doc_tokens, offsets
 (['The', 'cat', 'sat.'], [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
+>>> word_begins(offsets)
+[0, 5, 9]
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class SquadExample:
     start_position: Optional[int] = None  # word index
     end_position: Optional[int] = None
     is_impossible: bool = False
+    # Training answers: the answer's first character in its first word and its end (exclusive) in its last word,
+    # for tokenizers that map pieces to characters (SentencePiece; `features.answer_pieces`).
+    answer_chars: Optional[tuple] = None
 
 
 def is_whitespace(c: str) -> bool:
@@ -51,6 +56,16 @@ def whitespace_split(text: str) -> tuple[list[str], list[int]]:
     return doc_tokens, char_to_word_offset
 
 
+def word_begins(char_to_word: list[int]) -> list[int]:
+    """Each word's first character, from `whitespace_split`'s character → word map (whitespace maps to the word
+    before it, so a word's first character is the first one mapped to it)."""
+    begins = []
+    for i, word in enumerate(char_to_word):
+        if word == len(begins):
+            begins.append(i)
+    return begins
+
+
 def load_squad(path: str, articles: Optional[str] = None) -> list[dict]:
     """The `data` list of a SQuAD json, optionally sliced by article ("start:end")."""
     if not os.path.isfile(path):
@@ -69,6 +84,7 @@ def read_examples(data: Sequence[dict], is_training: bool, v2: bool) -> tuple[li
     for article in data:
         for paragraph in article["paragraphs"]:
             doc_tokens, char_to_word = whitespace_split(paragraph["context"])
+            begins = word_begins(char_to_word)
             for qa in paragraph["qas"]:
                 example = SquadExample(qa["id"], qa["question"], doc_tokens)
                 if is_training:
@@ -89,6 +105,8 @@ def read_examples(data: Sequence[dict], is_training: bool, v2: bool) -> tuple[li
                             continue
                         example.orig_answer_text = text
                         example.start_position, example.end_position = start, end
+                        example.answer_chars = (offset - begins[start],
+                                                min(offset + len(text) - begins[end], len(doc_tokens[end])))
                 examples.append(example)
     if failures:
         logging.warning("SQuAD: skipped %d training question(s) whose answer is not in the context", failures)

@@ -1,17 +1,20 @@
 """SQuAD features: `[CLS] question [SEP] doc-window [SEP]` windows `doc_stride` tokens apart.
 
-Every word is WordPiece-tokenised on its own (all words in one batched call) so token ↔ word maps are exact;
-the answer span is refined as the official `_improve_answer_span`; windows without the answer (and 2.0
-unanswerable questions) point at position 0.
+Every word is tokenised on its own (WordPiece or SentencePiece; all words in one batched call) so token ↔ word maps
+are exact; the answer span is refined as the official `_improve_answer_span` (WordPiece) or found by its pieces'
+characters (SentencePiece, `answer_pieces`); windows without the answer (and 2.0 unanswerable questions) point at
+position 0.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 
 import numpy as np
 
 from electra_tf.options import SquadOptions
+from electra_tf.text.tokenizers import is_sentencepiece
 
 
 def check_is_max_context(doc_spans, cur_span_index: int, position: int) -> bool:
@@ -37,6 +40,35 @@ def improve_answer_span(doc_ids, input_start, input_end, answer_ids):
     return input_start, input_end
 
 
+@functools.lru_cache(maxsize=4)
+def _sentencepiece_processor(model_proto: bytes):
+    import sentencepiece as spm
+    return spm.SentencePieceProcessor(model_proto=model_proto)
+
+
+def sentencepiece_char_spans(model_proto: bytes, words) -> list[list[tuple[int, int]]]:
+    """Per word, its pieces' `(begin, end)` characters in the word as the SentencePiece model `model_proto`
+    tokenises the word on its own (as the features do). SentencePiece reports them through its normalisation; a
+    piece with no character of its own (the lone `▁`, the leading bytes of a byte-fallback character) has
+    `begin == end`."""
+    encoded = _sentencepiece_processor(model_proto).encode(list(words), out_type="immutable_proto")
+    return [[(piece.begin, piece.end) for piece in word.pieces] for word in encoded]
+
+
+def answer_pieces(tokenizer, example, orig_to_tok):
+    """SentencePiece: the training answer's first and last document pieces by their characters (the first piece
+    ending after the answer's first character, the last one starting before its end), as ALBERT's SQuAD code
+    aligns answers by characters: an answer that begins inside a whitespace word (`$5` in `($5)`) gets its own
+    pieces, which matching its ids (`improve_answer_span`) would not find."""
+    first_word, last_word = example.start_position, example.end_position
+    first, last = sentencepiece_char_spans(tokenizer.model_proto,
+                                           [example.doc_tokens[first_word], example.doc_tokens[last_word]])
+    begin, end = example.answer_chars
+    start = next((i for i, (_, e) in enumerate(first) if e > begin), 0)
+    stop = max((i for i, (b, _) in enumerate(last) if b < end), default=len(last) - 1)
+    return orig_to_tok[first_word] + start, orig_to_tok[last_word] + stop
+
+
 def _tokenize_in_chunks(tokenizer, texts, chunk=20000):
     out = []
     for i in range(0, len(texts), chunk):
@@ -45,7 +77,8 @@ def _tokenize_in_chunks(tokenizer, texts, chunk=20000):
 
 
 def _tokenize_paragraphs(tokenizer, examples):
-    """Per paragraph (by identity of its word list): token ids and index maps."""
+    """Per paragraph (by identity of its word list): token ids and index maps (token → word, word → its first
+    token, token → its place among its word's pieces)."""
     paragraphs, words = {}, []
     for example in examples:
         key = id(example.doc_tokens)
@@ -55,13 +88,14 @@ def _tokenize_paragraphs(tokenizer, examples):
     word_ids = _tokenize_in_chunks(tokenizer, words)
     result = {}
     for key, (offset, doc_tokens) in paragraphs.items():
-        tok_to_orig, orig_to_tok, all_ids = [], [], []
+        tok_to_orig, orig_to_tok, all_ids, tok_in_word = [], [], [], []
         for i in range(len(doc_tokens)):
             orig_to_tok.append(len(all_ids))
             pieces = word_ids[offset + i]
             tok_to_orig.extend([i] * len(pieces))
+            tok_in_word.extend(range(len(pieces)))
             all_ids.extend(pieces)
-        result[key] = (tok_to_orig, orig_to_tok, all_ids)
+        result[key] = (tok_to_orig, orig_to_tok, all_ids, tok_in_word)
     return result
 
 
@@ -71,7 +105,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
     """Features (dict of int32 arrays) and one metadata dict per feature.
 
     Metadata: `example_index`, `tokens` (ids), `token_to_orig` (int array,
-    -1 outside the document), `max_context` (bool array), and `span_start` /
+    -1 outside the document), `tok_in_word` (each document token's index
+    among its word's pieces, -1 outside: SentencePiece decoding maps pieces
+    to characters with it), `max_context` (bool array), and `span_start` /
     `doc_offset` (the window's first document token and its position).
     """
     paragraphs = _tokenize_paragraphs(tokenizer, examples)
@@ -81,8 +117,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
     cols = collections.defaultdict(list)
     meta = []
     cls, sep, pad = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+    by_characters = is_sentencepiece(tokenizer.vocab_file)  # training answers by piece characters (`answer_pieces`)
     for example_index, example in enumerate(examples):
-        tok_to_orig, orig_to_tok, all_ids = paragraphs[id(example.doc_tokens)]
+        tok_to_orig, orig_to_tok, all_ids, tok_in_word = paragraphs[id(example.doc_tokens)]
         query = queries[example_index][:max_query_length]
         tok_start = tok_end = None
         if is_training and not example.is_impossible:
@@ -91,7 +128,10 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
                 tok_end = orig_to_tok[example.end_position + 1] - 1
             else:
                 tok_end = len(all_ids) - 1
-            tok_start, tok_end = improve_answer_span(all_ids, tok_start, tok_end, answers[example_index])
+            if by_characters and example.answer_chars is not None:
+                tok_start, tok_end = answer_pieces(tokenizer, example, orig_to_tok)
+            else:
+                tok_start, tok_end = improve_answer_span(all_ids, tok_start, tok_end, answers[example_index])
         max_tokens_for_doc = max_seq_length - len(query) - 3
         if max_tokens_for_doc <= 0:
             raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for the document after "
@@ -108,9 +148,11 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
             doc_offset = len(query) + 2
             segment = [0] * doc_offset + [1] * (span_length + 1)
             token_to_orig = np.full(len(tokens), -1, np.int32)
+            piece_in_word = np.full(len(tokens), -1, np.int32)
             max_context = np.zeros(len(tokens), bool)
             for i in range(span_length):
                 token_to_orig[doc_offset + i] = tok_to_orig[span_start + i]
+                piece_in_word[doc_offset + i] = tok_in_word[span_start + i]
                 max_context[doc_offset + i] = check_is_max_context(doc_spans, span_index, span_start + i)
             padding = max_seq_length - len(tokens)
             cols["input_ids"].append(tokens + [pad] * padding)
@@ -124,7 +166,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=512, doc_st
                 cols["end_positions"].append(end)
                 cols["is_impossible"].append(int(example.is_impossible))
             meta.append({"example_index": example_index, "tokens": tokens, "token_to_orig": token_to_orig,
-                         "max_context": max_context, "span_start": span_start, "doc_offset": doc_offset})
+                         "tok_in_word": piece_in_word, "max_context": max_context, "span_start": span_start,
+                         "doc_offset": doc_offset})
     features = {k: np.asarray(v, np.int32).reshape(len(v), -1) if k in ("input_ids", "input_mask", "segment_ids")
                 else np.asarray(v, np.int32) for k, v in cols.items()}
     if not meta:
