@@ -217,18 +217,26 @@ def test_a_beam_worker_without_the_model_gets_its_shipped_bytes(corpus, model_fi
     assert SentencePieceTokenizer(local).tokenize(ENGLISH) == SentencePieceTokenizer(model_file).tokenize(ENGLISH)
 
 
-@pytest.mark.slow  # ~10 s: a whole Beam build; the shipping itself is the test above's
-def test_beam_build_from_a_model_the_workers_lack_equals_the_pool_build(corpus, model_file, tmp_path):
+def test_beam_build_from_a_model_the_workers_lack_equals_the_pool_build(corpus, model_file, tmp_path, monkeypatch):
     pytest.importorskip("apache_beam")
-    from data_prep.beam_pipeline import run_beam_build
+    from data_prep import beam_pipeline
 
     model = str(tmp_path / "sp.model")
     shutil.copy(model_file, model)
     pool = build_shards(corpus, model, tmp_path / "pool")
     plan = make_plan(BuildOptions(inputs=str(corpus), output_dir=str(tmp_path / "beam"), vocab_file=model,
                                   max_seq_length=SEQ, num_shards=1, short_seq_prob=0.0, single_segment_prob=1.0))
-    os.rename(model, tmp_path / "elsewhere.model")  # as on a remote worker
-    beam = run_beam_build(plan, [], log=lambda message: None)
+    shipped_model = beam_pipeline.shipped_model
+
+    def read_then_hide(plan):
+        """The launcher reads the model; then it is gone, as on a remote worker."""
+        model_bytes = shipped_model(plan)
+        os.rename(model, tmp_path / "elsewhere.model")
+        return model_bytes
+
+    monkeypatch.setattr(beam_pipeline, "shipped_model", read_then_hide)
+    beam = beam_pipeline.run_beam_build(plan, [], log=lambda message: None)
+    assert not os.path.exists(model)
     assert beam["tokenizer_sha256"] == pool["tokenizer_sha256"]
     assert read_examples(tmp_path / "beam") == read_examples(tmp_path / "pool")
 
