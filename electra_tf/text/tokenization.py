@@ -43,6 +43,8 @@ Example:
 ['hello', ',', 'wor', '##ld', '[UNK]']
 >>> tok.decode([2, 5, 8, 6, 7, 3, 0, 0])
 '[CLS] hello , world [SEP]'
+>>> tok.continuation_table().nonzero()[0].tolist()  # '##ld' continues a word (whole-word masking)
+[7]
 """
 
 from __future__ import annotations
