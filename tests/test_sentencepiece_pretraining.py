@@ -21,7 +21,7 @@ from data_prep.plan import BuildOptions, make_plan
 from data_prep_testutil import read_examples, write_text
 from electra_tf.model import masking
 from electra_tf.options import TrainOptions
-from electra_tf.text.manifest import FEATURE_NAMES, MANIFEST_NAME, load_manifest
+from electra_tf.text.manifest import FEATURE_NAMES, MANIFEST_NAME
 from electra_tf.text.reference_tokenizer import is_cjk_char
 from electra_tf.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from electra_tf.text.tokenization import WordPieceTokenizer
