@@ -63,10 +63,12 @@ flags.DEFINE_string("data_dir", None, "Directory of TFRecord shards + manifest.j
 flags.DEFINE_string("train_text", None, "Instead of --data_dir: train straight from raw text, GLOB[,GLOB...] of "
                     "plain-text (blank-line separated documents) or WikiExtractor files, split, tokenised with "
                     "--vocab_file and packed as data_prep does, in tf.data (electra_tf/training/text_input.py).")
-flags.DEFINE_string("vocab_file", None, "With --train_text: the WordPiece vocab (its size is the model's vocab_size "
-                    "unless --hparams sets one).")
-flags.DEFINE_bool("do_lower_case", default(TrainOptions, "do_lower_case"), "With --train_text: lower-case and "
-                  "strip accents (uncased vocab), as data_prep's --do_lower_case.")
+flags.DEFINE_string("vocab_file", None, "With --train_text: the WordPiece vocab, or a SentencePiece .model "
+                    "(python -m data_prep.build_vocab --model_type=unigram|bpe); its size is the model's vocab_size "
+                    "unless --hparams sets one.")
+flags.DEFINE_bool("do_lower_case", default(TrainOptions, "do_lower_case"), "With --train_text and a WordPiece "
+                  "vocab: lower-case and strip accents (uncased vocab), as data_prep's --do_lower_case (a "
+                  "SentencePiece model normalises by its own rules).")
 flags.DEFINE_float("eval_fraction", default(TrainOptions, "eval_fraction"), "With --train_text: documents held "
                    "out by data_prep's rule (electra_tf/text/held_out.py) are not trained on; the held-out evaluation "
                    "runs on them unless --eval_data_dir is set.")
@@ -169,13 +171,16 @@ def resolve_data(model_size):
 
 def resolve_text():
     """`resolve_data` for --train_text: its flags checked in one line each."""
-    from electra_tf.text.tokenization import validate_vocab
+    from electra_tf.text.tokenizers import validate_tokenizer_file
     from electra_tf.training import text_input
 
     text_input.check_flags(FLAGS.data_dir, FLAGS.train_text, FLAGS.vocab_file)
     if not FLAGS.model_dir:
         raise ValueError("--model_dir is required with --train_text")
-    return None, FLAGS.model_dir, len(validate_vocab(FLAGS.vocab_file))
+    try:
+        return None, FLAGS.model_dir, len(validate_tokenizer_file(FLAGS.vocab_file))
+    except ValueError as e:
+        raise ValueError(f"--vocab_file: {e}") from None
 
 
 def demo_lines(model_size, data_dir, model_dir, config, size_vocab_size) -> list[str]:

@@ -49,6 +49,7 @@ Example (Beam installed; ``direct_num_workers`` etc. are ordinary Beam pipeline 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 import uuid
@@ -86,23 +87,45 @@ def _temp_paths(plan, shard: int) -> list[str]:
     return [f"{path}{TEMP_MARK}{attempt}" for path in shard_paths(plan, shard)]
 
 
-def plan_with_local_vocab(plan):
-    """The plan, its vocab file rewritten from ``plan.vocab`` to a local temp file if this worker lacks it.
+def shipped_model(plan) -> Optional[bytes]:
+    """The SentencePiece model's bytes, read where the pipeline is made, to travel inside ``BuildShardFn``
+    (None for a WordPiece vocab, whose tokens the plan holds).  CorpusError if the file changed since the
+    plan hashed it."""
+    from electra_tf.text.tokenizers import is_sentencepiece
+    if not is_sentencepiece(plan.options.vocab_file):
+        return None
+    with open(plan.options.vocab_file, "rb") as f:
+        model = f.read()
+    if hashlib.sha256(model).hexdigest() != plan.vocab_sha256:
+        raise CorpusError(f"--vocab_file {plan.options.vocab_file}: changed since the build was planned; "
+                          "run the command again")
+    return model
 
-    The launching machine read ``--vocab_file``; a remote worker may not see that path.  The tokens
-    are the plan's (checked at planning, hashed into the fingerprint), so the tokenizer is the same.
+
+def plan_with_local_vocab(plan, model: Optional[bytes] = None):
+    """The plan, its tokenizer file rewritten to a local temp file if this worker lacks it.
+
+    The launching machine read ``--vocab_file``; a remote worker may not see that path.  A WordPiece vocab
+    is written from ``plan.vocab`` (its tokens, checked at planning, hashed into the fingerprint); a
+    SentencePiece model from ``model``, the bytes ``shipped_model`` read (its pieces alone do not make the
+    model: without the bytes the worker refuses, never guesses).
     """
     if os.path.exists(plan.options.vocab_file):
         return plan
-    from electra_tf.text.tokenizers import is_sentencepiece
-    if is_sentencepiece(plan.options.vocab_file):  # its pieces alone do not make the model: refuse, never guess
-        raise CorpusError(f"--vocab_file {plan.options.vocab_file}: this worker cannot read the SentencePiece "
-                          "model; put it where every worker can read it (shared storage or the worker image)")
     import tempfile
-    from electra_tf.text.manifest import write_text_atomic
-    local = os.path.join(tempfile.gettempdir(), f"data_prep-vocab-{plan.vocab_sha256[:16]}.txt")
-    if not os.path.exists(local):
-        write_text_atomic(local, "\n".join(plan.vocab) + "\n")
+    from electra_tf.text.manifest import write_bytes_atomic, write_text_atomic
+    from electra_tf.text.tokenizers import is_sentencepiece
+    if is_sentencepiece(plan.options.vocab_file):
+        if model is None:
+            raise CorpusError(f"--vocab_file {plan.options.vocab_file}: this worker cannot read the SentencePiece "
+                              "model; put it where every worker can read it (shared storage or the worker image)")
+        local = os.path.join(tempfile.gettempdir(), f"data_prep-tokenizer-{plan.vocab_sha256[:16]}.model")
+        if not os.path.exists(local):
+            write_bytes_atomic(local, model)
+    else:
+        local = os.path.join(tempfile.gettempdir(), f"data_prep-vocab-{plan.vocab_sha256[:16]}.txt")
+        if not os.path.exists(local):
+            write_text_atomic(local, "\n".join(plan.vocab) + "\n")
     return dataclasses.replace(plan, options=dataclasses.replace(plan.options, vocab_file=local))
 
 
@@ -170,12 +193,13 @@ def _make_dofns(beam):
 
         def __init__(self, plan):
             self.plan = plan  # the tokenizer does not pickle: it is made in setup()
+            self.model = shipped_model(plan)  # a SentencePiece model travels with the DoFn
 
         def setup(self):
             import tensorflow_text  # noqa: F401  registers RegexSplitWithOffsets etc. on remote workers
             from data_prep.shard_writer import _tokenizer
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            self.plan = plan_with_local_vocab(self.plan)
+            self.plan = plan_with_local_vocab(self.plan, self.model)
             _tokenizer(self.plan)
 
         def process(self, shard, drops=None):

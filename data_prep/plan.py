@@ -37,8 +37,8 @@ from data_prep.corpus.byte_ranges import plan_byte_ranges
 from data_prep.fs import join_path
 from data_prep.corpus.errors import CorpusError
 from data_prep.corpus.inputs import expand_inputs, inspect_inputs
-from electra_tf.text.manifest import eval_shard_name, sha256_file, shard_name
-from electra_tf.text.tokenizers import validate_tokenizer_file
+from electra_tf.text.manifest import eval_shard_name, shard_name
+from electra_tf.text.tokenizers import tokenizer_sha256, validate_tokenizer_file
 
 # Bump when the bytes written for the same plan, or the shards' sidecar
 # records, change: finished shards of an older version are then rebuilt.
@@ -147,7 +147,7 @@ def make_plan(options: BuildOptions) -> BuildPlan:
         vocab = validate_tokenizer_file(options.vocab_file)  # WordPiece vocab or SentencePiece .model
     except ValueError as e:
         raise CorpusError(str(e)) from None
-    vocab_sha = sha256_file(options.vocab_file)
+    vocab_sha = tokenizer_sha256(options.vocab_file)  # in the fingerprint: another tokenizer file rebuilds
     if options.tfds_name:
         from data_prep.tfds_input import plan_tfds
         files, shard_ranges = (), plan_tfds(options, MIN_SHARDS)

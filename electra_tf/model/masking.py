@@ -13,8 +13,9 @@ real tokens)` positions per sequence (at least 1, at most
 (no random replacement). Unlike the official code, positions are drawn
 without replacement (its `tf.random.categorical` can pick one twice).
 
-With `whole_words` (a boolean "is a `##` continuation" table over the vocabulary,
-`continuation_table`), masking picks whole words instead, BERT's whole-word
+With `whole_words` (a boolean "continues the word before it" table over the vocabulary,
+the tokenizer's `continuation_table()`: `##` pieces of a WordPiece vocab, pieces without a leading
+'▁' of a SentencePiece model; CJK characters are words of their own), masking picks whole words instead, BERT's whole-word
 masking: words in random order, each taken whole if it still fits the same
 token budget and skipped otherwise, so a sequence is masked as close to the
 budget as its word lengths allow and never beyond it.
@@ -38,6 +39,7 @@ import tensorflow as tf
 
 from electra_tf.ops import xla_cpu
 from electra_tf.ops.random_bits import uniform_from_words
+from electra_tf.text.tokenizers import load_tokenizer
 
 # Every draw names its algorithm and makes its floats from Philox words itself (`uniform_from_words`):
 # XLA converts words to floats another way, so a compiled step (the GPU/TPU default) would otherwise
@@ -120,16 +122,10 @@ def num_predictions(input_mask, candidates, mask_prob, max_predictions):
     return tf.minimum(count, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
 
 
-def continuation_table(tokens: Sequence[str]) -> np.ndarray:
-    """`[V]` bool: True for WordPiece continuations (`##x`). CJK characters are words of their own:
-    the tokenizer splits them apart, so they never come as `##` pieces."""
-    return np.array([token.startswith("##") and len(token) > 2 for token in tokens], dtype=bool)
-
-
 def read_continuation_table(vocab_file: str) -> np.ndarray:
-    """`continuation_table` of a vocab file (one token per line)."""
-    with open(vocab_file, encoding="utf-8") as f:
-        return continuation_table([line.rstrip("\n") for line in f])
+    """`[V]` bool "continues the word before it" of a WordPiece vocab or SentencePiece `.model`: the
+    tokenizer's `continuation_table()` (`##x` pieces; pieces without '▁' but for CJK ones)."""
+    return load_tokenizer(vocab_file).continuation_table()
 
 
 def word_ids(input_ids, candidates, whole_words):

@@ -15,8 +15,8 @@ the discriminator's encoder the generator (its own MLM head only);
 `uniform_generator` replaces it by uniform draws over the vocabulary (no
 generator weights; the generator loss is the constant log V of the official
 code's all-zero logits); `disallow_correct` never samples the original token.
-`mask_whole_words` masks whole words (`whole_words`: the vocabulary's
-`masking.continuation_table`).
+`mask_whole_words` masks whole words (`whole_words`: the tokenizer's
+`continuation_table()`, `masking.read_continuation_table(vocab_file)`).
 
 Losses are global means: each replica divides its sums by the token counts
 all-reduced over replicas, and gradients are summed over replicas before the

@@ -3,14 +3,15 @@
 ``SentencePieceTokenizer(model_file)`` reads a SentencePiece model proto (as
 written by ``python -m data_prep.build_vocab --model_type=unigram|bpe``) and
 offers the same methods as ``electra_tf.text.tokenization.WordPieceTokenizer``
-(``tokenize``, ``tokenize_flat``, ``tokenize_to_ragged``, ``special_ids``,
-``unk_id``, ``vocab_size``, ``convert_ids_to_tokens``, ``decode``) plus
-``is_word_start`` for whole-word masking.  Two engines, same ids (tests check
-it on English and Chinese text):
+(``tokenize``, ``tokenize_flat``, ``tokenize_to_ragged``, ``tokenize_in_graph``,
+``special_ids``, ``unk_id``, ``vocab_size``, ``convert_ids_to_tokens``, ``decode``,
+and for whole-word masking ``continuation_table`` / ``is_word_start``: the rule
+by '▁', CJK ideographs and byte pieces is ``piece_continuations``'s).  Two
+engines, same ids (tests check it on English and Chinese text):
 
 * the Python ``sentencepiece`` processor (``tokenize``, ``tokenize_flat``);
 * ``tensorflow_text.SentencepieceTokenizer`` built from the same proto
-  (``tokenize_to_ragged``: a graph op, usable inside ``tf.data``).
+  (``tokenize_in_graph``, ``tokenize_to_ragged``: graph ops, usable inside ``tf.data``).
 
 Normalisation (NFKC, lower-casing with ``nmt_nfkc_cf``) lives in the model,
 so ``do_lower_case``/``strip_accents`` are not applied again here.
@@ -39,6 +40,10 @@ Example (a model trained on the fly; ``build_vocab`` writes real ones):
 '[CLS] hello world [SEP]'
 >>> tok.mask_id in tok.tokenize(["[MASK]"])[0]
 False
+>>> tok.convert_ids_to_tokens(ids)  # a tiny vocabulary: mostly characters
+['▁', 'he', 'l', 'l', 'o', '▁', 'w', 'o', 'r', 'l', 'd']
+>>> "".join("S" if tok.is_word_start(i) else "-" for i in ids)  # whole-word masking's two words
+'S----S-----'
 """
 
 from __future__ import annotations
@@ -48,9 +53,12 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from electra_tf.text.manifest import SPECIAL_TOKENS
+from electra_tf.text.reference_tokenizer import is_cjk_char
 from electra_tf.text.tokenization import VocabularyLookups
 
 WORD_START = "\u2581"  # '▁': SentencePiece's mark of a piece that begins a word
+# UTF-8 lead bytes of U+4000-U+9FFF: a byte-fallback piece of one of them begins a CJK ideograph.
+CJK_LEAD_BYTES = (0xE4, 0xE9)
 
 
 def _processor(model_file: str, proto: bytes):
@@ -94,6 +102,35 @@ def validate_sentencepiece_model(model_file: str) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
+def piece_continuations(processor) -> np.ndarray:
+    """`[V]` bool over a ``SentencePieceProcessor``'s pieces: True for a piece inside a word.
+
+    SentencePiece marks the piece that begins a word with '▁' (a space before it; the text's first word
+    too: its dummy prefix), so every other piece continues a word, with these exceptions, which start one:
+
+    * control and unknown pieces ([PAD] [UNK] [CLS] [SEP] [MASK]): never part of a word;
+    * a piece whose first character is a CJK ideograph (BERT's ranges, as the WordPiece tokenizer splits
+      them): Chinese has no spaces, so SentencePiece makes long pieces without '▁'; as with WordPiece each
+      such piece is a word of its own (a piece of several ideographs is one word: a piece cannot be split);
+    * the byte-fallback piece of a UTF-8 lead byte 0xE4-0xE9 (U+4000-U+9FFF: CJK ideographs but for the 64
+      Yijing hexagrams U+4DC0-U+4DFF), an ideograph the vocabulary lacks, by the same rule.
+
+    The other byte pieces ``<0xNN>`` (the other lead bytes, all continuation bytes) belong to the word they
+    are in: the bytes of one character are never split, and a character written in bytes stays with its
+    word (after a space SentencePiece puts a '▁' piece before the bytes).
+    """
+    table = np.zeros(processor.get_piece_size(), dtype=bool)
+    for index in range(len(table)):
+        piece = processor.id_to_piece(index)
+        if processor.is_control(index) or processor.is_unknown(index) or piece.startswith(WORD_START):
+            continue
+        if processor.is_byte(index):
+            table[index] = not CJK_LEAD_BYTES[0] <= int(piece[3:5], 16) <= CJK_LEAD_BYTES[1]
+        else:
+            table[index] = not (piece and is_cjk_char(ord(piece[0])))
+    return table
+
+
 class SentencePieceTokenizer(VocabularyLookups):
     """SentencePiece tokenizer with the ``WordPieceTokenizer`` interface.
 
@@ -110,17 +147,13 @@ class SentencePieceTokenizer(VocabularyLookups):
         self._sp = _processor(self.vocab_file, self.model_proto)
         self.special_ids = _special_ids(self.vocab_file, self._sp)
         self.vocab: list[str] = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
-        # Word starts: pieces opening with '▁', plus control/unknown pieces (never inside a word).
-        self._word_starts = np.array(
-            [piece.startswith(WORD_START) or self._sp.is_control(i) or self._sp.is_unknown(i)
-             for i, piece in enumerate(self.vocab)], dtype=bool)
         self._graph = None  # built lazily: tensorflow import is slow
 
     # ---- vocabulary: VocabularyLookups ------------------------------------------
 
-    def is_word_start(self, token_id: int) -> bool:
-        """True if the piece begins a word (whole-word masking groups a start with what follows)."""
-        return bool(self._word_starts[int(token_id)])
+    def continuation_table(self) -> np.ndarray:
+        """`[V]` bool: True for a piece that continues the word before it (`piece_continuations`' rule)."""
+        return piece_continuations(self._sp)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of the ids; special tokens shown by name and separated by spaces, [PAD] dropped."""
@@ -159,7 +192,12 @@ class SentencePieceTokenizer(VocabularyLookups):
         import tensorflow as tf
         if not isinstance(texts, tf.Tensor):
             texts = tf.constant(list(texts), dtype=tf.string)
-        return tf.cast(self._graph_tokenizer().tokenize(texts), tf.int64)
+        return tf.cast(self.tokenize_in_graph(texts), tf.int64)
+
+    def tokenize_in_graph(self, strings):
+        """Ids (int32 ``tf.RaggedTensor``) of a string tensor by TensorFlow ops alone (tf.data service
+        workers, checkpointed iterators): tensorflow-text's op, the same ids as ``tokenize``."""
+        return self._graph_tokenizer().tokenize(strings)
 
     def _graph_tokenizer(self):
         if self._graph is None:

@@ -43,6 +43,8 @@ Example:
 ['hello', ',', 'wor', '##ld', '[UNK]']
 >>> tok.decode([2, 5, 8, 6, 7, 3, 0, 0])
 '[CLS] hello , world [SEP]'
+>>> tok.continuation_table().nonzero()[0].tolist()  # '##ld' continues a word (whole-word masking)
+[7]
 """
 
 from __future__ import annotations
@@ -257,7 +259,11 @@ _ANY_WHITESPACE = re.compile(r"\s")
 # --------------------------------------------------------------------------
 
 class VocabularyLookups:
-    """What every tokenizer derives from its `vocab` (list, id order) and `special_ids` (name -> id)."""
+    """What every tokenizer derives from its `vocab` (list, id order) and `special_ids` (name -> id).
+
+    A subclass also defines `continuation_table()`: `[V]` bool, True for a token that continues the word of
+    the token before it (whole-word masking groups a word start with the continuations after it).
+    """
 
     @property
     def vocab_size(self) -> int:
@@ -271,6 +277,12 @@ class VocabularyLookups:
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.vocab[int(i)] for i in ids]
+
+    def is_word_start(self, token_id: int) -> bool:
+        """True unless the token continues the word before it (`continuation_table`)."""
+        if getattr(self, "_continuations", None) is None:
+            self._continuations = self.continuation_table()
+        return not bool(self._continuations[int(token_id)])
 
 
 class WordPieceTokenizer(VocabularyLookups):
@@ -297,6 +309,11 @@ class WordPieceTokenizer(VocabularyLookups):
         self._fast = None  # built lazily: tensorflow import is slow
 
     # ---- vocabulary: VocabularyLookups ------------------------------------------
+
+    def continuation_table(self) -> np.ndarray:
+        """`[V]` bool: True for the WordPiece continuations `##x`. CJK characters are words of their own:
+        the tokenizer splits them apart, so they never come as `##` pieces."""
+        return np.array([token.startswith("##") and len(token) > 2 for token in self.vocab], dtype=bool)
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         unk = self.unk_id
@@ -368,6 +385,17 @@ class WordPieceTokenizer(VocabularyLookups):
         flat.set_shape([None])
         lengths.set_shape([None])
         return tf.RaggedTensor.from_row_lengths(flat, lengths)
+
+    def tokenize_in_graph(self, strings):
+        """Ids (int32 `tf.RaggedTensor`) of a string tensor by TensorFlow ops alone: no Python runs, so it
+        goes into tf.data service workers and checkpointed iterators. Two differences from `tokenize`:
+        lower-casing is ICU's `tf.strings.lower` instead of Python's `str.lower` (they differ on 40 code
+        points, Unicode 14 additions such as U+2C2F), and a word over `max_chars_per_word` characters but
+        under 4x that many bytes is WordPiece-split instead of becoming [UNK] (the exact check is Python)."""
+        import tensorflow as tf
+        if self.do_lower_case:
+            strings = tf.strings.lower(strings, encoding="utf-8")
+        return self._fast_tokenizer().tokenize(clean_strings_tf(strings, self.strip_accents))
 
     # ---- internals ----------------------------------------------------------
     def _normalize_tf(self, texts: list[str]):

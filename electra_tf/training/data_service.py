@@ -15,7 +15,8 @@ not from where it stopped. Trainers of one run (several `--strategy=multi_worker
 and each batch goes to one of them.
 
 Workers and the dispatcher import tensorflow_text before they start: the dataset graphs they run (and the
-dispatcher splits, in DYNAMIC mode) may hold its ops (`WordPieceTokenizer`, `regex_split`), and a process
+dispatcher splits, in DYNAMIC mode) may hold its ops (`WordPieceTokenizer`, `regex_split`, and with a
+SentencePiece `--vocab_file` its `SentencepieceOp`, the model's bytes inside the graph), and a process
 without them fails with "Op type not registered 'RegexSplitWithOffsets'". The `--data_dir` paths inside
 the graph must be readable at the same path by every worker (GCS, NFS).
 
@@ -90,7 +91,8 @@ def distribute(dataset, address: str, *, job_name: str, processing_mode: str = P
 
 def import_custom_ops() -> None:
     """Registers the ops our input pipelines may use, in a server process (before it runs any graph)."""
-    import tensorflow_text  # noqa: F401  (registers RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, ...)
+    import tensorflow_text  # noqa: F401  (registers RegexSplitWithOffsets, WordpieceTokenizeWithOffsets,
+    # SentencepieceOp, SentencepieceTokenizeOp, ...)
 
 
 def run_dispatcher(port: int, work_dir: str | None = None):

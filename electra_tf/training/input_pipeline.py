@@ -49,7 +49,8 @@ from electra_tf.training import data_service, distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.model import masking
-from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, sha256_file, validate_manifest
+from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
+from electra_tf.text.tokenizers import tokenizer_sha256
 
 SKIP_FIELDS = ("skipped_records", "skipped_shard")  # in-band with each example under skip_corrupt
 
@@ -62,7 +63,22 @@ def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
     manifest = load_manifest(data_dir)
     validate_manifest(manifest, max_seq_length=config.max_seq_length, vocab_size=config.vocab_size,
                       data_dir=data_dir)
+    check_tokenizer(manifest, data_dir)
     return manifest
+
+
+def check_tokenizer(manifest: dict, data_dir: str, tokenizer_file: str | None = None) -> None:
+    """Refuses (ValueError, one line naming the file and both digests) data whose manifest records a
+    `tokenizer_sha256` other than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the
+    same number of ids, other pieces. Nothing to compare (an older manifest without the field, a tokenizer
+    file no longer there) is no refusal."""
+    expected, path = manifest.get("tokenizer_sha256"), tokenizer_file or manifest.get("vocab_file")
+    if not expected or not path or not os.path.isfile(path):
+        return
+    actual = tokenizer_sha256(path)
+    if actual != expected:
+        raise ValueError(f"data in {data_dir} was built with a different tokenizer: {path} has sha256 {actual}, "
+                         f"the manifest records {expected}: rebuild the data or pass the tokenizer it was built with")
 
 
 def _parser(seq_length: int):
@@ -286,15 +302,16 @@ def worker_dataset(strategy: tf.distribute.Strategy, data_dir: str, manifest: di
 
 
 def whole_words_table(config, manifest: dict):
-    """The "is a ## continuation" table of the data's vocabulary, when `mask_whole_words` needs it."""
+    """The tokenizer's `continuation_table()` of the data's vocabulary (a `.model` or a WordPiece vocab), when
+    `mask_whole_words` needs it."""
     if not config.mask_whole_words:
         return None
     vocab_file = manifest.get("vocab_file")
     if not vocab_file or not os.path.isfile(vocab_file):
         raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
                          f"{vocab_file!r} is not there: rebuild the data or restore that file")
-    expected = manifest.get("vocab_sha256")
-    if expected and sha256_file(vocab_file) != expected:
+    expected = manifest.get("tokenizer_sha256") or manifest.get("vocab_sha256")
+    if expected and tokenizer_sha256(vocab_file) != expected:
         raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
                          f"(sha256 differs from the manifest's)")
     return masking.read_continuation_table(vocab_file)

@@ -43,6 +43,7 @@ from electra_tf.options import ExecutionOptions, TrainOptions
 from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES
+from electra_tf.text.tokenizers import validate_tokenizer_file
 
 
 def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
@@ -128,10 +129,15 @@ class DetectionPreview:
 
 
 def _read_vocab(vocab_file) -> list[str]:
+    """The tokens (WordPiece) or pieces (SentencePiece `.model`) in id order; none where the file is gone
+    or unreadable (the preview then shows ids)."""
     if not vocab_file or not os.path.isfile(vocab_file):
         return []
-    with open(vocab_file, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    try:
+        return validate_tokenizer_file(vocab_file)
+    except ValueError as e:
+        logging.warning("TensorBoard's rtd/example shows ids: %s", e)
+        return []
 
 
 INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records

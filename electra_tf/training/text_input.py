@@ -12,10 +12,12 @@ pipeline runs in tf.data service workers and its iterator is checkpointed like t
    holds out exactly the documents data_prep's `--eval_fraction` puts into its eval shards;
 3. sentences: data_prep's regex rule (`data_prep/corpus/sentences.py`) rewritten for RE2, which has no
    look-ahead: the look-ahead's characters are captured and written back (`SENTENCE_BREAKS`);
-4. tokens: the `WordPieceTokenizer`'s normalisation and tensorflow-text `FastWordpieceTokenizer`; lower-casing
-   is `tf.strings.lower(encoding="utf-8")` (ICU) instead of Python's `str.lower` (they differ on 40 code
-   points, Unicode 14 additions such as U+2C2F), and a word over 100 characters but under 400 bytes is
-   WordPiece-split instead of becoming [UNK] (the Python path's exact check is Python);
+4. tokens: the tokenizer of `vocab_file` (`tokenizers.load_tokenizer`: a WordPiece vocab or a SentencePiece
+   `.model`) by its `tokenize_in_graph`, TensorFlow ops only. SentencePiece: tensorflow-text's op, data_prep's
+   ids exactly. WordPiece: its normalisation and tensorflow-text `FastWordpieceTokenizer`, with two
+   differences from data_prep's Python path: lower-casing is `tf.strings.lower(encoding="utf-8")` (ICU)
+   instead of Python's `str.lower` (they differ on 40 code points, Unicode 14 additions such as U+2C2F), and
+   a word over 100 characters but under 400 bytes is WordPiece-split instead of becoming [UNK];
 5. packing (`pack_document`): the official ExampleBuilder's rules, decision for decision (`data_prep/packing.py`),
    with stateless random numbers seeded by `(seed, hash of the document)`: the examples of a document do not
    depend on parallelism, file order or workers. Unlike data_prep, whose `random.Random` runs on from one
@@ -51,8 +53,8 @@ import tensorflow as tf
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER
 from electra_tf.text import tokenization
 from electra_tf.text.held_out import HASH_BUCKETS, held_out_mask
-from electra_tf.text.manifest import (FEATURE_NAMES, MIN_SHORT_TARGET, SINGLE_SEGMENT_TARGET, SPECIAL_TOKENS,
-                                      sha256_file)
+from electra_tf.text.manifest import FEATURE_NAMES, MIN_SHORT_TARGET, SINGLE_SEGMENT_TARGET, SPECIAL_TOKENS
+from electra_tf.text.tokenizers import load_tokenizer, tokenizer_sha256, validate_tokenizer_file
 from electra_tf.training.input_pipeline import files_of_this_pipeline
 
 TEXT, WIKI = "text", "wikiextractor"
@@ -84,7 +86,10 @@ def checked_source(options, config) -> TextSource:
                         eval_fraction=options.eval_fraction)
     if not 0.0 <= source.eval_fraction < 1.0:
         raise ValueError(f"--eval_fraction={source.eval_fraction}: expected a fraction in [0, 1)")
-    vocab_size = len(tokenization.validate_vocab(source.vocab_file))
+    try:
+        vocab_size = len(validate_tokenizer_file(source.vocab_file))
+    except ValueError as e:
+        raise ValueError(f"--vocab_file: {e}") from None
     if vocab_size != config.vocab_size:
         raise ValueError(f"--vocab_file {source.vocab_file} has {vocab_size} tokens but the model's vocab_size is "
                          f"{config.vocab_size}: set --hparams='{{\"vocab_size\": {vocab_size}}}'")
@@ -98,8 +103,8 @@ def check_flags(data_dir, train_text, vocab_file) -> list[str]:
         raise ValueError("--data_dir and --train_text both given: train from one of them")
     files = expand_patterns(parse_patterns(train_text))
     if not vocab_file or not os.path.isfile(vocab_file):
-        raise ValueError(f"--train_text needs --vocab_file (a WordPiece vocab, one token per line); "
-                         f"{vocab_file!r} is not a file")
+        raise ValueError(f"--train_text needs --vocab_file (a WordPiece vocab, one token per line, or a "
+                         f"SentencePiece .model); {vocab_file!r} is not a file")
     return files
 
 
@@ -159,10 +164,11 @@ def file_format(path: str) -> str:
 
 def synthesized_manifest(source: TextSource) -> dict:
     """The manifest fields the rest of a run reads (config checks, export, whole-word masking, recipe)."""
-    vocab = tokenization.validate_vocab(source.vocab_file)
+    vocab = validate_tokenizer_file(source.vocab_file)
+    digest = tokenizer_sha256(source.vocab_file)
     return {"format_version": 1, "source": "train_text", "train_text": list(source.patterns),
             "max_seq_length": source.max_seq_length, "vocab_size": len(vocab), "vocab_file": source.vocab_file,
-            "vocab_sha256": sha256_file(source.vocab_file), "do_lower_case": source.do_lower_case,
+            "vocab_sha256": digest, "tokenizer_sha256": digest, "do_lower_case": source.do_lower_case,
             "special_token_ids": {name: vocab.index(token) for name, token in SPECIAL_TOKENS.items()},
             "short_seq_prob": source.short_seq_prob, "single_segment_prob": source.single_segment_prob,
             "eval_fraction": source.eval_fraction, "shards": [], "num_shards": 0}
@@ -272,20 +278,6 @@ def split_sentences(document):
     return tf.boolean_mask(sentences, tf.strings.length(sentences) > 0)
 
 
-class GraphTokenizer:
-    """The `WordPieceTokenizer` of `vocab_file` as TF ops: strings -> ragged int32 ids (see the module
-    docstring for the two differences from the Python path)."""
-
-    def __init__(self, vocab_file: str, do_lower_case: bool):
-        self.python = tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
-        self.fast = self.python._fast_tokenizer()
-
-    def __call__(self, texts):
-        if self.python.do_lower_case:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        return self.fast.tokenize(tokenization.clean_strings_tf(texts, self.python.strip_accents))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Packing
 # ---------------------------------------------------------------------------------------------------------
@@ -389,7 +381,7 @@ def examples_dataset(source: TextSource, *, seed: int = 0, input_context=None, r
     interleaved by `cycle_length` 8); `held_out`: of the documents `source.eval_fraction` holds out instead."""
     files = files or expand_patterns(source.patterns)
     wiki = [file_format(f) == WIKI for f in files]
-    tokenizer = GraphTokenizer(source.vocab_file, source.do_lower_case)
+    tokenizer = load_tokenizer(source.vocab_file, do_lower_case=source.do_lower_case).tokenize_in_graph
     special = synthesized_manifest(source)["special_token_ids"]
     dataset, shard_files = files_of_this_pipeline(tf.data.Dataset.from_tensor_slices((files, wiki)), len(files),
                                                   seed=seed, input_context=input_context, repeat=repeat)

@@ -2,7 +2,9 @@
 
 The run's data may use a vocab of V' > V tokens whose first V are the checkpoint's, in the same order (what
 `python -m data_prep.extend_vocab` writes): the data decides `vocab_size` (`data_vocab_size`), anything that
-shrinks or reorders the checkpoint's vocab is refused in one line naming both files (`check_extends`).
+shrinks or reorders the checkpoint's vocab is refused in one line naming both files (`check_extends`). WordPiece
+only: a SentencePiece `.model` on either side is refused in one line (its pieces come with scores and a
+normaliser; appending pieces is no extension of it).
 `VocabularyExtension` then loads the checkpoint into a twin of the model with V rows (`source_model`, through
 whatever loader its format has) and copies it over (`copy_into`): every weight as it is, except those with a
 vocabulary axis (the token embeddings the generator and discriminator share, the masked-LM heads' output
@@ -45,6 +47,7 @@ from absl import logging
 
 from electra_tf.text.manifest import sha256_file
 from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
+from electra_tf.text.tokenizers import is_sentencepiece
 
 CONTINUATION = "##"
 
@@ -96,6 +99,11 @@ def check_growth(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | 
                          f"{checkpoint_size} ({checkpoint_vocab}): a vocabulary may only grow (python -m "
                          "data_prep.extend_vocab appends tokens); use the checkpoint's vocabulary or an extension "
                          "of it")
+    for name, path in ((f"--init_checkpoint {checkpoint}'s vocabulary", checkpoint_vocab), (run_name, run_vocab)):
+        if path and is_sentencepiece(path):
+            raise ValueError(f"vocabulary extension supports WordPiece vocab files; {name} {path} is a SentencePiece "
+                             f"model: continue pre-training with the checkpoint's own tokenizer ({checkpoint_size} "
+                             f"ids), or pre-train from scratch with the new one")
     if not checkpoint_vocab or not os.path.isfile(checkpoint_vocab):
         raise ValueError(f"--init_checkpoint {checkpoint} holds no vocab.txt to compare with {run_name} ({run_size} "
                          f"tokens, {run_vocab}): its {checkpoint_size} rows can only be extended when its vocabulary "
