@@ -20,15 +20,15 @@ line (the words joined by spaces), a blank line at each `-DOCSTART-` (a document
 has none, so its 14,041 sentences are one document and examples run across articles); shards are
 built from it by `data_prep.build_pretraining_dataset` (the Wikipedia shards' packing, its manifest
 recording the vocab), once with the export's vocab and once with the extended one. Those shards hold
-1,773 examples (223k tokens), so the budget is 72 passes over the task's text, in line with the
-paper's 100 epochs of TAPT on small tasks. NER dev and test sentences are never pre-trained on.
+1,826 examples (230k tokens; 1,773 and 223k with the extended vocab), so the budget is about 70
+passes over the task's text, in line with the paper's 100 epochs of TAPT on small tasks. NER dev and test sentences are never pre-trained on.
 
 Fine-tuning of each arm: the objectives protocol's NER (`compare_objectives.finetune`: 3 epochs,
 batch 32, max_seq_length 128, no layer-wise decay) at each learning rate of its 1e-4/3e-4 grid with
 3 seeds, with `--do_predict`; each arm's learning rate is the one with the better median dev entity
 F1, and the report gives dev and test F1 (conlleval entity F1, test scored from the run's
-`test_predictions.txt`) at it. Seeds spread the F1 by about a point at this scale: differences under
-~1 F1 cannot be read.
+`test_predictions.txt`) at it. In the objectives runs, NER dev F1 spread 0.1-1.8 points over 3 seeds
+at one learning rate (`docs/results/objectives/cpu/`): differences under ~1 F1 cannot be read.
 
 Records: `docs/results/domain_adaptation/<arm>.json` (the start export's path, step and
 discriminator sha256; the budget; the data; the vocab; the pre-training invocations and curve;
@@ -39,11 +39,15 @@ record is not redone, even on a new machine); a pre-training killed or stopped (
 `docs/results/domain_adaptation.{md,json}` from the records alone. The work folder (`--work_dir`,
 default `~/.cache/electra_tf/domain_adaptation/<budget>`) is outside the checkout.
 
-Planned wall-clock on this machine (2 cores, the efficiency curve running beside it at nice 10),
-measured with `--budget=cpu` from the x0.5 export (the commands are in the CHANGELOG entry):
-TAPT_TIMING. So `base` is about BASE_HOURS, `tapt` and `tapt_vocab` about TAPT_HOURS each; a sitting
-of an hour runs one arm's pre-training (`--arms=tapt --stage=pretrain`) or about FT_PER_HOUR
-fine-tuning runs (`--stage=finetune --max_minutes=55`).
+Planned wall-clock on this machine (2 cores; `docs/results/domain_adaptation_timing.json` holds the
+measurement and its commands): beside the efficiency curve's pre-training (nice 10) and other tests,
+TAPT ran 9.4 examples/s (13.7 s a step of 128: 1000 steps in about 3.8 h) and NER fine-tuning 2.1
+steps/s of 32 (a full run of 1316 steps about 12 min); alone, the same pre-training runs about 40
+examples/s (0.9 h) and a NER run about 8 min. So `base` takes about 1.2 h (0.8 h alone), `tapt` and
+`tapt_vocab` about 5 h each (1.7 h alone), 11 h in all (4 h alone). A sitting of an hour runs part of
+one arm's pre-training (`--arms=tapt --stage=pretrain --max_minutes=55`; SIGTERM at the deadline
+writes a checkpoint at the step reached) or five to seven fine-tuning runs (`--stage=finetune
+--max_minutes=45`: no run starts after the deadline, one in flight finishes).
 """
 
 from __future__ import annotations
@@ -534,7 +538,10 @@ def arm_summary(record: dict) -> dict:
                                                           for k, v in grid.items()},
                "pretrain_steps": record.get("pretrain_steps_done", 0),
                "tokens_seen": record.get("data", {}).get("tokens_seen", 0),
-               "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export")}
+               "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export"),
+               "commits": sorted({i["commit"] for i in record.get("pretrain_invocations", [])}
+                                 | {run.get("commit", "unknown") for runs in record.get("finetune", {}).values()
+                                    for run in runs.values()})}
     if lr is not None:
         runs = [run for _, run in sorted(record["finetune"][lr].items(), key=lambda kv: int(kv[0]))]
         for split in ("dev", "test"):
@@ -573,9 +580,11 @@ def markdown(results: dict) -> str:
              "(the module docstring of `experiments/domain_adaptation.py` says how they are made).", "",
              f"Continued pre-training: {plan['steps']} steps × {plan['train_batch_size']} sequences, "
              f"{plan['warmup_steps']} warm-up steps, from the start export; `tapt_vocab` first appends "
-             f"{plan['added_words']} words of the text to the vocab. NER: CoNLL-2003 entity F1 × 100 (conlleval), "
-             f"median over seeds {plan['seeds']} [each seed] at the arm's learning rate, the better median dev F1 "
-             f"of the grid {plan['learning_rates']}; test F1 at that same learning rate.", "",
+             f"{plan['added_words']} words of the text to the vocab. Tokens seen: examples seen × the shards' mean "
+             "non-padding tokens per example. NER: CoNLL-2003 entity F1 × 100 (conlleval), the median over "
+             f"fine-tuning seeds {', '.join(map(str, plan['seeds']))} [each seed's] at the arm's learning rate, the "
+             f"one of {' and '.join(plan['learning_rates'])} with the better median dev F1; test F1 at that same "
+             "learning rate.", "",
              "| arm | pre-training steps | tokens seen | vocab size | NER dev F1 | NER test F1 | lr |",
              "|---|---|---|---|---|---|---|"]
     if not results["arms"]:
@@ -595,6 +604,9 @@ def markdown(results: dict) -> str:
                                      if spread is not None else "not known yet (no arm has two seeds).")]
     for name, diff in results["differences_from_base"].items():
         lines.append(f"- {name} − base: " + ", ".join(f"{split} {value:+.2f}" for split, value in diff.items()))
+    for arm in results["arms"]:
+        if arm["commits"]:
+            lines.append(f"- {arm['arm']} ran at {', '.join(f'`{c}`' for c in arm['commits'])}.")
     starts = {json.dumps(a["start_export"], sort_keys=True) for a in results["arms"] if a["start_export"]}
     for start in map(json.loads, sorted(starts)):
         path = start["path"].replace(str(Path.home()), "~")
