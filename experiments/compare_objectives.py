@@ -318,11 +318,14 @@ def finetune_dir(work_dir: Path, run: Run, task: str, lr: float, seed: int) -> P
 
 
 def finetune_command(budget: Budget, export_dir: Optional[Path], task: str, lr: float, seed: int,
-                     output_dir: Path) -> list[str]:
+                     output_dir: Path, data_dir: Optional[Path] = None, vocab_file: Path = EN_VOCAB,
+                     extra_flags: tuple = ()) -> list[str]:
+    """The protocol's run_finetuning command; `data_dir` (default: the task's), `vocab_file` and `extra_flags`
+    are for experiments that fine-tune elsewhere (experiments/domain_adaptation.py: an extended vocab)."""
     _, epochs = TASKS[task]
-    task_flag, data_dir = TASK_DATA.get(task, (task, GLUE))
-    command = [sys.executable, "run_finetuning.py", f"--task={task_flag}", f"--data_dir={data_dir}",
-               f"--output_dir={output_dir}", f"--vocab_file={EN_VOCAB}", f"--learning_rate={lr:g}",
+    task_flag, task_dir = TASK_DATA.get(task, (task, GLUE))
+    command = [sys.executable, "run_finetuning.py", f"--task={task_flag}", f"--data_dir={data_dir or task_dir}",
+               f"--output_dir={output_dir}", f"--vocab_file={vocab_file}", f"--learning_rate={lr:g}",
                f"--num_train_epochs={epochs}", "--train_batch_size=32", "--layerwise_lr_decay=1.0",
                f"--max_seq_length={budget.finetune_max_seq_length}", f"--seed={seed}", "--log_steps=100"]
     if export_dir is not None:
@@ -331,22 +334,22 @@ def finetune_command(budget: Budget, export_dir: Optional[Path], task: str, lr: 
         command.append("--model_size=mini")
     if budget.finetune_max_train_steps:
         command.append(f"--max_train_steps={budget.finetune_max_train_steps}")
-    return command
+    return command + list(extra_flags)
 
 
 def finetune(budget: Budget, run: Run, export_dir: Optional[Path], task: str, lr: float, seed: int,
-             work_dir: Path, threads: Optional[int] = None) -> float:
+             work_dir: Path, threads: Optional[int] = None, **command_options) -> float:
     """One fine-tuning run (cached): the task's main dev metric × 100.
 
     `threads`: TensorFlow's intra-op threads for the run (inter-op 1), for runs side by side
-    (`--jobs`); None keeps TensorFlow's defaults (all cores).
+    (`--jobs`); None keeps TensorFlow's defaults (all cores). `command_options`: `finetune_command`'s.
     """
     output_dir = finetune_dir(work_dir, run, task, lr, seed)
     done = output_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())["metric"]
     output_dir.mkdir(parents=True, exist_ok=True)
-    command = finetune_command(budget, export_dir, task, lr, seed, output_dir)
+    command = finetune_command(budget, export_dir, task, lr, seed, output_dir, **command_options)
     started = time.time()
     with open(output_dir / "stdout.log", "w") as out:
         result = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=thread_env(threads))

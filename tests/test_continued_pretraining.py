@@ -75,6 +75,31 @@ def test_both_networks_from_the_checkpoint_and_a_fresh_optimizer_at_step_0(check
         np.testing.assert_array_equal(loaded[key], value, err_msg=key)
 
 
+
+def test_an_export_gives_its_weights_but_not_the_step_and_optimizer_state_its_run_saved_with(checkpoints, tmp_path,
+                                                                                          caplog):
+    """Keras writes a compiled model's optimizer into `pretrainer.weights.h5`: continuing from one of our exports
+    once took its run's step (a run from the 750-step export started at 750) and Adam's m and v."""
+    from electra_tf.convert import ours
+
+    path = checkpoints["hf"]
+    config, special = run_config(path), special_token_ids(convert_api.checkpoint_vocab(path))
+    strategy = tf.distribute.get_strategy()
+    saved, saved_optimizer = pretraining.build_model(config, strategy, special, seed=0, mixed_precision="none")
+    saved_optimizer.iterations.assign(750)
+    for variable in saved_optimizer.variables:
+        if "momentum" in variable.path or "velocity" in variable.path:
+            variable.assign(tf.ones_like(variable))
+    export = ours.save_ours(saved, str(tmp_path / "export"), vocab_file=convert_api.checkpoint_vocab(path), step=750,
+                            keras_hub=False)
+    model, optimizer = pretraining.build_model(config, strategy, special, seed=1, mixed_precision="none")
+    with caplog.at_level(logging.INFO):
+        restore.initialize_from(model, export)
+    assert loop.current_step(optimizer) == 0
+    assert not any(np.any(v.numpy()) for v in optimizer.variables if "momentum" in v.path or "velocity" in v.path)
+    for key, value in keras_model.read_weights(saved, PARTS).items():  # the weights are the export's
+        np.testing.assert_array_equal(keras_model.read_weights(model, PARTS)[key], value, err_msg=key)
+
 def extended_data(data_dir: str, checkpoint_vocab: str, new_tokens: list) -> dict:
     """Shards of the checkpoint's vocabulary with `new_tokens` appended (ids up to the new size)."""
     with open(checkpoint_vocab) as f:

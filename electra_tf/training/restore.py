@@ -296,7 +296,11 @@ def _model_parts(model) -> tuple:
 def _load_weights(model, init_checkpoint) -> tuple:
     """Copies the weights of `init_checkpoint` into `model`; returns the parts loaded."""
     if ours.is_export_dir(init_checkpoint):
-        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS))
+        # Keras saves a compiled model's optimizer (its step, Adam's m and v) in the weights file: an export
+        # of a run holds that run's, which must not become this run's step and state.
+        optimizer = getattr(model, "optimizer", None)
+        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS),
+                           objects_to_skip=[optimizer] if optimizer is not None else None)
         return _model_parts(model)
     if convert_api.detect_format(init_checkpoint) in ("hf", "official"):
         return convert_api.initialize_pretrainer(model, init_checkpoint)

@@ -1,0 +1,694 @@
+r"""Does task-adaptive pre-training (TAPT, Gururangan et al. 2020) of a `mini` export help CoNLL-2003 NER?
+
+    python -m experiments.domain_adaptation --stage=all          # hours; stops (--max_minutes) and resumes
+    python -m experiments.domain_adaptation --stage=report       # the table from the committed records
+
+Arms, all from one start export (`--start_export`, default the efficiency curve's rtd milestone at
+192k examples, `~/.cache/electra_tf/efficiency_curve/cpu/arms/rtd/milestones/x1/export`):
+
+- `base`: the start export as it is (NER fine-tuning only);
+- `tapt`: continued pre-training (`run_pretraining.py --init_checkpoint`: both networks from the export,
+  a fresh optimizer and schedule from step 0) on CoNLL-2003's training sentences;
+- `tapt_vocab`: the same after `data_prep.extend_vocab --add=500` on the same text (the 500 whole words
+  that save most WordPiece pieces are appended; their embedding rows start at the mean of their pieces').
+
+The budget, fixed up front (`PLANS["cpu"]`): 1000 steps × 128 sequences of 128 tokens (128k examples,
+two thirds of the objectives budget's 192k), the objectives recipe's peak learning rate for `mini`
+(its config's 5e-4) and its warm-up fraction (10 %: 100 steps; the recipe's 150 are 10 % of its
+1500), pre-training seed 0. The text is CoNLL-2003's `train.txt` (`conll_text`): one sentence per
+line (the words joined by spaces), a blank line at each `-DOCSTART-` (a document; the shared copy
+has none, so its 14,041 sentences are one document and examples run across articles); shards are
+built from it by `data_prep.build_pretraining_dataset` (the Wikipedia shards' packing, its manifest
+recording the vocab), once with the export's vocab and once with the extended one. Those shards hold
+1,826 examples (230k tokens; 1,773 and 223k with the extended vocab), so the budget is about 70
+passes over the task's text, in line with the paper's 100 epochs of TAPT on small tasks. NER dev and test sentences are never pre-trained on.
+
+Fine-tuning of each arm: the objectives protocol's NER (`compare_objectives.finetune`: 3 epochs,
+batch 32, max_seq_length 128, no layer-wise decay) at each learning rate of its 1e-4/3e-4 grid with
+3 seeds, with `--do_predict`; each arm's learning rate is the one with the better median dev entity
+F1, and the report gives dev and test F1 (conlleval entity F1, test scored from the run's
+`test_predictions.txt`) at it. In the objectives runs, NER dev F1 spread 0.1-1.8 points over 3 seeds
+at one learning rate (`docs/results/objectives/cpu/`): differences under ~1 F1 cannot be read.
+
+Records: `docs/results/domain_adaptation/<arm>.json` (the start export's path, step and
+discriminator sha256; the budget; the data; the vocab; the pre-training invocations and curve;
+every fine-tuning result; the commands), rewritten after every stage and fine-tuning run, small JSON
+meant to be committed as it arrives. A rerun skips what the record holds (a fine-tuning run in the
+record is not redone, even on a new machine); a pre-training killed or stopped (`--max_minutes`,
+`--stop_after_steps`) resumes from its newest checkpoint. `--stage=report` writes
+`docs/results/domain_adaptation.{md,json}` from the records alone. The work folder (`--work_dir`,
+default `~/.cache/electra_tf/domain_adaptation/<budget>`) is outside the checkout.
+
+Planned wall-clock on this machine (2 cores; `docs/results/domain_adaptation_timing.json` holds the
+measurement and its commands): beside the efficiency curve's pre-training (nice 10) and other tests,
+TAPT ran 9.4 examples/s (13.7 s a step of 128: 1000 steps in about 3.8 h) and NER fine-tuning 2.1
+steps/s of 32 (a full run of 1316 steps about 12 min); alone, the same pre-training runs about 40
+examples/s (0.9 h) and a NER run about 8 min. So `base` takes about 1.2 h (0.8 h alone), `tapt` and
+`tapt_vocab` about 5 h each (1.7 h alone), 11 h in all (4 h alone). A sitting of an hour runs part of
+one arm's pre-training (`--arms=tapt --stage=pretrain --max_minutes=55`; SIGTERM at the deadline
+writes a checkpoint at the step reached) or five to seven fine-tuning runs (`--stage=finetune
+--max_minutes=45`: no run starts after the deadline, one in flight finishes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from electra_tf.runtime import use_onednn_kernels
+from experiments import compare_objectives as objectives
+from experiments.efficiency_curve import checkpoint_step
+from experiments.provenance import git_commit, machine_line
+
+ROOT = objectives.ROOT
+RESULTS_DIR = objectives.RESULTS_DIR
+CONLL = objectives.CONLL
+DEFAULT_START_EXPORT = Path.home() / ".cache" / "electra_tf" / "efficiency_curve" / "cpu" / "arms" / "rtd" / \
+    "milestones" / "x1" / "export"
+TASK = "NER"  # compare_objectives' task: CoNLL-2003 entity F1, its own lr grid
+CODE_PATHS = objectives.CODE_PATHS + ("experiments/domain_adaptation.py",)
+STEM = "domain_adaptation"
+DOCSTART = "-DOCSTART-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    tapt: bool  # continued pre-training on the task's text
+    extended_vocab: bool  # with the vocab extended on that text first
+    description: str
+
+
+ARMS = {arm.name: arm for arm in (
+    Arm("base", False, False, "the start export as it is"),
+    Arm("tapt", True, False, "TAPT on CoNLL-2003 train sentences"),
+    Arm("tapt_vocab", True, True, "TAPT after extending the vocab on the same text"),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The budget, stated up front: continued pre-training and the fine-tuning protocol."""
+
+    name: str
+    steps: int
+    warmup_steps: int
+    train_batch_size: int
+    added_words: int
+    max_seq_length: int  # of the TAPT shards
+    save_checkpoints_steps: int
+    finetune: objectives.Budget  # the seeds, lr grid and caps `compare_objectives.finetune` reads
+    pretrain_seed: int = 0
+
+    def commands(self) -> dict:
+        base = f"python -m experiments.domain_adaptation --budget={self.name}"
+        return {"run": f"{base} --stage=all", "report": f"{base} --stage=report"}
+
+
+PLANS = {
+    "cpu": Plan("cpu", steps=1000, warmup_steps=100, train_batch_size=128, added_words=500, max_seq_length=128,
+                save_checkpoints_steps=50,
+                finetune=dataclasses.replace(objectives.BUDGETS["cpu"], name="domain_adaptation",
+                                             arms=tuple(ARMS))),
+    # The same pipeline in minutes (the smoke test runs it on a tiny export and a tiny CoNLL file).
+    "smoke": Plan("smoke", steps=2, warmup_steps=1, train_batch_size=4, added_words=20, max_seq_length=32,
+                  save_checkpoints_steps=1,
+                  finetune=objectives.Budget("domain_adaptation_smoke", rtd_steps=0, warmup_steps=0,
+                                             train_batch_size=0, seeds=(0,), learning_rates=(1e-4, 3e-4),
+                                             arms=tuple(ARMS), finetune_max_train_steps=2,
+                                             finetune_max_seq_length=32)),
+}
+
+
+def log(message: str) -> None:
+    print(f"[domain_adaptation {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+class Deadline:
+    """`--max_minutes`: no stage starts after it, and a running pre-training is stopped at it."""
+
+    def __init__(self, minutes: Optional[float]):
+        self.end = None if minutes is None else time.time() + 60 * minutes
+
+    def passed(self) -> bool:
+        return self.end is not None and time.time() >= self.end
+
+
+# --------------------------------------------------------------------------- the task's text
+
+def conll_documents(path: Path) -> list[list[list[str]]]:
+    """The documents of a CoNLL file, each a list of sentences (lists of words, column 0).
+
+    `-DOCSTART-` lines start a document and blank lines end a sentence. (`finetuning.conll.read_conll`
+    reads the same files for tagging but drops the document boundaries, which the pre-training
+    packing uses.)
+    """
+    documents, sentences, words = [], [], []
+    with open(path, encoding="utf-8-sig") as f:
+        for line in f:
+            fields = line.split()
+            if not fields or fields[0] == DOCSTART:
+                if words:
+                    sentences.append(words)
+                    words = []
+                if fields and sentences:
+                    documents.append(sentences)
+                    sentences = []
+                continue
+            words.append(fields[0])
+    if words:
+        sentences.append(words)
+    if sentences:
+        documents.append(sentences)
+    return documents
+
+
+def conll_text(documents: list[list[list[str]]]) -> str:
+    """data_prep's `text` format: one sentence per line, a blank line after each document."""
+    return "".join("".join(" ".join(words) + "\n" for words in sentences) + "\n" for sentences in documents)
+
+
+def write_task_text(conll_dir: Path, work_dir: Path) -> tuple[Path, dict]:
+    """`train.txt` of `conll_dir` as text (once); returns its path and its counts."""
+    from electra_tf.text.manifest import write_json_atomic, write_text_atomic
+
+    path, stats_path = work_dir / "text" / "conll_train.txt", work_dir / "text" / "conll_train.json"
+    if not stats_path.exists():
+        source = conll_dir / "train.txt"
+        if not source.is_file():
+            raise SystemExit(f"domain_adaptation: error: --conll_dir={conll_dir}: no train.txt (CoNLL-2003 format)")
+        documents = conll_documents(source)
+        if not documents:
+            raise SystemExit(f"domain_adaptation: error: {source}: no sentences")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(str(path), conll_text(documents))
+        write_json_atomic(str(stats_path), {
+            "source": str(source), "documents": len(documents), "sentences": sum(len(d) for d in documents),
+            "words": sum(len(s) for d in documents for s in d)})
+    return path, json.loads(stats_path.read_text())
+
+
+# --------------------------------------------------------------------------- the start export
+
+def export_identity(export_dir: Path) -> dict:
+    """What names an export: its path, the step its config records and the discriminator weights' sha256."""
+    from electra_tf.text.manifest import sha256_file
+
+    config_path = export_dir / "electra_config.json"
+    weights = export_dir / "discriminator.weights.h5"
+    if not config_path.is_file() or not weights.is_file():
+        raise SystemExit(f"domain_adaptation: error: --start_export={export_dir}: no electra_config.json and "
+                         "discriminator.weights.h5 there (an export of run_pretraining.py; the efficiency curve's "
+                         "192k milestone appears when that run reaches it)")
+    config = json.loads(config_path.read_text())
+    return {"path": str(export_dir), "step": config.get("step"), "model_size": config["config"]["model_size"],
+            "discriminator_sha256": sha256_file(str(weights))}
+
+
+def check_same_start(identity: dict, recorded: Optional[dict], where: Path) -> None:
+    """Refuses (one line) to go on from another export than the one `where` started from."""
+    if recorded and recorded["discriminator_sha256"] != identity["discriminator_sha256"]:
+        raise SystemExit(f"domain_adaptation: error: --start_export={identity['path']} (step {identity['step']}) is "
+                         f"not the export {where} started from ({recorded['path']}, step {recorded['step']}): pass "
+                         "that export, or move the records and work folder aside to start over")
+
+
+def claim_work_dir(identity: dict, work_dir: Path) -> None:
+    """The work folder's shards, vocab and runs belong to one start export: recorded on first use, checked after."""
+    path = work_dir / "start_export.json"
+    if path.exists():
+        check_same_start(identity, json.loads(path.read_text()), work_dir)
+    else:
+        objectives.write_json_atomic(path, identity)
+
+
+def export_vocab(export_dir: Path) -> Path:
+    from electra_tf.convert.api import checkpoint_vocab
+
+    vocab = checkpoint_vocab(str(export_dir))
+    if vocab is None:
+        raise SystemExit(f"domain_adaptation: error: {export_dir}: the export holds no vocabulary file")
+    return Path(vocab)
+
+
+def vocab_size(path: Path) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+# --------------------------------------------------------------------------- the records
+
+class Records:
+    """Each arm's committed JSON record, rewritten whole (atomically) after every change; thread-safe."""
+
+    def __init__(self, plan: Plan, results_dir: Path):
+        self.plan = plan
+        self.dir = records_dir(results_dir, plan)
+        self.lock = threading.Lock()
+
+    def path(self, arm: str) -> Path:
+        return self.dir / f"{arm}.json"
+
+    def read(self, arm: str) -> dict:
+        path = self.path(arm)
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def update(self, arm: str, change) -> dict:
+        """`change(record)` edits the record in place; the record is then written."""
+        with self.lock:
+            record = self.read(arm) or new_record(self.plan, ARMS[arm])
+            change(record)
+            record["updated"], record["machine"] = time.strftime("%Y-%m-%d"), machine_line()
+            objectives.write_json_atomic(self.path(arm), record)
+            return record
+
+
+def records_dir(results_dir: Path, plan: Plan) -> Path:
+    return Path(results_dir) / (STEM if plan.name == "cpu" else f"{STEM}_{plan.name}")
+
+
+def new_record(plan: Plan, arm: Arm) -> dict:
+    tapt = arm.tapt
+    return {
+        "arm": arm.name, "description": arm.description, "budget": plan.name,
+        "pretrain_plan": {"steps": plan.steps if tapt else 0, "warmup_steps": plan.warmup_steps if tapt else 0,
+                          "train_batch_size": plan.train_batch_size if tapt else 0,
+                          "max_seq_length": plan.max_seq_length, "seed": plan.pretrain_seed,
+                          "added_words": plan.added_words if arm.extended_vocab else 0},
+        "finetune_plan": {"task": TASK, "learning_rates": [f"{lr:g}" for lr in plan.finetune.learning_rates],
+                          "seeds": list(plan.finetune.seeds), "selection": "the better median dev entity F1"},
+        "commands": plan.commands(), "pretrain_invocations": [], "finetune": {},
+    }
+
+
+def finetune_done(record: dict, lr: float, seed: int) -> bool:
+    return str(seed) in record.get("finetune", {}).get(f"{lr:g}", {})
+
+
+# --------------------------------------------------------------------------- pre-training
+
+def build_shards(vocab_file: Path, text: Path, out_dir: Path, plan: Plan) -> dict:
+    """data_prep's shards of the task's text with `vocab_file` (once); returns the manifest."""
+    if not (out_dir / "manifest.json").exists():
+        log(f"building the TAPT shards in {out_dir} with {vocab_file}")
+        subprocess.run([sys.executable, "-m", "data_prep.build_pretraining_dataset", f"--input={text}",
+                        "--input_format=text", f"--vocab_file={vocab_file}", f"--output_dir={out_dir}",
+                        f"--max_seq_length={plan.max_seq_length}", "--num_processes=1", "--num_shards=1"],
+                       check=True, cwd=ROOT)
+    return json.loads((out_dir / "manifest.json").read_text())
+
+
+def extended_vocab(start_vocab: Path, text: Path, work_dir: Path, plan: Plan) -> Path:
+    """The start export's vocab with `plan.added_words` words of the task's text appended (once)."""
+    output = work_dir / "vocab" / "extended_vocab.txt"
+    if not output.exists():  # extend_vocab writes it atomically, its report beside it
+        output.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "data_prep.extend_vocab", f"--vocab_file={start_vocab}",
+                        f"--input={text}", f"--add={plan.added_words}", f"--output={output}"], check=True, cwd=ROOT)
+    return output
+
+
+def pretrain_dir(work_dir: Path, arm: Arm) -> Path:
+    return work_dir / "arms" / arm.name / "pretrain"
+
+
+def pretrain_command(plan: Plan, start: dict, data_dir: Path, model_dir: Path,
+                     stop_after_steps: Optional[int]) -> list[str]:
+    steps = plan.save_checkpoints_steps
+    command = [sys.executable, "run_pretraining.py", f"--init_checkpoint={start['path']}",
+               f"--model_size={start['model_size']}", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+               f"--num_train_steps={plan.steps}", f"--num_warmup_steps={plan.warmup_steps}",
+               f"--train_batch_size={plan.train_batch_size}", f"--max_seq_length={plan.max_seq_length}",
+               f"--save_checkpoints_steps={steps}", "--keep_checkpoint_max=2", f"--log_steps={steps}",
+               f"--steps_per_loop={steps}", f"--seed={plan.pretrain_seed}"]
+    if stop_after_steps is not None and stop_after_steps < plan.steps:
+        command.append(f"--stop_after_steps={stop_after_steps}")
+    return command
+
+
+def export_step(export_dir: Path) -> Optional[int]:
+    config = export_dir / "electra_config.json"
+    return json.loads(config.read_text()).get("step") if config.exists() else None
+
+
+def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, records: Records,
+             deadline: Deadline, stop_after_steps: Optional[int]) -> Optional[Path]:
+    """Runs (or resumes) the arm's TAPT; returns its export once it has all the plan's steps, else None."""
+    model_dir = pretrain_dir(work_dir, arm)
+    export = model_dir / "export"
+    if export_step(export) == plan.steps:
+        return export
+    if deadline.passed():
+        return None
+    model_dir.mkdir(parents=True, exist_ok=True)
+    command = pretrain_command(plan, start, data_dir, model_dir, stop_after_steps)
+    from_step = checkpoint_step(model_dir)  # where run_pretraining resumes
+    log(f"[{arm.name}] pre-training from step {from_step} to {min(stop_after_steps or plan.steps, plan.steps)} of "
+        f"{plan.steps} × {plan.train_batch_size}: {shlex.join(command[1:])}")
+    started = time.time()
+    with open(model_dir / "stdout.log", "a") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        stopped = watch_pretraining(process, model_dir, arm, plan, from_step, deadline)
+    if process.returncode != 0 and not stopped:
+        raise RuntimeError(f"[{arm.name}] pre-training failed (exit {process.returncode}); "
+                           f"see {model_dir / 'stdout.log'}")
+    invocation = {"from_step": from_step, "to_step": checkpoint_step(model_dir),
+                  "seconds": round(time.time() - started, 1), "commit": git_commit(CODE_PATHS),
+                  "date": time.strftime("%Y-%m-%d"), "stopped_at_deadline": stopped}
+    records.update(arm.name, lambda record: record_pretraining(record, plan, model_dir, invocation, command))
+    return export if export_step(export) == plan.steps else None
+
+
+def watch_pretraining(process, model_dir: Path, arm: Arm, plan: Plan, from_step: int, deadline: Deadline) -> bool:
+    """Progress lines until the run ends; stops it at the deadline (it resumes from its newest checkpoint).
+    Returns whether it was stopped."""
+    last, started = None, time.time()
+    while process.poll() is None:
+        if deadline.passed():
+            log(f"[{arm.name}] --max_minutes reached: stopping the pre-training (it resumes from its newest "
+                "checkpoint on the next run)")
+            process.terminate()
+            process.wait()
+            return True
+        rows = objectives.read_train_log(model_dir)
+        if rows and rows[-1]["step"] != last:
+            row, last = rows[-1], rows[-1]["step"]
+            rate = (last - from_step) / max(time.time() - started, 1e-9)
+            eta = (plan.steps - last) / rate if rate > 0 else float("inf")
+            log(f"[{arm.name}] step {last}/{plan.steps}  {row.get('examples_per_second', 0.0):.1f} ex/s  "
+                f"loss {row.get('loss', float('nan')):.3f}  ETA {objectives.format_seconds(eta)}")
+        time.sleep(2)
+    return False
+
+
+def record_pretraining(record: dict, plan: Plan, model_dir: Path, invocation: dict, command: list[str]) -> None:
+    rows = objectives.read_train_log(model_dir)
+    record["pretrain_invocations"].append(invocation)
+    record["pretrain_command"] = shlex.join(["python"] + command[1:])
+    record["pretrain_steps_done"] = invocation["to_step"]
+    record["pretrain_seconds"] = round(sum(i["seconds"] for i in record["pretrain_invocations"]), 1)
+    if len(rows) >= len(record.get("pretrain_curve", [])):  # a new work folder restarts the curve
+        record["pretrain_curve"] = objectives.curve(rows)
+    export = model_dir / "export"
+    if export_step(export) == plan.steps:
+        from electra_tf.text.manifest import sha256_file
+
+        record["export"] = {"step": plan.steps,
+                            "discriminator_sha256": sha256_file(str(export / "discriminator.weights.h5"))}
+
+
+def record_data(record: dict, plan: Plan, text_stats: dict, manifest: dict, vocab_file: Path,
+                extension: Optional[dict]) -> None:
+    """The arm's text, shards, vocab and the tokens its budget sees."""
+    from electra_tf.text.manifest import sha256_file
+
+    examples_seen = plan.steps * plan.train_batch_size
+    tokens_per_example = manifest["num_tokens"] / manifest["num_examples"]
+    record["data"] = {"text": text_stats, "shard_examples": manifest["num_examples"],
+                      "shard_tokens": manifest["num_tokens"], "examples_seen": examples_seen,
+                      "tokens_seen": round(examples_seen * tokens_per_example),
+                      "epochs": round(examples_seen / manifest["num_examples"], 1)}
+    record["vocab"] = {"size": manifest["vocab_size"], "sha256": sha256_file(str(vocab_file)),
+                       "added": 0 if extension is None else extension["new_size"] - extension["old_size"]}
+    if extension is not None:
+        record["vocab"]["first_added"] = [entry["word"] for entry in extension["added"][:20]]
+
+
+# --------------------------------------------------------------------------- fine-tuning
+
+def test_f1(output_dir: Path) -> Optional[float]:
+    """conlleval entity F1 of the run's `test_predictions.txt` (`word gold predicted` lines), or None."""
+    from electra_tf.finetuning import tagging_metrics
+    from electra_tf.finetuning.conll import read_conll
+
+    path = output_dir / "test_predictions.txt"
+    if not path.exists():
+        return None
+    gold = [tags for _, tags in read_conll(str(path), label_column=1)]
+    predicted = [tags for _, tags in read_conll(str(path), label_column=2)]
+    return tagging_metrics.evaluate(gold, predicted).f1
+
+
+def finetune_fn(plan: Plan, arm: Arm, export: Path, lr: float, seed: int, work_dir: Path, conll_dir: Path,
+                records: Records):
+    """One NER run for `compare_objectives.run_all`: the protocol's run, then its record entry."""
+    def fn(threads):
+        vocab = export_vocab(export)
+        dev = objectives.finetune(plan.finetune, arm, export, TASK, lr, seed, work_dir, threads,
+                                  data_dir=conll_dir, vocab_file=vocab, extra_flags=("--do_predict",))
+        output_dir = objectives.finetune_dir(work_dir, arm, TASK, lr, seed)
+        done = json.loads((output_dir / "result.json").read_text())
+        entry = {"dev_f1": dev, "test_f1": test_f1(output_dir), "seconds": round(done.get("seconds", 0.0), 1),
+                 "commit": done.get("commit", "unknown")}
+
+        def change(record):
+            record["finetune"].setdefault(f"{lr:g}", {})[str(seed)] = entry
+            record["finetune_command"] = shlex.join(["python"] + done.get("command", []))
+        records.update(arm.name, change)
+        return dev
+    return fn
+
+
+def finetune_arm(plan: Plan, arm: Arm, export: Path, work_dir: Path, conll_dir: Path, records: Records,
+                 progress, deadline: Deadline, jobs: int) -> None:
+    """Every lr × seed the record lacks, unless the deadline has passed."""
+    record = records.read(arm.name)
+    runs = [(arm.name, TASK, lr, seed, finetune_fn(plan, arm, export, lr, seed, work_dir, conll_dir, records))
+            for lr in plan.finetune.learning_rates for seed in plan.finetune.seeds
+            if not finetune_done(record, lr, seed)]
+    if runs and deadline.passed():
+        log(f"[{arm.name}] --max_minutes reached: {len(runs)} fine-tuning run(s) left for the next sitting")
+        return
+    batch = []
+    for run in runs:  # in groups of `jobs`, so no run starts after the deadline
+        batch.append(run)
+        if len(batch) == jobs:
+            objectives.run_all(batch, progress, jobs)
+            batch = []
+            if deadline.passed():
+                log(f"[{arm.name}] --max_minutes reached: the other fine-tuning runs are left for the next sitting")
+                return
+    objectives.run_all(batch, progress, jobs)
+
+
+# --------------------------------------------------------------------------- one arm, all stages
+
+def prepare_arm(plan: Plan, arm: Arm, start: dict, work_dir: Path, conll_dir: Path, records: Records) -> Path:
+    """The arm's shards (TAPT arms: the text, the vocab), recorded; returns the shards' directory."""
+    text, stats = write_task_text(conll_dir, work_dir)
+    start_vocab = export_vocab(Path(start["path"]))
+    extension = None
+    if arm.extended_vocab:
+        vocab = extended_vocab(start_vocab, text, work_dir, plan)
+        extension = json.loads(Path(str(vocab) + ".extension.json").read_text())
+    else:
+        vocab = start_vocab
+    data_dir = work_dir / "data" / ("extended_vocab" if arm.extended_vocab else "start_vocab")
+    manifest = build_shards(vocab, text, data_dir, plan)
+    records.update(arm.name, lambda record: record_data(record, plan, stats, manifest, vocab, extension))
+    return data_dir
+
+
+def run_arm(plan: Plan, arm: Arm, start: dict, args, records: Records, progress, deadline: Deadline) -> None:
+    work_dir, conll_dir = Path(args.work_dir), Path(args.conll_dir)
+
+    def set_start(record):
+        record["start_export"] = start
+        if not arm.tapt:
+            record["vocab"] = {"size": vocab_size(export_vocab(Path(start["path"]))), "added": 0}
+            record["data"] = {"examples_seen": 0, "tokens_seen": 0}
+    check_same_start(start, records.read(arm.name).get("start_export"), records.path(arm.name))
+    record = records.update(arm.name, set_start)
+    if all(finetune_done(record, lr, seed) for lr in plan.finetune.learning_rates for seed in plan.finetune.seeds):
+        log(f"[{arm.name}] every fine-tuning run is in {records.path(arm.name)}: nothing to do")
+        return
+    export = Path(start["path"])
+    if arm.tapt:
+        data_dir = prepare_arm(plan, arm, start, work_dir, conll_dir, records)
+        if args.stage in ("all", "pretrain"):
+            export = pretrain(plan, arm, start, data_dir, work_dir, records, deadline, args.stop_after_steps)
+        else:
+            export = pretrain_dir(work_dir, arm) / "export"
+            export = export if export_step(export) == plan.steps else None
+        if export is None:
+            log(f"[{arm.name}] pre-training not finished ({records.read(arm.name).get('pretrain_steps_done', 0)}/"
+                f"{plan.steps} steps): no fine-tuning yet")
+            return
+    if args.stage in ("all", "finetune"):
+        finetune_arm(plan, arm, export, work_dir, conll_dir, records, progress, deadline, args.jobs)
+
+
+# --------------------------------------------------------------------------- the report
+
+def arm_summary(record: dict) -> dict:
+    """The arm's chosen lr (the better median dev F1) and its dev and test F1 there, with the seeds."""
+    grid = {lr: [run["dev_f1"] for _, run in sorted(runs.items(), key=lambda kv: int(kv[0]))]
+            for lr, runs in record.get("finetune", {}).items()}
+    lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid else None
+    summary = {"arm": record["arm"], "lr": lr, "grid": {k: {"median": statistics.median(v), "seeds": v}
+                                                          for k, v in grid.items()},
+               "pretrain_steps": record.get("pretrain_steps_done", 0),
+               "tokens_seen": record.get("data", {}).get("tokens_seen", 0),
+               "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export"),
+               "commits": sorted({i["commit"] for i in record.get("pretrain_invocations", [])}
+                                 | {run.get("commit", "unknown") for runs in record.get("finetune", {}).values()
+                                    for run in runs.values()})}
+    if lr is not None:
+        runs = [run for _, run in sorted(record["finetune"][lr].items(), key=lambda kv: int(kv[0]))]
+        for split in ("dev", "test"):
+            values = [run[f"{split}_f1"] for run in runs if run.get(f"{split}_f1") is not None]
+            summary[split] = {"median": statistics.median(values), "seeds": values,
+                              "spread": max(values) - min(values)} if values else None
+    return summary
+
+
+def build_results(plan: Plan, records: list[dict]) -> dict:
+    arms = [arm_summary(record) for record in sorted(records, key=lambda r: list(ARMS).index(r["arm"]))]
+    spreads = [a["dev"]["spread"] for a in arms if a.get("dev") and len(a["dev"]["seeds"]) > 1]
+    base = next((a for a in arms if a["arm"] == "base" and a.get("dev")), None)
+    differences = {a["arm"]: {split: a[split]["median"] - base[split]["median"] for split in ("dev", "test")
+                              if a.get(split) and base.get(split)}
+                   for a in arms if base and a["arm"] != "base" and a.get("dev")}
+    return {"budget": plan.name, "command": plan.commands()["report"], "arms": arms,
+            "largest_seed_spread": max(spreads) if spreads else None, "differences_from_base": differences,
+            "plan": {"steps": plan.steps, "warmup_steps": plan.warmup_steps,
+                     "train_batch_size": plan.train_batch_size, "added_words": plan.added_words,
+                     "learning_rates": [f"{lr:g}" for lr in plan.finetune.learning_rates],
+                     "seeds": list(plan.finetune.seeds)}}
+
+
+def _cell(score: Optional[dict]) -> str:
+    if not score:
+        return "–"
+    return f"**{score['median']:.2f}** [{', '.join(f'{v:.2f}' for v in score['seeds'])}]"
+
+
+def markdown(results: dict) -> str:
+    plan = results["plan"]
+    lines = [f"# Domain adaptation: TAPT on CoNLL-2003 (`--budget={results['budget']}`)", "",
+             f"Generated by `{results['command']}` from the records in `docs/results/{STEM}"
+             f"{'' if results['budget'] == 'cpu' else '_' + results['budget']}/` "
+             "(the module docstring of `experiments/domain_adaptation.py` says how they are made).", "",
+             f"Continued pre-training: {plan['steps']} steps × {plan['train_batch_size']} sequences, "
+             f"{plan['warmup_steps']} warm-up steps, from the start export; `tapt_vocab` first appends "
+             f"{plan['added_words']} words of the text to the vocab. Tokens seen: examples seen × the shards' mean "
+             "non-padding tokens per example. NER: CoNLL-2003 entity F1 × 100 (conlleval), the median over "
+             f"fine-tuning seeds {', '.join(map(str, plan['seeds']))} [each seed's] at the arm's learning rate, the "
+             f"one of {' and '.join(plan['learning_rates'])} with the better median dev F1; test F1 at that same "
+             "learning rate.", "",
+             "| arm | pre-training steps | tokens seen | vocab size | NER dev F1 | NER test F1 | lr |",
+             "|---|---|---|---|---|---|---|"]
+    if not results["arms"]:
+        lines.append("| (no arm has a record yet) | | | | | | |")
+    for arm in results["arms"]:
+        lines.append(f"| {arm['arm']} | {arm['pretrain_steps']} | {arm['tokens_seen']:,} | {arm['vocab_size']} | "
+                     f"{_cell(arm.get('dev'))} | {_cell(arm.get('test'))} | {arm['lr'] or '–'} |")
+    lines += ["", "Learning-rate grid, dev F1 median [seeds]:", "",
+              "| arm | " + " | ".join(f"lr {lr}" for lr in plan["learning_rates"]) + " |",
+              "|---|" + "---|" * len(plan["learning_rates"])]
+    for arm in results["arms"]:
+        lines.append(f"| {arm['arm']} | " + " | ".join(_cell(arm["grid"].get(lr)) for lr in plan["learning_rates"])
+                     + " |")
+    spread = results["largest_seed_spread"]
+    lines += ["", "Seed spread: " + (f"the largest dev-F1 spread (max − min over seeds at the chosen lr) of an arm "
+                                     f"is {spread:.2f}; differences under ~1 F1 cannot be read at this scale."
+                                     if spread is not None else "not known yet (no arm has two seeds).")]
+    for name, diff in results["differences_from_base"].items():
+        lines.append(f"- {name} − base: " + ", ".join(f"{split} {value:+.2f}" for split, value in diff.items()))
+    for arm in results["arms"]:
+        if arm["commits"]:
+            lines.append(f"- {arm['arm']} ran at {', '.join(f'`{c}`' for c in arm['commits'])}.")
+    starts = {json.dumps(a["start_export"], sort_keys=True) for a in results["arms"] if a["start_export"]}
+    for start in map(json.loads, sorted(starts)):
+        path = start["path"].replace(str(Path.home()), "~")
+        lines += ["", f"Start export: `{path}` (step {start['step']}, discriminator.weights.h5 sha256 "
+                      f"`{start['discriminator_sha256'][:16]}…`)."]
+    return "\n".join(lines) + "\n"
+
+
+def report(plan: Plan, results_dir: Path) -> dict:
+    """`docs/results/domain_adaptation.{md,json}` from the committed records alone."""
+    results_dir = Path(results_dir)
+    records = [json.loads(p.read_text()) for p in sorted(records_dir(results_dir, plan).glob("*.json"))]
+    results = build_results(plan, [r for r in records if r.get("arm") in ARMS])
+    stem = STEM if plan.name == "cpu" else f"{STEM}_{plan.name}"
+    objectives.write_json_atomic(results_dir / f"{stem}.json", results)
+    from electra_tf.text.manifest import write_text_atomic
+
+    text = markdown(results)
+    write_text_atomic(str(results_dir / f"{stem}.md"), text)
+    print(text, flush=True)
+    return results
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.domain_adaptation",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", choices=sorted(PLANS), default="cpu",
+                        help="cpu: the experiment; smoke: the pipeline in minutes")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
+    parser.add_argument("--stage", choices=("all", "pretrain", "finetune", "report"), default="all",
+                        help="pretrain: the TAPT runs only; finetune: the arms whose pre-training is done; "
+                             "report: the table from the committed records (also the last step of the others)")
+    parser.add_argument("--start_export", default=str(DEFAULT_START_EXPORT),
+                        help="the export every arm starts from (default: the efficiency curve's rtd 192k milestone)")
+    parser.add_argument("--conll_dir", default=str(CONLL), help="CoNLL-2003 (train.txt, dev.txt, test.txt)")
+    parser.add_argument("--max_minutes", type=float, default=None,
+                        help="stop this sitting after that long: a pre-training is stopped (it resumes from its "
+                             "newest checkpoint), no fine-tuning run starts after it")
+    parser.add_argument("--stop_after_steps", type=int, default=None,
+                        help="pre-train each TAPT arm up to this step in this sitting")
+    parser.add_argument("--jobs", type=int, default=1, help="fine-tuning runs at once (the cores shared out)")
+    parser.add_argument("--work_dir", default=None,
+                        help="default: ~/.cache/electra_tf/domain_adaptation/<budget> (outside the checkout)")
+    parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the records and the report go")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.arms.split(",")) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.stop_after_steps is not None and args.stop_after_steps < 1:
+        parser.error(f"--stop_after_steps must be at least 1, got {args.stop_after_steps}")
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        parser.error(f"--max_minutes must be positive, got {args.max_minutes}")
+    args.work_dir = args.work_dir or str(Path.home() / ".cache" / "electra_tf" / STEM / args.budget)
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    plan = PLANS[args.budget]
+    if args.stage != "report":
+        for split in ("train", "dev"):
+            if not (Path(args.conll_dir) / f"{split}.txt").is_file():
+                sys.exit(f"domain_adaptation: error: --conll_dir={args.conll_dir}: no {split}.txt (CoNLL-2003 format)")
+        start = export_identity(Path(args.start_export))
+        records = Records(plan, Path(args.results_dir))
+        claim_work_dir(start, Path(args.work_dir))
+        arms = [ARMS[name] for name in args.arms.split(",")]
+        log(f"budget {plan.name}: arms {', '.join(a.name for a in arms)} from {start['path']} (step {start['step']}); "
+            f"work dir {args.work_dir}")
+        missing = sum(not finetune_done(records.read(arm.name), lr, seed) for arm in arms
+                      for lr in plan.finetune.learning_rates for seed in plan.finetune.seeds)
+        progress = objectives.Progress(missing, args.jobs)  # the fine-tuning runs the records lack
+        deadline = Deadline(args.max_minutes)
+        for arm in arms:
+            run_arm(plan, arm, start, args, records, progress, deadline)
+    return report(plan, Path(args.results_dir))
+
+
+if __name__ == "__main__":
+    use_onednn_kernels()  # before TensorFlow is imported
+    main()
