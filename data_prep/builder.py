@@ -273,7 +273,6 @@ def _make_manifest(plan: BuildPlan, records: list[dict]) -> dict:
         "vocab_file": options.vocab_file,
         "vocab_size": len(vocab),
         "vocab_sha256": plan.vocab_sha256,
-        "tokenizer_sha256": plan.vocab_sha256,  # the contract's name (exports record it too); training checks it
         "do_lower_case": options.do_lower_case,
         "strip_accents": options.strip_accents,
         "special_token_ids": special_ids,

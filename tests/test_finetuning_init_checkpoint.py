@@ -43,6 +43,8 @@ def test_hf_checkpoint_without_hparams(tmp_path, glue_dir, caplog):
     assert "no model size has hidden_size 256 and 1 layers" in caplog.text
 
 
+@pytest.mark.slow  # ~7 s; test_tiny_export_uses_tiny_finetuning_defaults (a size's defaults by its shape) and
+# test_hf_checkpoint_without_hparams (a Hugging Face folder) run by default
 def test_hf_checkpoint_of_a_known_size_takes_its_defaults(tmp_path, glue_dir, vocab_file):
     """A 4-layer, 256-wide Hugging Face checkpoint is `mini`: mini's learning rate and layer decay."""
     from electra_tf.convert import save_hf

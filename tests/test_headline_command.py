@@ -49,6 +49,8 @@ def test_every_size_trains_on_the_demo_corpus_without_data(size, tmp_path):
     assert "Only CPUs here" in log and "First step:" in log and "Your own text:" in log
 
 
+@pytest.mark.slow  # ~32 s (two CLI runs); test_every_size_trains_on_the_demo_corpus_without_data (the demo) and
+# test_training.py::test_stopped_and_resumed_run_equals_uninterrupted_run (resuming) run by default
 def test_sizes_keep_their_own_folders_and_a_rerun_resumes(tmp_path):
     first = run_pretraining(tmp_path, "--train_batch_size=2", "--stop_after_steps=1")  # no size: the tiny demo
     assert first.returncode == 0, first.stderr[-3000:]

@@ -99,10 +99,10 @@ def test_sst2_trains_and_its_saved_model_serves_the_python_ids_without_the_model
 def test_in_graph_ids_equal_the_python_features_for_single_texts_and_pairs(sp_tokenizer):
     """[CLS]/[SEP], segment ids, padding and longest-first truncation, as encode_pairs gives them."""
     from electra_tf.serving.classifier import ClassifierServer
-    from electra_tf.serving.text import SentencePieceGraphTokenizer
 
     server = ClassifierServer(None, sp_tokenizer, ["0", "1"], 16)
-    assert isinstance(server.tokenizer, SentencePieceGraphTokenizer)
+    assert "SentencepieceTokenizeOp" in {op.type for op in tf.function(server.tokenizer).get_concrete_function(
+        tf.TensorSpec([None], tf.string)).graph.get_operations()}
     assert server.tokenizer(tf.constant(TEXTS)).to_list() == sp_tokenizer.tokenize(TEXTS)
     pairs = TEXTS[::-1]
     for texts_b in (None, pairs):
@@ -155,10 +155,8 @@ def test_squad_answer_spans_map_back_to_the_exact_original_text(sp_tokenizer):
 def test_squad_pieces_tile_their_words(sp_tokenizer):
     """Each piece's characters, piece after piece, rebuild its word exactly (what decoding slices); the ids the
     offsets come from are the ids the model saw."""
-    from electra_tf.finetuning.squad.features import sentencepiece_char_spans
-
     words = SQUAD_CONTEXT.split() + ["☃", "ﬁne", "我爱中国。", "(Hello)"]
-    spans = sentencepiece_char_spans(sp_tokenizer.model_proto, words)
+    spans = sp_tokenizer.char_spans(words)
     for word, word_spans, ids in zip(words, spans, sp_tokenizer.tokenize(words)):
         assert len(word_spans) == len(ids), word
         assert word_spans[0][0] == 0 and word_spans[-1][1] == len(word), word
@@ -265,7 +263,7 @@ def test_the_sha256_an_export_records_is_checked(sp_model, other_model, sp_token
 
     export = tmp_path / "export"
     export.mkdir()
-    (export / "electra_config.json").write_text(json.dumps({"tokenizer_sha256": tokenizer_sha256(sp_model)}))
+    (export / "electra_config.json").write_text(json.dumps({"vocab_sha256": tokenizer_sha256(sp_model)}))
     config = get_config("tiny", vocab_size=sp_tokenizer.vocab_size)
     tokenizer, _ = make_tokenizer(config, ModelOptions(init_checkpoint=str(export), vocab_file=sp_model))
     assert tokenizer.vocab_file == sp_model

@@ -167,7 +167,7 @@ def test_train_text_gives_data_prep_records_with_a_sentencepiece_model(model_fil
     ops = graph_ops(text_input.text_dataset(source, batch_size=2))  # serialisable: tf.data service workers run it
     assert "SentencepieceTokenizeOp" in ops and not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
     manifest = text_input.synthesized_manifest(source)
-    assert manifest["tokenizer_sha256"] == hashlib.sha256(open(model_file, "rb").read()).hexdigest()
+    assert manifest["vocab_sha256"] == hashlib.sha256(open(model_file, "rb").read()).hexdigest()
     assert manifest["special_token_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
@@ -176,7 +176,7 @@ def test_manifest_records_the_tokenizer_and_training_refuses_another(corpus, mod
     shutil.copy(model_file, model)
     manifest = build_shards(corpus, model, tmp_path / "shards")
     original = open(model, "rb").read()
-    assert manifest["tokenizer_sha256"] == hashlib.sha256(original).hexdigest() == manifest["vocab_sha256"]
+    assert manifest["vocab_sha256"] == hashlib.sha256(original).hexdigest()
     config = tiny_config(vocab_size=manifest["vocab_size"], max_seq_length=SEQ)
     assert input_pipeline.load_checked_manifest(str(tmp_path / "shards"), config)["vocab_file"] == model
     # Another tokenizer of the same size at the same path: the ids would mean other pieces.
@@ -188,7 +188,7 @@ def test_manifest_records_the_tokenizer_and_training_refuses_another(corpus, mod
         input_pipeline.load_checked_manifest(str(tmp_path / "shards"), config)
     message = str(error.value)
     assert "\n" not in message and f"{model} has sha256 {hashlib.sha256(other).hexdigest()}" in message
-    assert f"the manifest records {manifest['tokenizer_sha256']}" in message
+    assert f"the manifest records {manifest['vocab_sha256']}" in message
     assert message.startswith(f"data in {tmp_path / 'shards'} was built with a different tokenizer: ")
     assert message.endswith(": rebuild the data or pass the tokenizer it was built with")
     # ... and data_prep's plan for the same flags is another build (the fingerprint holds the file's sha256).
@@ -197,9 +197,9 @@ def test_manifest_records_the_tokenizer_and_training_refuses_another(corpus, mod
                                   single_segment_prob=1.0)).fingerprint != manifest["fingerprint"]
     # An older manifest, without the field, keeps working.
     path = tmp_path / "shards" / MANIFEST_NAME
-    old = {k: v for k, v in json.loads(path.read_text()).items() if k != "tokenizer_sha256"}
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k != "vocab_sha256"}
     path.write_text(json.dumps(old))
-    assert "tokenizer_sha256" not in input_pipeline.load_checked_manifest(str(tmp_path / "shards"), config)
+    assert "vocab_sha256" not in input_pipeline.load_checked_manifest(str(tmp_path / "shards"), config)
 
 
 def test_a_beam_worker_without_the_model_gets_its_shipped_bytes(corpus, model_file, tmp_path):
@@ -237,7 +237,7 @@ def test_beam_build_from_a_model_the_workers_lack_equals_the_pool_build(corpus, 
     monkeypatch.setattr(beam_pipeline, "shipped_model", read_then_hide)
     beam = beam_pipeline.run_beam_build(plan, [], log=lambda message: None)
     assert not os.path.exists(model)
-    assert beam["tokenizer_sha256"] == pool["tokenizer_sha256"]
+    assert beam["vocab_sha256"] == pool["vocab_sha256"]
     assert read_examples(tmp_path / "beam") == read_examples(tmp_path / "pool")
 
 
@@ -256,21 +256,13 @@ def test_the_detection_preview_shows_pieces(tokenizer, model_file):
 # Pre-training a tiny model
 # ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", ["shards", "train_text"])
+# train_text: ~6 s under -m slow; test_train_text_gives_data_prep_records_with_a_sentencepiece_model shows by default
+# that --train_text gives the shards' records, which [shards] trains on.
+@pytest.mark.parametrize("source", ["shards", pytest.param("train_text", marks=pytest.mark.slow)])
 def test_a_tiny_model_pretrains_with_a_sentencepiece_model(corpus, model_file, tokenizer, tmp_path, monkeypatch,
                                                            source):
-    """From data_prep's shards (whole-word masking by the manifest's .model; the export gets the .model) and
-    from --train_text (tensorflow-text's SentencePiece op in tf.data; no export: the same export call)."""
-    exported = []
-    save_ours = pretraining.ours.save_ours
-
-    def recording_save_ours(model, directory, vocab_file=None, **kwargs):
-        """What the run passes; the export is written without its tokenizer (copying a .model there, under
-        tokenizers.export_name, is electra_tf/convert's part, tested with it)."""
-        exported.append(vocab_file)
-        return save_ours(model, directory, vocab_file=None, **kwargs)
-
-    monkeypatch.setattr(pretraining.ours, "save_ours", recording_save_ours)
+    """From data_prep's shards (whole-word masking by the manifest's .model; the export carries the .model) and
+    from --train_text (tensorflow-text's SentencePiece op in tf.data)."""
     config = tiny_config(vocab_size=tokenizer.vocab_size, max_seq_length=SEQ, num_layers=1, generator_num_layers=1,
                          train_batch_size=4, num_train_steps=2, num_warmup_steps=1)
     common = dict(model_dir=str(tmp_path / "run"), log_steps=1, steps_per_loop=2, save_checkpoints_steps=2,
@@ -284,9 +276,14 @@ def test_a_tiny_model_pretrains_with_a_sentencepiece_model(corpus, model_file, t
     history = pretraining.train(config, options, tf.distribute.OneDeviceStrategy("/cpu:0"))
     assert [h["step"] for h in history] == [1, 2] and all(math.isfinite(h["loss"]) for h in history)
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("-2")
-    if source == "shards":
-        assert exported == [model_file]  # the run hands the exporter the data's .model as it is
-        assert os.path.isfile(tmp_path / "run" / "export" / "electra_config.json")
+    if source == "shards":  # the export holds the data's .model under its kind's name, its sha256 recorded
+        export = tmp_path / "run" / "export"
+        with open(model_file, "rb") as f:
+            model_bytes = f.read()
+        assert (export / "sentencepiece.model").read_bytes() == model_bytes
+        assert not (export / "vocab.txt").exists()
+        assert json.loads((export / "electra_config.json").read_text())["vocab_sha256"] == \
+            hashlib.sha256(model_bytes).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------

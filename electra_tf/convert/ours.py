@@ -4,7 +4,7 @@ An export directory holds:
 
 * `electra_config.json`: the `ElectraConfig` (under "config"), which encoder is
   fine-tuned (`finetuning_role`), the special token ids, the training step and
-  `tokenizer_sha256` (of the tokenizer file, when there is one);
+  `vocab_sha256` (of the tokenizer file, when there is one);
 * `discriminator.weights.h5`: the encoder to fine-tune (the discriminator, or
   the MLM encoder of an `objective="mlm"` run), loadable into
   `ElectraEncoder.from_config_object(config, role)`;
@@ -52,7 +52,7 @@ from electra_tf.text import tokenizers
 CONFIG_FILE = "electra_config.json"
 ENCODER_WEIGHTS = "discriminator.weights.h5"
 PRETRAINER_WEIGHTS = "pretrainer.weights.h5"
-TOKENIZER_SHA256 = "tokenizer_sha256"  # key in CONFIG_FILE: the SHA-256 of the exported tokenizer file
+VOCAB_SHA256 = "vocab_sha256"  # key in CONFIG_FILE (as in a data manifest): the SHA-256 of the exported tokenizer file
 
 
 def is_export_dir(path: str) -> bool:
@@ -82,7 +82,7 @@ def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: 
         meta = {"config": config.to_dict(), "finetuning_role": pretrainer.finetuning_role,
                 "special_token_ids": pretrainer.special_token_ids, "step": step}
         if vocab_file:
-            meta[TOKENIZER_SHA256] = tokenizers.tokenizer_sha256(vocab_file)
+            meta[VOCAB_SHA256] = tokenizers.tokenizer_sha256(vocab_file)
         with open(os.path.join(staging, CONFIG_FILE), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
         encoder.save_weights(os.path.join(staging, ENCODER_WEIGHTS))
@@ -126,7 +126,7 @@ def export_vocab(path: str) -> str | None:
 
 def check_tokenizer_sha256(export_dir: str, tokenizer_file: str) -> None:
     """ConversionError (one line) if `tokenizer_file`'s SHA-256 is not the one the export recorded."""
-    recorded = read_export_metadata(export_dir).get(TOKENIZER_SHA256)
+    recorded = read_export_metadata(export_dir).get(VOCAB_SHA256)
     if recorded is None:  # exported before the digest was recorded
         return
     actual = tokenizers.tokenizer_sha256(tokenizer_file)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from electra_tf.detect.scoring import TokenScores, is_wordpiece_continuation
+from electra_tf.detect.scoring import TokenScores
+from electra_tf.text.tokenization import is_wordpiece_continuation
 from electra_tf.text.sentencepiece_tokenizer import WORD_START
 
 

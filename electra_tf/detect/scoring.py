@@ -10,7 +10,6 @@ import dataclasses
 import math
 from typing import Sequence
 
-from electra_tf.text.tokenizers import is_sentencepiece
 
 
 @dataclasses.dataclass
@@ -50,17 +49,10 @@ class TokenScores:
         return f"  ({'; '.join(notes)})" if notes else ""
 
 
-def is_wordpiece_continuation(token: str) -> bool:
-    """`##x`: a WordPiece piece that continues the word before it."""
-    return token.startswith("##") and len(token) > 2
-
-
 def word_starts(tokenizer, ids) -> list:
-    """Per id, whether its piece begins a word: the one place that reads a tokenizer kind's marks (SentencePiece
-    marks a word's first piece with `▁`, `is_word_start`; WordPiece marks the others with `##`)."""
-    if is_sentencepiece(tokenizer.vocab_file):
-        return [tokenizer.is_word_start(i) for i in ids]
-    return [not is_wordpiece_continuation(token) for token in tokenizer.convert_ids_to_tokens(ids)]
+    """Per id, whether its piece begins a word (the tokenizer's own rule, `is_word_start`: the one whole-word
+    masking uses)."""
+    return [tokenizer.is_word_start(i) for i in ids]
 
 
 def _encode(tokenizer, texts: Sequence[str], max_seq_length: int):

@@ -148,7 +148,7 @@ def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = N
 
 
 def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
-    """The `tokenizer_sha256` an export of ours records in its config JSON, or None (other formats, older exports)."""
+    """The `vocab_sha256` an export of ours records in its config JSON, or None (other formats, older exports)."""
     if not init_checkpoint:
         return None
     from electra_tf.convert.ours import CONFIG_FILE
@@ -158,7 +158,7 @@ def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
         return None
     with open(path, encoding="utf-8") as f:
         recorded = json.load(f)
-    return recorded.get("tokenizer_sha256") if isinstance(recorded, dict) else None
+    return recorded.get("vocab_sha256") if isinstance(recorded, dict) else None
 
 
 def _first_differing_line(vocab_file, checkpoint_vocab):

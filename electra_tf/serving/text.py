@@ -1,20 +1,16 @@
 """What every serving export shares: the in-graph tokeniser, whitespace words with their offsets, and
 writing the SavedModel.
 
-`graph_tokenizer(tokenizer)` is the one place that picks the in-graph tokeniser for a run's tokenizer
-(`tokenizers.is_sentencepiece` of its file):
+`graph_tokenizer(tokenizer)` wraps the run's tokenizer's own in-graph path (`tokenize_in_graph`, the one
+implementation that `--train_text` and the tf.data service run too):
 
-* a SentencePiece model: `SentencePieceGraphTokenizer`, tensorflow-text's `SentencepieceTokenizer` built
-  from the model proto's bytes, which the SavedModel holds (it needs no file once written); the
-  normalisation is the model's own, so its ids are the Python tokenizer's;
-* a WordPiece vocab: `WordPieceGraphTokenizer`.
-
-`WordPieceGraphTokenizer` matches `electra_tf.text.tokenization.WordPieceTokenizer`: the same normalisation
-(lower-casing, deletion of control characters, accent stripping by NFD + removal of combining marks,
-with the same RE2 character classes), then tensorflow-text's `FastWordpieceTokenizer` over the same
-vocabulary. Two deliberate gaps, both rare: lower-casing is ICU's (`tf.strings.lower`) rather than
-Python's `str.lower`, and a word longer than 100 characters is split by byte count rather than
-becoming `[UNK]`.
+* a SentencePiece model: tensorflow-text's `SentencepieceTokenizer` built from the model proto's bytes, which
+  the SavedModel holds (it needs no file once written); the normalisation is the model's own, so its ids are
+  the Python tokenizer's;
+* a WordPiece vocab: the `WordPieceTokenizer`'s normalisation as TF ops, then tensorflow-text's
+  `FastWordpieceTokenizer` over the same vocabulary. Two deliberate gaps, both rare: lower-casing is ICU's
+  (`tf.strings.lower`) rather than Python's `str.lower`, and a word longer than 100 characters is split by
+  byte count rather than becoming `[UNK]`.
 """
 
 from __future__ import annotations
@@ -26,55 +22,32 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
+import tensorflow_text  # noqa: F401 (registers the ops a loaded SavedModel runs)
 
 from electra_tf.text import tokenization
-from electra_tf.text.tokenizers import is_sentencepiece
 
 
-def graph_tokenizer(tokenizer) -> tf.Module:
+def graph_tokenizer(tokenizer) -> "GraphTokenizer":
     """The in-graph tokeniser of `tokenizer` (from `tokenizers.load_tokenizer`): ids of a string batch, ragged."""
-    if is_sentencepiece(tokenizer.vocab_file):
-        return SentencePieceGraphTokenizer(tokenizer)
-    return WordPieceGraphTokenizer(tokenizer)
+    return GraphTokenizer(tokenizer)
 
 
-class SentencePieceGraphTokenizer(tf.Module):
-    """`SentencePieceTokenizer` as a TF op holding the model proto (for a SavedModel)."""
+class GraphTokenizer(tf.Module):
+    """`tokenizer.tokenize_in_graph` for a SavedModel. It tracks the tensorflow-text op that method runs
+    (`tokenizer.in_graph_op()`), so the vocabulary or model proto is saved inside the SavedModel."""
 
     def __init__(self, tokenizer):
         super().__init__()
-        self.sentencepiece = tf_text.SentencepieceTokenizer(model=tokenizer.model_proto, out_type=tf.int32,
-                                                            add_bos=False, add_eos=False)
+        self.op = tokenizer.in_graph_op()
+        self._tokenizer = tokenizer
 
     def __call__(self, texts):
-        return self.sentencepiece.tokenize(texts)
+        return self._tokenizer.tokenize_in_graph(texts, op=self.op)
 
     def tokenize_with_offsets(self, texts):
-        """Ids and each piece's `(begin, end)` bytes in its text, ragged `[batch, pieces]`."""
-        return self.sentencepiece.tokenize_with_offsets(texts)
-
-
-class WordPieceGraphTokenizer(tf.Module):
-    """`WordPieceTokenizer`'s normalisation and WordPiece as TF ops (for a SavedModel)."""
-
-    def __init__(self, tokenizer: tokenization.WordPieceTokenizer):
-        super().__init__()
-        self.do_lower_case, self.strip_accents = tokenizer.do_lower_case, tokenizer.strip_accents
-        self.patterns = tokenization._re2_patterns()
-        self.wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=tokenizer._vocab_for_tf_text(), suffix_indicator="##",
-            max_bytes_per_word=4 * tokenizer.max_chars_per_word, token_out_type=tf.int32,
-            unknown_token=tokenization.SPECIAL_TOKENS["unk"], no_pretokenization=False)
-
-    def __call__(self, texts):
-        if self.do_lower_case:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        texts = tf.strings.regex_replace(texts, self.patterns["removed"], "")
-        if self.strip_accents:
-            texts = tf_text.normalize_utf8(texts, "NFD")
-            texts = tf.strings.regex_replace(texts, self.patterns["mark"], "")
-        return self.wordpiece.tokenize(texts)
+        """Ids and each piece's `(begin, end)` bytes in its text, ragged `[batch, pieces]` (a SentencePiece
+        model's op only: WordPiece answers are cut by words, see `electra_tf.serving.squad`)."""
+        return self.op.tokenize_with_offsets(texts)
 
 
 @functools.lru_cache(maxsize=None)

@@ -194,15 +194,30 @@ class SentencePieceTokenizer(VocabularyLookups):
             texts = tf.constant(list(texts), dtype=tf.string)
         return tf.cast(self.tokenize_in_graph(texts), tf.int64)
 
-    def tokenize_in_graph(self, strings):
+    def tokenize_in_graph(self, strings, op=None):
         """Ids (int32 ``tf.RaggedTensor``) of a string tensor by TensorFlow ops alone (tf.data service
-        workers, checkpointed iterators): tensorflow-text's op, the same ids as ``tokenize``."""
-        return self._graph_tokenizer().tokenize(strings)
+        workers, checkpointed iterators): tensorflow-text's op, the same ids as ``tokenize``. ``op``: one
+        from ``in_graph_op()`` to run instead of this tokenizer's own (a SavedModel runs the one it holds)."""
+        if op is None:
+            if self._graph is None:
+                self._graph = self.in_graph_op()
+            op = self._graph
+        return op.tokenize(strings)
 
-    def _graph_tokenizer(self):
-        if self._graph is None:
-            import tensorflow as tf
-            import tensorflow_text as tf_text
-            self._graph = tf_text.SentencepieceTokenizer(
-                model=self.model_proto, out_type=tf.int32, add_bos=False, add_eos=False)
-        return self._graph
+    def char_spans(self, words: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """Per word, its pieces' ``(begin, end)`` characters in the word as the model tokenises the word on its
+        own (SQuAD's per-word features). SentencePiece reports them through its normalisation; a piece with no
+        character of its own (the lone ``▁``, the leading bytes of a byte-fallback character) has
+        ``begin == end``."""
+        encoded = self._sp.encode(list(words), out_type="immutable_proto")
+        return [[(piece.begin, piece.end) for piece in word.pieces] for word in encoded]
+
+    def in_graph_op(self):
+        """A new tensorflow-text ``SentencepieceTokenizer`` of this model (what ``tokenize_in_graph`` runs): it
+        holds the model proto, so a SavedModel that tracks it needs no file (``electra_tf.serving.text``). New
+        at each call: the op owns a TensorFlow resource, and one SavedModel's must not be another's (a
+        SavedModel loaded and dropped in this process deletes the resource of the name it restored)."""
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32, add_bos=False,
+                                              add_eos=False)

@@ -258,6 +258,11 @@ _ANY_WHITESPACE = re.compile(r"\s")
 # The tokenizer
 # --------------------------------------------------------------------------
 
+def is_wordpiece_continuation(token: str) -> bool:
+    """`##x`: a WordPiece piece that continues the word before it (`##` alone is a token of its own)."""
+    return token.startswith("##") and len(token) > 2
+
+
 class VocabularyLookups:
     """What every tokenizer derives from its `vocab` (list, id order) and `special_ids` (name -> id).
 
@@ -313,7 +318,7 @@ class WordPieceTokenizer(VocabularyLookups):
     def continuation_table(self) -> np.ndarray:
         """`[V]` bool: True for the WordPiece continuations `##x`. CJK characters are words of their own:
         the tokenizer splits them apart, so they never come as `##` pieces."""
-        return np.array([token.startswith("##") and len(token) > 2 for token in self.vocab], dtype=bool)
+        return np.array([is_wordpiece_continuation(token) for token in self.vocab], dtype=bool)
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         unk = self.unk_id
@@ -352,7 +357,7 @@ class WordPieceTokenizer(VocabularyLookups):
         if not texts:
             return np.zeros([0], np.int32), np.zeros([0], np.int64)
         normalized = self._normalize_tf(texts)
-        ragged = self._fast_tokenizer().tokenize(normalized)
+        ragged = self.in_graph_op().tokenize(normalized)
         flat, lengths = ragged.flat_values.numpy(), ragged.row_lengths().numpy()
         # RE2's \S is ASCII-only, so this flags a superset of the rows with long words.
         re2_long_word, python_long_word = _long_word_patterns(self.max_chars_per_word)
@@ -386,22 +391,25 @@ class WordPieceTokenizer(VocabularyLookups):
         lengths.set_shape([None])
         return tf.RaggedTensor.from_row_lengths(flat, lengths)
 
-    def tokenize_in_graph(self, strings):
+    def tokenize_in_graph(self, strings, op=None):
         """Ids (int32 `tf.RaggedTensor`) of a string tensor by TensorFlow ops alone: no Python runs, so it
         goes into tf.data service workers and checkpointed iterators. Two differences from `tokenize`:
         lower-casing is ICU's `tf.strings.lower` instead of Python's `str.lower` (they differ on 40 code
         points, Unicode 14 additions such as U+2C2F), and a word over `max_chars_per_word` characters but
-        under 4x that many bytes is WordPiece-split instead of becoming [UNK] (the exact check is Python)."""
+        under 4x that many bytes is WordPiece-split instead of becoming [UNK] (the exact check is Python).
+        ``op``: one from ``in_graph_op()`` to run (a SavedModel runs the one it holds); default: the tokenizer's own."""
         import tensorflow as tf
         if self.do_lower_case:
             strings = tf.strings.lower(strings, encoding="utf-8")
-        return self._fast_tokenizer().tokenize(clean_strings_tf(strings, self.strip_accents))
+        return (op or self.in_graph_op()).tokenize(clean_strings_tf(strings, self.strip_accents))
 
     # ---- internals ----------------------------------------------------------
     def _normalize_tf(self, texts: list[str]):
         return normalize_tf(texts, self.do_lower_case, self.strip_accents)
 
-    def _fast_tokenizer(self):
+    def in_graph_op(self):
+        """The tensorflow-text tokenizer `tokenize_in_graph` runs: a module that holds the vocabulary, which a
+        SavedModel tracks to carry it (`electra_tf.serving.text.GraphTokenizer`)."""
         if self._fast is None:
             import tensorflow as tf
             import tensorflow_text as tf_text
@@ -438,7 +446,7 @@ class WordPieceTokenizer(VocabularyLookups):
         import tensorflow as tf
         if not normalized:
             return np.zeros([0], np.int32), np.zeros([0], np.int64)
-        ragged = self._fast_tokenizer().tokenize(tf.constant(normalized, dtype=tf.string))
+        ragged = self.in_graph_op().tokenize(tf.constant(normalized, dtype=tf.string))
         return ragged.flat_values.numpy(), ragged.row_lengths().numpy()
 
     def _patch_long_words(self, slow: dict, flat, lengths):

@@ -20,8 +20,8 @@ Example:
 >>> tokenizer_sha256(path)[:12]  # hashlib.sha256(the file's bytes)
 '90786d49eb5d'
 
-An export, a manifest or a fine-tuning run names its tokenizer by file and
-records ``tokenizer_sha256``: the SHA-256 of the file's bytes.  Two tokenizers
+An export or a data manifest names its tokenizer by file and records
+``vocab_sha256`` (``tokenizer_sha256`` of the file: the SHA-256 of its bytes).  Two tokenizers
 with the same number of ids are told apart by it.
 """
 

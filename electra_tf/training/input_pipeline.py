@@ -69,10 +69,10 @@ def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
 
 def check_tokenizer(manifest: dict, data_dir: str, tokenizer_file: str | None = None) -> None:
     """Refuses (ValueError, one line naming the file and both digests) data whose manifest records a
-    `tokenizer_sha256` other than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the
+    `vocab_sha256` other than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the
     same number of ids, other pieces. Nothing to compare (an older manifest without the field, a tokenizer
     file no longer there) is no refusal."""
-    expected, path = manifest.get("tokenizer_sha256"), tokenizer_file or manifest.get("vocab_file")
+    expected, path = manifest.get("vocab_sha256"), tokenizer_file or manifest.get("vocab_file")
     if not expected or not path or not os.path.isfile(path):
         return
     actual = tokenizer_sha256(path)
@@ -310,7 +310,7 @@ def whole_words_table(config, manifest: dict):
     if not vocab_file or not os.path.isfile(vocab_file):
         raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
                          f"{vocab_file!r} is not there: rebuild the data or restore that file")
-    expected = manifest.get("tokenizer_sha256") or manifest.get("vocab_sha256")
+    expected = manifest.get("vocab_sha256")
     if expected and tokenizer_sha256(vocab_file) != expected:
         raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
                          f"(sha256 differs from the manifest's)")

@@ -158,10 +158,12 @@ def check_writable(model_dir: str, probe_name: str = ".write_test"):
 def _make_preview(model, options, manifest, text=None):
     if "disc_loss" not in model.step_output_names:
         return None
+    # Batches of 1, re-batched by the preview: batches of its 8 drop the remainder, and data of fewer examples
+    # would give none.
     if text is not None:
-        dataset = text_input.text_dataset(text, batch_size=8, seed=options.seed, shuffle_buffer=0, repeat=False)
+        dataset = text_input.text_dataset(text, batch_size=1, seed=options.seed, shuffle_buffer=0, repeat=False)
     else:
-        dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=8, seed=options.seed,
+        dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=1, seed=options.seed,
                                                      shuffle_buffer=0, repeat=False,
                                                      skip_corrupt=options.skip_corrupt_records)
     dataset = dataset.map(lambda batch: {name: batch[name] for name in FEATURE_NAMES})

@@ -168,7 +168,7 @@ def synthesized_manifest(source: TextSource) -> dict:
     digest = tokenizer_sha256(source.vocab_file)
     return {"format_version": 1, "source": "train_text", "train_text": list(source.patterns),
             "max_seq_length": source.max_seq_length, "vocab_size": len(vocab), "vocab_file": source.vocab_file,
-            "vocab_sha256": digest, "tokenizer_sha256": digest, "do_lower_case": source.do_lower_case,
+            "vocab_sha256": digest, "do_lower_case": source.do_lower_case,
             "special_token_ids": {name: vocab.index(token) for name, token in SPECIAL_TOKENS.items()},
             "short_seq_prob": source.short_seq_prob, "single_segment_prob": source.single_segment_prob,
             "eval_fraction": source.eval_fraction, "shards": [], "num_shards": 0}

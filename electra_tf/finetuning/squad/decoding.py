@@ -5,7 +5,7 @@ A span of pieces becomes text in one of two ways, by the tokenizer's kind (`_fin
 
 * WordPiece: BERT's `get_final_text`: the pieces joined without their `##` marks, found in the basic
   tokenisation of the span's words and projected back onto them by their non-space characters;
-* SentencePiece: the pieces' own character offsets in their word (`sentencepiece_char_spans`, as the ALBERT and
+* SentencePiece: the pieces' own character offsets in their word (`SentencePieceTokenizer.char_spans`, as the ALBERT and
   XLNet SQuAD code map pieces to characters): from the first piece's first character to the last piece's last,
   in the span's words joined by single spaces. Normalisation (NFKC, case folding) and byte-fallback pieces need
   no inverse: the offsets point into the original text.
@@ -22,7 +22,6 @@ import collections
 
 import numpy as np
 
-from electra_tf.finetuning.squad.features import sentencepiece_char_spans
 from electra_tf.options import SquadOptions
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -120,7 +119,7 @@ def _sentencepiece_final_text(example, m, start, end, tokenizer) -> str:
     """The span's text from its pieces' character offsets in their words."""
     first_word, last_word = int(m["token_to_orig"][start]), int(m["token_to_orig"][end])
     words = example.doc_tokens[first_word:last_word + 1]
-    first_spans, last_spans = sentencepiece_char_spans(tokenizer.model_proto, [words[0], words[-1]])
+    first_spans, last_spans = tokenizer.char_spans([words[0], words[-1]])
     orig_text = " ".join(words)
     begin = first_spans[m["tok_in_word"][start]][0]
     last_word_begin = len(orig_text) - len(words[-1])

@@ -9,7 +9,6 @@ position 0.
 from __future__ import annotations
 
 import collections
-import functools
 
 import numpy as np
 
@@ -40,29 +39,13 @@ def improve_answer_span(doc_ids, input_start, input_end, answer_ids):
     return input_start, input_end
 
 
-@functools.lru_cache(maxsize=4)
-def _sentencepiece_processor(model_proto: bytes):
-    import sentencepiece as spm
-    return spm.SentencePieceProcessor(model_proto=model_proto)
-
-
-def sentencepiece_char_spans(model_proto: bytes, words) -> list[list[tuple[int, int]]]:
-    """Per word, its pieces' `(begin, end)` characters in the word as the SentencePiece model `model_proto`
-    tokenises the word on its own (as the features do). SentencePiece reports them through its normalisation; a
-    piece with no character of its own (the lone `▁`, the leading bytes of a byte-fallback character) has
-    `begin == end`."""
-    encoded = _sentencepiece_processor(model_proto).encode(list(words), out_type="immutable_proto")
-    return [[(piece.begin, piece.end) for piece in word.pieces] for word in encoded]
-
-
 def answer_pieces(tokenizer, example, orig_to_tok):
     """SentencePiece: the training answer's first and last document pieces by their characters (the first piece
     ending after the answer's first character, the last one starting before its end), as ALBERT's SQuAD code
     aligns answers by characters: an answer that begins inside a whitespace word (`$5` in `($5)`) gets its own
     pieces, which matching its ids (`improve_answer_span`) would not find."""
     first_word, last_word = example.start_position, example.end_position
-    first, last = sentencepiece_char_spans(tokenizer.model_proto,
-                                           [example.doc_tokens[first_word], example.doc_tokens[last_word]])
+    first, last = tokenizer.char_spans([example.doc_tokens[first_word], example.doc_tokens[last_word]])
     begin, end = example.answer_chars
     start = next((i for i, (_, e) in enumerate(first) if e > begin), 0)
     stop = max((i for i, (b, _) in enumerate(last) if b < end), default=len(last) - 1)
