@@ -25,3 +25,13 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def absl_level_as_at_start():
+    """Each test starts with absl's logger as the session did (level unset: `caplog.at_level` decides). A CLI
+    test's flag parsing sets absl's verbosity, which would otherwise hide INFO lines from later tests' caplog."""
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.NOTSET)
+    yield
