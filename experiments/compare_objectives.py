@@ -891,6 +891,17 @@ def report(budget: Budget, results_dir: Path, command: str) -> dict:
 
 # --------------------------------------------------------------------------- main
 
+def check_common_flags(parser, args, arms) -> None:
+    """The flags the experiments share: `--arms` (comma-separated, each one of `arms`) and `--jobs` (>= 1);
+    `parser.error` names the flag and what was expected."""
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.arms:
+        unknown = sorted(set(args.arms.split(",")) - set(arms))
+        if unknown:
+            parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(arms)}")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke")
@@ -911,14 +922,9 @@ def parse_args(argv=None):
     parser.add_argument("--results_dir", default=str(RESULTS_DIR),
                         help="where the run files (objectives/<budget>/), the table, JSON and plots go")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    check_common_flags(parser, args, ARMS)
     if args.pretrain_seed < 0:
         parser.error(f"--pretrain_seed must be at least 0, got {args.pretrain_seed}")
-    if args.arms:
-        unknown = sorted(set(args.arms.split(",")) - set(ARMS))
-        if unknown:
-            parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
     if args.tasks:
         unknown = sorted(set(args.tasks.split(",")) - set(TASKS))
         if unknown:

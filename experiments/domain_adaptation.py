@@ -654,11 +654,7 @@ def parse_args(argv=None):
                         help="default: ~/.cache/electra_tf/domain_adaptation/<budget> (outside the checkout)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the records and the report go")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.arms.split(",")) - set(ARMS))
-    if unknown:
-        parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    objectives.check_common_flags(parser, args, ARMS)
     if args.stop_after_steps is not None and args.stop_after_steps < 1:
         parser.error(f"--stop_after_steps must be at least 1, got {args.stop_after_steps}")
     if args.max_minutes is not None and args.max_minutes <= 0:

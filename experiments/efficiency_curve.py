@@ -319,11 +319,7 @@ def parse_args(argv=None):
     parser.add_argument("--results_dir", default=str(RESULTS_DIR),
                         help="where the records (efficiency_curve/<budget>/), the table, JSON and plot go")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.arms.split(",")) - set(ARMS))
-    if unknown:
-        parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    objectives.check_common_flags(parser, args, ARMS)
     return args
 
 

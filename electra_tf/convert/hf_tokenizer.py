@@ -28,18 +28,13 @@ and a copy of the model (`sentencepiece.model`, read back by our converter).
 
 Example (a model trained on the fly; `python -m data_prep.build_vocab --model_type=unigram` writes real ones):
 
->>> import io, os, tempfile
->>> import sentencepiece as spm
+>>> import os, tempfile
+>>> from data_prep.build_vocab import train_sentencepiece
 >>> from electra_tf.convert.hf_tokenizer import sentencepiece_tokenizer
 >>> from electra_tf.text.tokenizers import load_tokenizer
->>> proto = io.BytesIO()
->>> spm.SentencePieceTrainer.train(
-...     sentence_iterator=iter(["hello world", "hello there"] * 50), model_writer=proto,
-...     vocab_size=40, hard_vocab_limit=False, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-...     pad_piece="[PAD]", unk_piece="[UNK]", control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-...     minloglevel=2)
->>> path = os.path.join(tempfile.mkdtemp(), "sp.model")
->>> _ = open(path, "wb").write(proto.getvalue())
+>>> prefix = os.path.join(tempfile.mkdtemp(), "sp")
+>>> _ = train_sentencepiece(["hello world", "hello there"] * 50, prefix, vocab_size=300)
+>>> path = prefix + ".model"
 >>> hf = sentencepiece_tokenizer(path)
 >>> ours = load_tokenizer(path).tokenize(["hello there world"])[0]
 >>> hf.encode("hello there world").ids == [2] + ours + [3]
