@@ -256,7 +256,7 @@ def test_a_different_sentencepiece_model_of_the_same_size_is_refused(sp_model, o
 
 
 def test_the_sha256_an_export_records_is_checked(sp_model, other_model, sp_tokenizer, tmp_path):
-    """An export's electra_config.json records tokenizer_sha256: make_tokenizer refuses another model of the same
+    """An export's electra_config.json records vocab_sha256: make_tokenizer refuses another model of the same
     size even where the checkpoint offers no tokenizer file."""
     from electra_tf.config import get_config
     from electra_tf.finetuning.prepare import ModelOptions, make_tokenizer
@@ -264,6 +264,7 @@ def test_the_sha256_an_export_records_is_checked(sp_model, other_model, sp_token
     export = tmp_path / "export"
     export.mkdir()
     (export / "electra_config.json").write_text(json.dumps({"vocab_sha256": tokenizer_sha256(sp_model)}))
+    (export / "discriminator.weights.h5").write_bytes(b"")  # what makes a folder an export (ours.is_export_dir)
     config = get_config("tiny", vocab_size=sp_tokenizer.vocab_size)
     tokenizer, _ = make_tokenizer(config, ModelOptions(init_checkpoint=str(export), vocab_file=sp_model))
     assert tokenizer.vocab_file == sp_model

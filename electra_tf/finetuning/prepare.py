@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Optional
 
@@ -148,17 +147,12 @@ def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = N
 
 
 def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
-    """The `vocab_sha256` an export of ours records in its config JSON, or None (other formats, older exports)."""
-    if not init_checkpoint:
-        return None
-    from electra_tf.convert.ours import CONFIG_FILE
+    """The `vocab_sha256` an export of ours records, or None (other formats, older exports)."""
+    from electra_tf.convert import ours
 
-    path = os.path.join(init_checkpoint, CONFIG_FILE)
-    if not os.path.isfile(path):
+    if not init_checkpoint or not ours.is_export_dir(init_checkpoint):
         return None
-    with open(path, encoding="utf-8") as f:
-        recorded = json.load(f)
-    return recorded.get("vocab_sha256") if isinstance(recorded, dict) else None
+    return ours.read_export_metadata(init_checkpoint).get(ours.VOCAB_SHA256)
 
 
 def _first_differing_line(vocab_file, checkpoint_vocab):
@@ -189,7 +183,7 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
         return  # the same tokens in the same order: the same ids, whatever else differs in the bytes
     expected = [(tokenizer_sha256(checkpoint_vocab), checkpoint_vocab)] if checkpoint_vocab else []
     if recorded_sha256:
-        expected.append((recorded_sha256, f"the tokenizer_sha256 its config records in {init_checkpoint}"))
+        expected.append((recorded_sha256, f"the vocab_sha256 its config records in {init_checkpoint}"))
     mine = tokenizer_sha256(vocab_file) if expected else None
     for sha, where in expected:
         if sha != mine:
