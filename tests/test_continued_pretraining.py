@@ -10,6 +10,8 @@ import logging
 import os
 import shutil
 
+import h5py
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -92,6 +94,10 @@ def test_an_export_gives_its_weights_but_not_the_step_and_optimizer_state_its_ru
             variable.assign(tf.ones_like(variable))
     export = ours.save_ours(saved, str(tmp_path / "export"), vocab_file=convert_api.checkpoint_vocab(path), step=750,
                             keras_hub=False)
+    with h5py.File(os.path.join(export, ours.PRETRAINER_WEIGHTS)) as weights:  # exports written now hold none
+        assert "optimizer" not in weights and "discriminator" in weights
+    # An export written before that holds its run's optimizer: it must not become this run's either.
+    keras.saving.save_weights(saved, os.path.join(export, ours.PRETRAINER_WEIGHTS))
     model, optimizer = pretraining.build_model(config, strategy, special, seed=1, mixed_precision="none")
     with caplog.at_level(logging.INFO):
         restore.initialize_from(model, export)

@@ -70,6 +70,15 @@ def read_ours_config(path: str) -> tuple[ElectraConfig, dict]:
     return ElectraConfig.from_dict(values), {k: v for k, v in values.items() if k.startswith("finetune_")}
 
 
+def _save_weights_without_optimizer(model, path: str) -> None:
+    """`model.save_weights` minus the optimizer: Keras writes a compiled model's (its step and Adam's moments,
+    twice the weights again) into the file, and an export holds weights, not a run's training state."""
+    import keras
+
+    optimizer = getattr(model, "optimizer", None)
+    keras.saving.save_weights(model, path, objects_to_skip=[optimizer] if optimizer is not None else None)
+
+
 def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: int | None = None,
               keras_hub: bool = True) -> str:
     """Writes the export directory described in the module docstring; returns its path."""
@@ -87,7 +96,7 @@ def save_ours(pretrainer, export_dir: str, vocab_file: str | None = None, step: 
             json.dump(meta, f, indent=2, sort_keys=True)
         encoder.save_weights(os.path.join(staging, ENCODER_WEIGHTS))
         encoder.save(os.path.join(staging, "discriminator.keras"))
-        pretrainer.save_weights(os.path.join(staging, PRETRAINER_WEIGHTS))
+        _save_weights_without_optimizer(pretrainer, os.path.join(staging, PRETRAINER_WEIGHTS))
         if keras_hub:
             keras_hub_preset.save_keras_hub_preset(encoder, config, os.path.join(staging, "keras_hub"), vocab_file)
         if vocab_file:
