@@ -311,3 +311,27 @@ def test_the_recipe_accepts_another_service_address_but_not_another_vocabulary(t
         restore.check_run_config(model_dir, config, options=recipe("grpc://a:5050", {"vocab_sha256": "b" * 64}))
     with open(os.path.join(model_dir, "run_config.json")) as f:
         assert "grpc://" not in f.read()
+
+
+@pytest.mark.parametrize("saved_by", ["data_service", "other_pipeline"])
+def test_a_checkpoint_without_this_pipelines_input_says_why_it_replays(saved_by, tmp_path, caplog):
+    """A --data_service checkpoint holds no input position: resumed without the service, the replay's line says so
+    (it once called it a run with --skip_corrupt_records); the other pipeline's checkpoint keeps its line."""
+    import logging
+
+    input_key, other_key = pretraining.INPUT_KEYS[False], pretraining.INPUT_KEYS[True]
+    dataset = tf.data.Dataset.range(10)
+    state = {"step": tf.Variable(3)}
+    if saved_by == "other_pipeline":
+        state[other_key] = iter(dataset)
+    path = tf.train.Checkpoint(**state).save(str(tmp_path / "ckpt"))
+    iterator = iter(dataset)
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        restore.replay_input(iterator, 3, None, False, path, other_key=other_key)
+    assert int(next(iterator)) == 3  # three batches read again
+    assert not restore.saves(path, input_key)
+    line = {"data_service": "holds no input position (a run fed by --data_service saved it): reading the input's "
+                            "first 3 batches again",
+            "other_pipeline": "holds the input position of a run with --skip_corrupt_records: reading the input's "
+                              "first 3 batches again"}[saved_by]
+    assert line in caplog.text, caplog.text

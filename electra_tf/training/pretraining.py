@@ -351,9 +351,10 @@ def replay_input(setup: RunSetup, options: TrainOptions, iterator, checkpoints: 
     """Reads the input again up to the restored step (`restore.replay_input`), counting its lost records."""
     step = loop.current_step(checkpoints.optimizer)
     report = setup.skipping.report if setup.skipping else None
+    saver = checkpoints.input_saver or checkpoints.manager  # where the input position was looked for
     with checkpoints.corrupt_data_as_error(options.data_dir):
         replayed = restore.replay_input(iterator, step, report, options.skip_corrupt_records,
-                                        checkpoints.manager.latest_checkpoint)
+                                        saver.latest_checkpoint, other_key=INPUT_KEYS[not options.skip_corrupt_records])
     if setup.skipping is not None:
         setup.skipping.add(replayed, step)
 

@@ -364,12 +364,21 @@ def restore_or_initialize(manager, checkpoint, model, optimizer, init_checkpoint
     return False
 
 
-def replay_input(iterator, steps: int, report, skip_corrupt: bool, path: str) -> dict:
-    """Advances `iterator` by `steps` batches, for a checkpoint whose input position was saved by the
-    other pipeline: both read the same examples in the same order up to the first skipped record,
-    which a run that stops at corrupt records has not passed. Returns the skip report of those batches."""
-    logging.warning("Checkpoint %s holds the input position of a run %s --skip_corrupt_records: reading the "
-                    "input's first %d batches again to reach it", path, "without" if skip_corrupt else "with", steps)
+def replay_input(iterator, steps: int, report, skip_corrupt: bool, path: str, other_key: str) -> dict:
+    """Advances `iterator` by `steps` batches, for a checkpoint without this pipeline's input position.
+
+    Saved by the other pipeline (under `other_key`): both read the same examples in the same order up to the
+    first skipped record, which a run that stops at corrupt records has not passed. Saved with none (a run fed by
+    `--data_service`): the batches a run from step 0 would have read, which are not those the service served.
+    Returns the skip report of those batches."""
+    if saves(path, other_key):
+        logging.warning("Checkpoint %s holds the input position of a run %s --skip_corrupt_records: reading the "
+                        "input's first %d batches again to reach it", path, "without" if skip_corrupt else "with",
+                        steps)
+    else:
+        logging.warning("Checkpoint %s holds no input position (a run fed by --data_service saved it): reading "
+                        "the input's first %d batches again, so this run goes on as one that read its own input "
+                        "from step 0 would (not exact: the service's order was another)", path, steps)
 
     @tf.function
     def advance(num_steps):
