@@ -31,10 +31,15 @@ RATIO_TASK = "STS-B"
 STEM = "efficiency_curve"
 
 
-def milestone_score(entry: dict, task: str) -> Optional[dict]:
-    """{"median", "seeds", "lr"} of a milestone's task at its chosen lr, or None before its grid is complete."""
+def milestone_score(entry: dict, task: str, budget: Optional[objectives.Budget] = None) -> Optional[dict]:
+    """{"median", "seeds", "lr"} of a milestone's task at its chosen lr, or None before its grid is complete
+    (with `budget`: every learning rate of its grid with all its seeds, for the selection task and `task`; the
+    lr is chosen from the whole grid)."""
     finetune = entry.get("finetune", {})
     if not finetune.get(objectives.SELECTION_TASK) or task not in finetune:
+        return None
+    if budget is not None and any(len(finetune.get(name, {}).get(f"{lr:g}", [])) < len(budget.seeds)
+                                  for name in {objectives.SELECTION_TASK, task} for lr in budget.learning_rates):
         return None
     lr = f"{objectives.chosen_lr(finetune):g}"
     seeds = finetune[task].get(lr, [])
@@ -46,7 +51,7 @@ def arm_points(record: dict, task: str) -> list[dict]:
     points = []
     for multiple in curve_run.MULTIPLES:
         entry = record.get("milestones", {}).get(f"{multiple:g}")
-        score = milestone_score(entry, task) if entry else None
+        score = milestone_score(entry, task, objectives.BUDGETS[record["budget"]]) if entry else None
         if score:
             points.append({"multiple": multiple, "pretrain_flops": entry["pretrain_flops"], "steps": entry["steps"],
                            "rtd_equivalent_examples": entry["rtd_equivalent_examples"], **score})

@@ -62,7 +62,7 @@ def record(arm, scores):
         compute = curve_run.milestone_compute(CPU, arm, multiple)
         grid = {"0.0001": [score - 1, score, score + 1], "0.0003": [score - 5] * 3}
         milestones[f"{multiple:g}"] = {**compute, "finetune": {"STS-B": grid, "MRPC": grid}}
-    return {"arm": arm, "milestones": milestones, "total_steps": curve_run.total_steps(CPU, arm),
+    return {"arm": arm, "budget": CPU.name, "milestones": milestones, "total_steps": curve_run.total_steps(CPU, arm),
             "pretrain_curve": [{"step": 6000}], "pretrain_commits": ["abc1234"]}
 
 
@@ -83,3 +83,16 @@ def test_the_report_is_built_from_committed_records_alone(tmp_path):
     text = (tmp_path / "efficiency_curve.md").read_text()
     assert "**27.0** [26.0, 27.0, 28.0] (lr 0.0001)" in text and "mlm spent 4.0× to 8.0× rtd's compute" in text
     assert json.loads((tmp_path / "efficiency_curve.json").read_text())["compute_ratio"]["reached"] == 1.0
+
+
+def test_a_milestone_is_scored_only_once_its_whole_grid_is_in_the_record():
+    """Fine-tuning results are committed run by run: two STS-B seeds at one learning rate are no score yet (the
+    report once showed such a milestone at "its chosen lr" with two values)."""
+    full = record("rtd", (20, 24, 27, 33, 36))
+    partial = json.loads(json.dumps(full))
+    partial["milestones"]["1"]["finetune"] = {"STS-B": {"0.0001": [51.3, 53.5]}}
+    assert [p["multiple"] for p in report.arm_points(full, "STS-B")] == list(curve_run.MULTIPLES)
+    assert 1.0 not in [p["multiple"] for p in report.arm_points(partial, "STS-B")]
+    partial["milestones"]["1"]["finetune"] = {"STS-B": full["milestones"]["1"]["finetune"]["STS-B"]}
+    assert 1.0 in [p["multiple"] for p in report.arm_points(partial, "STS-B")]  # STS-B complete, MRPC to come
+    assert 1.0 not in [p["multiple"] for p in report.arm_points(partial, "MRPC")]
