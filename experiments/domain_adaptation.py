@@ -530,11 +530,15 @@ def run_arm(plan: Plan, arm: Arm, start: dict, args, records: Records, progress,
 # --------------------------------------------------------------------------- the report
 
 def arm_summary(record: dict) -> dict:
-    """The arm's chosen lr (the better median dev F1) and its dev and test F1 there, with the seeds."""
+    """The arm's chosen lr (the better median dev F1) and its dev and test F1 there, with the seeds; no lr is
+    chosen (and no F1 reported) before every run of the arm's grid is in the record (`runs`: done/planned)."""
     grid = {lr: [run["dev_f1"] for _, run in sorted(runs.items(), key=lambda kv: int(kv[0]))]
             for lr, runs in record.get("finetune", {}).items()}
-    lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid else None
-    summary = {"arm": record["arm"], "lr": lr, "grid": {k: {"median": statistics.median(v), "seeds": v}
+    planned = record.get("finetune_plan", {})
+    runs = (sum(map(len, grid.values())), len(planned.get("learning_rates", [])) * len(planned.get("seeds", [])))
+    complete = runs[1] > 0 and runs[0] >= runs[1]
+    lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid and complete else None
+    summary = {"arm": record["arm"], "lr": lr, "runs": f"{runs[0]}/{runs[1]}", "grid": {k: {"median": statistics.median(v), "seeds": v}
                                                           for k, v in grid.items()},
                "pretrain_steps": record.get("pretrain_steps_done", 0),
                "tokens_seen": record.get("data", {}).get("tokens_seen", 0),
@@ -585,13 +589,13 @@ def markdown(results: dict) -> str:
              f"fine-tuning seeds {', '.join(map(str, plan['seeds']))} [each seed's] at the arm's learning rate, the "
              f"one of {' and '.join(plan['learning_rates'])} with the better median dev F1; test F1 at that same "
              "learning rate.", "",
-             "| arm | pre-training steps | tokens seen | vocab size | NER dev F1 | NER test F1 | lr |",
-             "|---|---|---|---|---|---|---|"]
+             "| arm | pre-training steps | tokens seen | vocab size | NER dev F1 | NER test F1 | lr | NER runs |",
+             "|---|---|---|---|---|---|---|---|"]
     if not results["arms"]:
-        lines.append("| (no arm has a record yet) | | | | | | |")
+        lines.append("| (no arm has a record yet) | | | | | | | |")
     for arm in results["arms"]:
         lines.append(f"| {arm['arm']} | {arm['pretrain_steps']} | {arm['tokens_seen']:,} | {arm['vocab_size']} | "
-                     f"{_cell(arm.get('dev'))} | {_cell(arm.get('test'))} | {arm['lr'] or '–'} |")
+                     f"{_cell(arm.get('dev'))} | {_cell(arm.get('test'))} | {arm['lr'] or '–'} | {arm['runs']} |")
     lines += ["", "Learning-rate grid, dev F1 median [seeds]:", "",
               "| arm | " + " | ".join(f"lr {lr}" for lr in plan["learning_rates"]) + " |",
               "|---|" + "---|" * len(plan["learning_rates"])]

@@ -143,9 +143,23 @@ def test_the_report_is_built_from_the_records_alone(tmp_path):
     assert results["largest_seed_spread"] == 2.5
     text = (tmp_path / "domain_adaptation.md").read_text()
     assert "| tapt | 1000 | 16,000,000 | 30522 | **69.00** [70.00, 69.00, 68.00] | **61.00** [60.00, 61.00, 62.00] | " \
-           "0.0001 |" in text
+           "0.0001 | 6/6 |" in text
     assert "- tapt − base: dev +3.00, test +3.00" in text and "largest dev-F1 spread" in text
     assert json.loads((tmp_path / "domain_adaptation.json").read_text())["arms"][0]["arm"] == "base"
+
+
+def test_an_arm_is_reported_only_once_its_whole_grid_is_in_the_record(tmp_path):
+    """Runs are committed as they finish: three of six are shown as done, with no lr chosen and no F1 (a chosen lr
+    from a half grid would read as a result)."""
+    records = da.records_dir(tmp_path, CPU)
+    records.mkdir(parents=True)
+    base = record_with({"0.0001": [(60.0, 50.0), (62.0, 52.0), (61.0, 51.0)]}, vocab={"size": 30522, "added": 0},
+                       data={"tokens_seen": 0})
+    (records / "base.json").write_text(json.dumps(base))
+    (summary,) = da.report(CPU, tmp_path)["arms"]
+    assert summary["runs"] == "3/6" and summary["lr"] is None and "dev" not in summary
+    assert summary["grid"]["0.0001"]["median"] == 61.0  # the runs so far, in the grid table
+    assert "| base | 0 | 0 | 30522 | – | – | – | 3/6 |" in (tmp_path / "domain_adaptation.md").read_text()
 
 
 # --------------------------------------------------------------------------- the whole pipeline (slow)
