@@ -169,8 +169,9 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
     Two WordPiece vocabs are compared token by token (the ids are the lines; the message names the first line
     that differs, and bytes that change no token, such as a final newline, pass). Otherwise (a SentencePiece
     model, mixed kinds, or no tokenizer file beside the checkpoint) the `tokenizers.tokenizer_sha256` of
-    `vocab_file` must equal the checkpoint file's and the `recorded_sha256` of its config where it has one: two
-    models of the same size give different ids to the same text.
+    `vocab_file` must equal the checkpoint's: the `recorded_sha256` of its config where it has one (an export's
+    tokenizer file was checked against it by `api.checkpoint_vocab`), else its file's: two models of the same
+    size give different ids to the same text.
     """
     if vocab_size != embedding_rows:
         raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
@@ -181,14 +182,16 @@ def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, emb
             raise UsageError(f"--vocab_file: {vocab_file} line {differs[0]} is {differs[1]!r} but the vocab of "
                              f"--init_checkpoint ({checkpoint_vocab}) has {differs[2]!r} there")
         return  # the same tokens in the same order: the same ids, whatever else differs in the bytes
-    expected = [(tokenizer_sha256(checkpoint_vocab), checkpoint_vocab)] if checkpoint_vocab else []
     if recorded_sha256:
-        expected.append((recorded_sha256, f"the vocab_sha256 its config records in {init_checkpoint}"))
-    mine = tokenizer_sha256(vocab_file) if expected else None
-    for sha, where in expected:
-        if sha != mine:
-            raise UsageError(f"--vocab_file: {vocab_file} (sha256 {mine[:12]}) is not --init_checkpoint's tokenizer "
-                             f"({where}, sha256 {sha[:12]}); use the checkpoint's own tokenizer")
+        theirs, where = recorded_sha256, checkpoint_vocab or f"the vocab_sha256 its config records in {init_checkpoint}"
+    elif checkpoint_vocab:
+        theirs, where = tokenizer_sha256(checkpoint_vocab), checkpoint_vocab
+    else:
+        return
+    mine = tokenizer_sha256(vocab_file)
+    if mine != theirs:
+        raise UsageError(f"--vocab_file: {vocab_file} (sha256 {mine[:12]}) is not --init_checkpoint's tokenizer "
+                         f"({where}, sha256 {theirs[:12]}); use the checkpoint's own tokenizer")
 
 
 def make_tokenizer(config, options: ModelOptions, checkpoint_vocab: Optional[str] = None):
