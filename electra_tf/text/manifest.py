@@ -73,11 +73,11 @@ CREATED_BY = "data_prep.build_pretraining_dataset"
 INPUT_IDS, INPUT_MASK, SEGMENT_IDS = "input_ids", "input_mask", "segment_ids"
 FEATURE_NAMES = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)
 
-# Keys of the manifest's ``special_token_ids`` -> the vocab token they name.
 # The official ExampleBuilder's packing constants; data_prep.packing and training.text_input both follow them.
 SINGLE_SEGMENT_TARGET = 100000  # the "infinite" first-segment budget of a single-segment example
 MIN_SHORT_TARGET = 5  # a short target length is uniform in [MIN_SHORT_TARGET, max_seq_length]
 
+# Keys of the manifest's ``special_token_ids`` -> the vocab token they name.
 SPECIAL_TOKENS = {
     "pad": "[PAD]",
     "unk": "[UNK]",
@@ -159,6 +159,16 @@ def sha256_stream(f, chunk_size: int = 1 << 20) -> str:
     for chunk in iter(lambda: f.read(chunk_size), b""):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def vocab_differs_from_record(manifest: dict, path: Optional[str] = None) -> Optional[str]:
+    """The sha256 of the tokenizer file `path` (default: the manifest's `vocab_file`) when the manifest records
+    another `vocab_sha256`; None when they agree or there is nothing to compare (no record, no file)."""
+    expected, path = manifest.get("vocab_sha256"), path or manifest.get("vocab_file")
+    if not expected or not path or not os.path.isfile(path):
+        return None
+    actual = sha256_file(path)
+    return actual if actual != expected else None
 
 
 def load_manifest(data_dir: str) -> dict:

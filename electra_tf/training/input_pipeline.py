@@ -49,8 +49,7 @@ from electra_tf.training import data_service, distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.model import masking
-from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
-from electra_tf.text.tokenizers import tokenizer_sha256
+from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest, vocab_differs_from_record
 
 SKIP_FIELDS = ("skipped_records", "skipped_shard")  # in-band with each example under skip_corrupt
 
@@ -72,13 +71,12 @@ def check_tokenizer(manifest: dict, data_dir: str, tokenizer_file: str | None = 
     `vocab_sha256` other than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the
     same number of ids, other pieces. Nothing to compare (an older manifest without the field, a tokenizer
     file no longer there) is no refusal."""
-    expected, path = manifest.get("vocab_sha256"), tokenizer_file or manifest.get("vocab_file")
-    if not expected or not path or not os.path.isfile(path):
-        return
-    actual = tokenizer_sha256(path)
-    if actual != expected:
+    actual = vocab_differs_from_record(manifest, tokenizer_file)
+    if actual:
+        path = tokenizer_file or manifest["vocab_file"]
         raise ValueError(f"data in {data_dir} was built with a different tokenizer: {path} has sha256 {actual}, "
-                         f"the manifest records {expected}: rebuild the data or pass the tokenizer it was built with")
+                         f"the manifest records {manifest['vocab_sha256']}: rebuild the data or pass the tokenizer "
+                         "it was built with")
 
 
 def _parser(seq_length: int):
@@ -310,8 +308,7 @@ def whole_words_table(config, manifest: dict):
     if not vocab_file or not os.path.isfile(vocab_file):
         raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
                          f"{vocab_file!r} is not there: rebuild the data or restore that file")
-    expected = manifest.get("vocab_sha256")
-    if expected and tokenizer_sha256(vocab_file) != expected:
+    if vocab_differs_from_record(manifest, vocab_file):
         raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
                          f"(sha256 differs from the manifest's)")
     return masking.read_continuation_table(vocab_file)

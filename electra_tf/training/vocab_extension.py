@@ -45,7 +45,7 @@ import os
 import numpy as np
 from absl import logging
 
-from electra_tf.text.manifest import sha256_file
+from electra_tf.text.manifest import vocab_differs_from_record
 from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -120,8 +120,7 @@ def data_vocab_size(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str
     manifest's), once `check_growth` accepts its vocab."""
     vocab_file, name = manifest.get("vocab_file"), f"--data_dir {data_dir}'s vocabulary"
     check_growth(checkpoint, checkpoint_size, checkpoint_vocab, manifest["vocab_size"], vocab_file, name)
-    recorded = manifest.get("vocab_sha256")
-    if manifest["vocab_size"] != checkpoint_size and recorded and sha256_file(vocab_file) != recorded:
+    if manifest["vocab_size"] != checkpoint_size and vocab_differs_from_record(manifest, vocab_file):
         raise ValueError(f"{name}: {vocab_file} is not the vocab the data was built with (its sha256 differs from "
                          "the manifest's), so the new rows cannot be told from it")
     if manifest["vocab_size"] != checkpoint_size:
