@@ -534,12 +534,12 @@ def arm_summary(record: dict) -> dict:
     chosen (and no F1 reported) before every run of the arm's grid is in the record (`runs`: done/planned)."""
     grid = {lr: [run["dev_f1"] for _, run in sorted(runs.items(), key=lambda kv: int(kv[0]))]
             for lr, runs in record.get("finetune", {}).items()}
-    planned = record.get("finetune_plan", {})
-    runs = (sum(map(len, grid.values())), len(planned.get("learning_rates", [])) * len(planned.get("seeds", [])))
-    complete = runs[1] > 0 and runs[0] >= runs[1]
+    plan = record.get("finetune_plan", {})
+    done, planned = sum(map(len, grid.values())), len(plan.get("learning_rates", [])) * len(plan.get("seeds", []))
+    complete = planned > 0 and done >= planned
     lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid and complete else None
-    summary = {"arm": record["arm"], "lr": lr, "runs": f"{runs[0]}/{runs[1]}", "grid": {k: {"median": statistics.median(v), "seeds": v}
-                                                          for k, v in grid.items()},
+    summary = {"arm": record["arm"], "lr": lr, "runs": f"{done}/{planned}",
+               "grid": {k: {"median": statistics.median(v), "seeds": v} for k, v in grid.items()},
                "pretrain_steps": record.get("pretrain_steps_done", 0),
                "tokens_seen": record.get("data", {}).get("tokens_seen", 0),
                "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export"),

@@ -11,7 +11,6 @@ import math
 from typing import Sequence
 
 
-
 @dataclasses.dataclass
 class TokenScores:
     """The discriminator's verdict on one text.

@@ -15,8 +15,8 @@ without replacement (its `tf.random.categorical` can pick one twice).
 
 With `whole_words` (a boolean "continues the word before it" table over the vocabulary,
 the tokenizer's `continuation_table()`: `##` pieces of a WordPiece vocab, pieces without a leading
-'▁' of a SentencePiece model; CJK characters are words of their own), masking picks whole words instead, BERT's whole-word
-masking: words in random order, each taken whole if it still fits the same
+'▁' of a SentencePiece model; CJK characters are words of their own), masking picks whole words
+instead, BERT's whole-word masking: words in random order, each taken whole if it still fits the same
 token budget and skipped otherwise, so a sequence is masked as close to the
 budget as its word lengths allow and never beyond it.
 

@@ -8,10 +8,10 @@ that stops before writing anything removes the directory again if it created it.
 **The kernel lock.** A run opens ``run.lock``, takes an exclusive ``fcntl.flock`` on it (``LOCK_EX | LOCK_NB``)
 and keeps the file open for its whole life; then it writes ``{"host", "pid", "pid_start", "start_time"}`` into the
 file, for the refusal message only (a run refused in the moment between the two reads the record the dead run
-left, which it can tell is dead, and waits for the holder's own). The kernel drops the flock when the process dies, however it dies, so a lock
-is stale exactly when no process holds its flock. Nothing a restart can fake decides it: a container restarted on
-the same volume keeps its hostname and its entrypoint is pid 1 again, and the pid a killed run recorded may belong
-to anyone by now. A run that finds a record nobody holds takes the file with a warning naming the run that left
+left, which it can tell is dead, and waits for the holder's own). The kernel drops the flock when the process
+dies, however it dies, so a lock is stale exactly when no process holds its flock. Nothing a restart can fake
+decides it: a container restarted on the same volume keeps its hostname and its entrypoint is pid 1 again, and the
+pid a killed run recorded may belong to anyone by now. A run that finds a record nobody holds takes the file with a warning naming the run that left
 it. There is no separate take-over step: getting the flock is the take-over, and the kernel grants it to one
 process only. At a clean exit the run deletes the file while it still holds the flock; a run that opened the file
 just before and then gets the flock of the deleted file sees that the name no longer leads to it and starts over.
