@@ -381,8 +381,8 @@ def examples_dataset(source: TextSource, *, seed: int = 0, input_context=None, r
     interleaved by `cycle_length` 8); `held_out`: of the documents `source.eval_fraction` holds out instead."""
     files = files or expand_patterns(source.patterns)
     wiki = [file_format(f) == WIKI for f in files]
-    tokenizer = load_tokenizer(source.vocab_file, do_lower_case=source.do_lower_case).tokenize_in_graph
-    special = synthesized_manifest(source)["special_token_ids"]
+    tokenizer = load_tokenizer(source.vocab_file, do_lower_case=source.do_lower_case)
+    special = tokenizer.special_ids  # what synthesized_manifest records, without reading and hashing the file again
     dataset, shard_files = files_of_this_pipeline(tf.data.Dataset.from_tensor_slices((files, wiki)), len(files),
                                                   seed=seed, input_context=input_context, repeat=repeat)
     num_pipelines = input_context.num_input_pipelines if input_context else 1
@@ -392,7 +392,8 @@ def examples_dataset(source: TextSource, *, seed: int = 0, input_context=None, r
         documents = documents.filter(lambda doc: tf.equal(held_out_mask(doc, source.eval_fraction), held_out))
 
     def examples(document):
-        return pack_document(tokenizer(split_sentences(document)), document_seed(seed, document), source, special)
+        return pack_document(tokenizer.tokenize_in_graph(split_sentences(document)), document_seed(seed, document),
+                             source, special)
 
     dataset = documents.map(examples, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
     if num_pipelines > 1 and not shard_files:
