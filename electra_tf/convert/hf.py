@@ -302,13 +302,9 @@ def write_wordpiece_tokenizer_files(directory: str, vocab_file: str, config: Ele
                                     do_lower_case: bool) -> None:
     """vocab.txt + the configs `transformers.AutoTokenizer` needs for a BERT-style WordPiece tokenizer."""
     shutil.copyfile(vocab_file, os.path.join(directory, "vocab.txt"))
-    special = {f"{name}_token": token for name, token in vocab.SPECIAL_TOKENS.items()}
-    tokenizer_config = {"tokenizer_class": "ElectraTokenizer", "do_lower_case": do_lower_case,
-                        "model_max_length": config.max_position_embeddings, "tokenize_chinese_chars": True,
-                        "strip_accents": None, **special}
-    for name, content in (("tokenizer_config.json", tokenizer_config), ("special_tokens_map.json", special)):
-        with open(os.path.join(directory, name), "w") as f:
-            json.dump(content, f, indent=2)
+    hf_tokenizer.write_tokenizer_configs(directory, {
+        "tokenizer_class": "ElectraTokenizer", "do_lower_case": do_lower_case,
+        "model_max_length": config.max_position_embeddings, "tokenize_chinese_chars": True, "strip_accents": None})
 
 
 def save_hf(pretrainer, config: ElectraConfig, out_dir: str, vocab_file: str, do_lower_case: bool = True) -> dict:

@@ -47,9 +47,9 @@ import shutil
 
 from electra_tf.convert.errors import ConversionError
 from electra_tf.text.manifest import SPECIAL_TOKENS
+from electra_tf.text.sentencepiece_tokenizer import WORD_START
 from electra_tf.text.tokenizers import SENTENCEPIECE_EXPORT_NAME, validate_tokenizer_file
 
-WORD_START = "\u2581"  # '▁'
 # sentencepiece_model.proto: ModelProto.SentencePiece.Type and TrainerSpec.ModelType.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED = 1, 2, 3, 4
 MATCHED_TYPES = (NORMAL, USER_DEFINED)  # the pieces SentencePiece reads from text
@@ -156,10 +156,16 @@ def write_tokenizer_files(directory: str, model_file: str, max_length: int) -> N
     """tokenizer.json + the configs `transformers.AutoTokenizer` needs, and the model itself."""
     sentencepiece_tokenizer(model_file).save(os.path.join(directory, "tokenizer.json"))
     shutil.copyfile(model_file, os.path.join(directory, SENTENCEPIECE_EXPORT_NAME))
+    write_tokenizer_configs(directory, {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
+                                        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+                                        "clean_up_tokenization_spaces": False})
+
+
+def write_tokenizer_configs(directory: str, tokenizer_config: dict) -> None:
+    """`tokenizer_config.json` (`tokenizer_config` and the special tokens) and `special_tokens_map.json`, as
+    `transformers.AutoTokenizer` reads them (both tokenizer kinds)."""
     special = {f"{name}_token": token for name, token in SPECIAL_TOKENS.items()}
-    tokenizer_config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
-                        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],  # ELECTRA's
-                        "clean_up_tokenization_spaces": False, **special}
-    for name, content in (("tokenizer_config.json", tokenizer_config), ("special_tokens_map.json", special)):
+    for name, content in (("tokenizer_config.json", {**tokenizer_config, **special}),
+                          ("special_tokens_map.json", special)):
         with open(os.path.join(directory, name), "w") as f:
             json.dump(content, f, indent=2)
