@@ -36,14 +36,15 @@ TEXTS = ["Hello world, the cat sat.", "Dogs ran across GREEN fields!", "我爱�
          "a snowman ☃ and naïve café", "literal [MASK] and [CLS] in text", "", "  spaces   here  "]
 
 
-def _corpus_text(seed: int = 0, paragraphs: int = 300) -> str:
-    """About 30 KB of paragraphs over a small English + Chinese alphabet, separated by blank lines."""
+def _corpus_text(seed: int = 0, paragraphs: int = 300, every_tenth: str = "") -> str:
+    """About 30 KB of paragraphs over a small English + Chinese alphabet, separated by blank lines; `every_tenth`
+    is appended to every tenth paragraph (characters a model must have pieces for)."""
     rng = random.Random(seed)
     out = []
-    for _ in range(paragraphs):
+    for i in range(paragraphs):
         english = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 15))).capitalize() + "."
         chinese = "".join(rng.choice(CHINESE) for _ in range(rng.randint(3, 10))) + "。"
-        out.append(english + " " + chinese)
+        out.append(english + " " + chinese + (" " + every_tenth if every_tenth and i % 10 == 0 else ""))
     return "\n\n".join(out) + "\n"
 
 

@@ -9,7 +9,6 @@ and Chinese Wikipedia and WikiText-2 (``-m data``), and through transformers'
 
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 
@@ -23,10 +22,8 @@ from electra_tf.convert.keras_model import build_pretrainer
 from electra_tf.text.manifest import SPECIAL_TOKENS
 from electra_tf.text.tokenizers import load_tokenizer, tokenizer_sha256
 from pretrain_testutil import SPECIAL_IDS, tiny_config
+from test_sentencepiece import _corpus_text
 
-WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang songs of "
-         "morning light over quiet rivers near old stone bridges").split()
-CHINESE = "我爱中国中国人文学的是天气很好今天我们去公园散步"
 # Characters of the literal tests below: in the model's alphabet, so that SentencePiece spells them with pieces.
 ALPHABET_LINE = "x < > [ ] 0 1 2 3 4 5 6 7 8 9 a b c d e f mask cls sep pad unk MASK CLS SEP PAD UNK K"
 TEXTS = ["Hello world, the cat sat.", "Dogs ran across GREEN fields!", "我爱中国。今天天气很好",
@@ -36,14 +33,8 @@ TEXTS = ["Hello world, the cat sat.", "Dogs ran across GREEN fields!", "我爱�
 MODELS = {"unigram": ("unigram", True), "bpe": ("bpe", True), "unigram_cased": ("unigram", False)}
 
 
-def _corpus(seed: int = 0, paragraphs: int = 300) -> str:
-    rng = random.Random(seed)
-    out = []
-    for i in range(paragraphs):
-        english = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 15))).capitalize() + "."
-        chinese = "".join(rng.choice(CHINESE) for _ in range(rng.randint(3, 10))) + "。"
-        out.append(english + " " + chinese + (" " + ALPHABET_LINE if i % 10 == 0 else ""))
-    return "\n\n".join(out) + "\n"
+def _corpus() -> str:
+    return _corpus_text(every_tenth=ALPHABET_LINE)
 
 
 @pytest.fixture(scope="module")
