@@ -896,10 +896,14 @@ def check_common_flags(parser, args, arms) -> None:
     `parser.error` names the flag and what was expected."""
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if args.arms:
-        unknown = sorted(set(args.arms.split(",")) - set(arms))
-        if unknown:
-            parser.error(f"--arms: unknown arm(s) {unknown}; choose from {list(arms)}")
+    check_subset(parser, "arms", args.arms, arms, "arm")
+
+
+def check_subset(parser, flag: str, value, choices, noun: str) -> None:
+    """`--flag`'s comma-separated names (None or empty: the default) must be among `choices`."""
+    unknown = sorted(set(value.split(",")) - set(choices)) if value else []
+    if unknown:
+        parser.error(f"--{flag}: unknown {noun}(s) {unknown}; choose from {list(choices)}")
 
 
 def parse_args(argv=None):
@@ -925,10 +929,7 @@ def parse_args(argv=None):
     check_common_flags(parser, args, ARMS)
     if args.pretrain_seed < 0:
         parser.error(f"--pretrain_seed must be at least 0, got {args.pretrain_seed}")
-    if args.tasks:
-        unknown = sorted(set(args.tasks.split(",")) - set(TASKS))
-        if unknown:
-            parser.error(f"--tasks: unknown task(s) {unknown}; choose from {list(TASKS)}")
+    check_subset(parser, "tasks", args.tasks, TASKS, "task")
     return args
 
 
