@@ -248,9 +248,10 @@ def _merge(committed: list, work: list) -> list:
     return committed + [i for i in work if json.dumps(i, sort_keys=True) not in seen]
 
 
-def finetune_complete(budget: objectives.Budget, entry: dict) -> bool:
+def finetune_complete(budget: objectives.Budget, entry: dict, tasks=TUNING_TASKS) -> bool:
+    """Whether `entry` holds every seed at every learning rate of `budget`'s grid for each of `tasks`."""
     return all(len(entry.get("finetune", {}).get(task, {}).get(f"{lr:g}", [])) == len(budget.seeds)
-               for task in TUNING_TASKS for lr in budget.learning_rates)
+               for task in tasks for lr in budget.learning_rates)
 
 
 # --------------------------------------------------------------------------- running an arm

@@ -38,8 +38,7 @@ def milestone_score(entry: dict, task: str, budget: Optional[objectives.Budget] 
     finetune = entry.get("finetune", {})
     if not finetune.get(objectives.SELECTION_TASK) or task not in finetune:
         return None
-    if budget is not None and any(len(finetune.get(name, {}).get(f"{lr:g}", [])) < len(budget.seeds)
-                                  for name in {objectives.SELECTION_TASK, task} for lr in budget.learning_rates):
+    if budget is not None and not curve_run.finetune_complete(budget, entry, {objectives.SELECTION_TASK, task}):
         return None
     lr = f"{objectives.chosen_lr(finetune):g}"
     seeds = finetune[task].get(lr, [])
