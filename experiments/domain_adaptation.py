@@ -241,8 +241,9 @@ def export_vocab(export_dir: Path) -> Path:
 
 
 def vocab_size(path: Path) -> int:
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for _ in f)
+    from electra_tf.text.tokenizers import validate_tokenizer_file
+
+    return len(validate_tokenizer_file(str(path)))
 
 
 # --------------------------------------------------------------------------- the records
