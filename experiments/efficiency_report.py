@@ -76,18 +76,38 @@ def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
 
 
 def decayed_comparison(records_dir: Path, points: dict) -> dict:
-    """Each arm's 192k milestone (mid-run, not decayed) beside its objectives run of the same seed (decayed)."""
+    """Each arm's 192k milestone (mid-run, not decayed) beside the objectives runs decayed to zero at 192k, per
+    task: `{arm: {task: {"mid_run", "decayed": {pre-training seed: median}, "mid_run_minus_decayed"}}}`, the
+    difference against the run of this curve's seed (same data, order and initialisation; the other seeds show
+    the pre-training-seed spread beside it)."""
     comparison = {}
-    for arm, arm_points_ in points.items():
-        path = records_dir / f"{arm}-pseed{curve_run.PRETRAIN_SEED}.json"
-        milestone = next((p for p in arm_points_ if p["multiple"] == 1.0), None)
-        if not path.exists() or milestone is None:
-            continue
-        decayed = milestone_score(json.loads(path.read_text()), RATIO_TASK)
-        if decayed:
-            comparison[arm] = {"milestone": milestone["median"], "decayed": decayed["median"],
-                               "difference": decayed["median"] - milestone["median"]}
+    for task, arms in points.items():
+        for arm, arm_points_ in arms.items():
+            milestone = next((p for p in arm_points_ if p["multiple"] == 1.0), None)
+            decayed = {}
+            for path in sorted(records_dir.glob(f"{arm}-pseed*.json")):
+                score = milestone_score(json.loads(path.read_text()), task)
+                if score:
+                    decayed[int(path.stem.split("-pseed")[1])] = score["median"]
+            if milestone is None or curve_run.PRETRAIN_SEED not in decayed:
+                continue
+            comparison.setdefault(arm, {})[task] = {
+                "mid_run": milestone["median"], "decayed": decayed,
+                "mid_run_minus_decayed": milestone["median"] - decayed[curve_run.PRETRAIN_SEED]}
     return comparison
+
+
+def decayed_lines(comparison: dict) -> list[str]:
+    lines = []
+    for arm, tasks in comparison.items():
+        for task, c in tasks.items():
+            others = [f"{median:.1f} (pre-training seed {seed})" for seed, median in sorted(c["decayed"].items())
+                      if seed != curve_run.PRETRAIN_SEED]
+            lines.append(f"- {arm} at 192k, {task}: {c['mid_run']:.1f} mid-run; decayed to zero at 192k in the objectives "
+                         f"experiment: {c['decayed'][curve_run.PRETRAIN_SEED]:.1f} (same data, seed and initialisation)"
+                         + (", " + ", ".join(others) if others else "")
+                         + f"; mid-run minus decayed {c['mid_run_minus_decayed']:+.1f}.")
+    return lines
 
 
 def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
@@ -104,7 +124,7 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
         "command": "python -m experiments.efficiency_curve --stage=report", "budget": budget_name,
         "seed_spread": curve_run.SEED_SPREAD, "points": points, "floor": floor,
         "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD),
-        "decayed_192k": decayed_comparison(objectives_dir, ratio_points),
+        "decayed_192k": decayed_comparison(objectives_dir, points),
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
                            "steps_done": (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"],
                            "total_steps": record.get("total_steps"),
@@ -146,9 +166,7 @@ def markdown(results: dict) -> str:
         floor = results["floor"].get(task)
         lines += ["", f"No pre-training (`none`, the floor): {_cell(floor)}.", ""]
     lines += [ratio_line(results["compute_ratio"]), ""]
-    for arm, c in results["decayed_192k"].items():
-        lines.append(f"- {arm} at 192k: {c['milestone']:.1f} mid-run against {c['decayed']:.1f} for the objectives "
-                     f"run decayed to zero at 192k (same data, seed and initialisation): {c['difference']:+.1f}.")
+    lines += decayed_lines(results["decayed_192k"])
     lines += ["", "Progress: " + "; ".join(
         f"{arm} {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
         f"{p['steps_done']}/{p['total_steps']} steps (commits {', '.join(p['commits']) or '–'})"

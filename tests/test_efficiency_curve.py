@@ -76,12 +76,19 @@ def test_the_report_is_built_from_committed_records_alone(tmp_path):
     for arm, score in (("rtd", 34.0), ("mlm", 21.0), ("none", 18.0)):
         grid = {"0.0001": [score] * 3, "0.0003": [score - 1] * 3}
         (decayed / f"{arm}-pseed0.json").write_text(json.dumps({"finetune": {"STS-B": grid, "MRPC": grid}}))
+    grid = {"0.0001": [36.0] * 3, "0.0003": [35.0] * 3}
+    (decayed / "rtd-pseed1.json").write_text(json.dumps({"finetune": {"STS-B": grid, "MRPC": grid}}))
     results = report.report(curve_run.Curve(CPU, tmp_path / "no_work_folder", tmp_path))
     assert results["compute_ratio"]["reached"] == 1.0
-    assert results["decayed_192k"]["rtd"] == {"milestone": 27, "decayed": 34.0, "difference": 7.0}
+    assert results["decayed_192k"]["rtd"]["STS-B"] == {"mid_run": 27, "decayed": {0: 34.0, 1: 36.0},
+                                                       "mid_run_minus_decayed": -7.0}
+    assert set(results["decayed_192k"]["rtd"]) == {"STS-B", "MRPC"}
+    assert "mlm" in results["decayed_192k"] and "none" not in results["decayed_192k"]  # none has no milestones
     assert results["floor"]["STS-B"]["median"] == 18.0
     text = (tmp_path / "efficiency_curve.md").read_text()
     assert "**27.0** [26.0, 27.0, 28.0] (lr 0.0001)" in text and "mlm spent 4.0× to 8.0× rtd's compute" in text
+    assert ("- rtd at 192k, STS-B: 27.0 mid-run; decayed to zero at 192k in the objectives experiment: 34.0 (same "
+            "data, seed and initialisation), 36.0 (pre-training seed 1); mid-run minus decayed -7.0.") in text
     assert json.loads((tmp_path / "efficiency_curve.json").read_text())["compute_ratio"]["reached"] == 1.0
 
 
