@@ -542,7 +542,7 @@ def arm_summary(record: dict) -> dict:
     summary = {"arm": record["arm"], "lr": lr, "runs": f"{done}/{planned}",
                "grid": {k: {"median": statistics.median(v), "seeds": v} for k, v in grid.items()},
                "pretrain_steps": record.get("pretrain_steps_done", 0),
-               "tokens_seen": record.get("data", {}).get("tokens_seen", 0),
+               "tokens_seen": tokens_seen(record),
                "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export"),
                "commits": sorted({i["commit"] for i in record.get("pretrain_invocations", [])}
                                  | {run.get("commit", "unknown") for runs in record.get("finetune", {}).values()
@@ -554,6 +554,14 @@ def arm_summary(record: dict) -> dict:
             summary[split] = {"median": statistics.median(values), "seeds": values,
                               "spread": max(values) - min(values)} if values else None
     return summary
+
+
+def tokens_seen(record: dict) -> int:
+    """The tokens the arm's pre-training has seen so far: its budget's (`data.tokens_seen`, the whole plan) in
+    proportion to the steps done, so a run still under way is not shown as finished."""
+    planned_steps = record.get("pretrain_plan", {}).get("steps") or 0
+    done = record.get("pretrain_steps_done", 0)
+    return round(record.get("data", {}).get("tokens_seen", 0) * done / planned_steps) if planned_steps else 0
 
 
 def build_results(plan: Plan, records: list[dict]) -> dict:

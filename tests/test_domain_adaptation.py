@@ -131,8 +131,11 @@ def test_the_report_is_built_from_the_records_alone(tmp_path):
                        vocab={"size": 30522, "added": 0}, data={"tokens_seen": 0})
     tapt = record_with({"0.0001": [(70.0, 60.0), (69.0, 61.0), (68.0, 62.0)], "0.0003": [(65.0, 55.0)] * 3},
                        arm="tapt", start_export=start, pretrain_steps_done=1000, vocab={"size": 30522, "added": 0},
-                       data={"tokens_seen": 16_000_000})
-    for record in (base, tapt):
+                       data={"tokens_seen": 16_000_000}, pretrain_plan={"steps": 1000})
+    under_way = record_with({}, arm="tapt_vocab", start_export=start, pretrain_steps_done=250,
+                            vocab={"size": 31022, "added": 500}, data={"tokens_seen": 16_000_000},
+                            pretrain_plan={"steps": 1000})
+    for record in (base, tapt, under_way):
         (records / f"{record['arm']}.json").write_text(json.dumps(record))
     results = da.report(CPU, tmp_path)
     by_arm = {a["arm"]: a for a in results["arms"]}
@@ -145,6 +148,7 @@ def test_the_report_is_built_from_the_records_alone(tmp_path):
     assert "| tapt | 1000 | 16,000,000 | 30522 | **69.00** [70.00, 69.00, 68.00] | **61.00** [60.00, 61.00, 62.00] | " \
            "0.0001 | 6/6 |" in text
     assert "- tapt − base: dev +3.00, test +3.00" in text and "largest dev-F1 spread" in text
+    assert "| tapt_vocab | 250 | 4,000,000 | 31022 | – | – | – | 0/6 |" in text  # the budget's tokens × 250/1000
     assert json.loads((tmp_path / "domain_adaptation.json").read_text())["arms"][0]["arm"] == "base"
 
 
