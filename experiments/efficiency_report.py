@@ -75,20 +75,17 @@ def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
             "spread": spread, "why": f"rtd stays more than {spread} below mlm's score at its largest milestone"}
 
 
-def decayed_comparison(records_dir: Path, points: dict) -> dict:
-    """Each arm's 192k milestone (mid-run, not decayed) beside the objectives runs decayed to zero at 192k, per
-    task: `{arm: {task: {"mid_run", "decayed": {pre-training seed: median}, "mid_run_minus_decayed"}}}`, the
-    difference against the run of this curve's seed (same data, order and initialisation; the other seeds show
-    the pre-training-seed spread beside it)."""
+def decayed_comparison(objective_runs: list[dict], points: dict) -> dict:
+    """Each arm's 192k milestone (mid-run, not decayed) beside the objectives runs decayed to zero at 192k
+    (`objective_runs`: `compare_objectives.load_runs`), per task: `{arm: {task: {"mid_run", "decayed":
+    {pre-training seed: median}, "mid_run_minus_decayed"}}}`, the difference against the run of this curve's seed
+    (same data, order and initialisation; the other seeds show the pre-training-seed spread beside it)."""
     comparison = {}
     for task, arms in points.items():
         for arm, arm_points_ in arms.items():
             milestone = next((p for p in arm_points_ if p["multiple"] == 1.0), None)
-            decayed = {}
-            for path in sorted(records_dir.glob(f"{arm}-pseed*.json")):
-                score = milestone_score(json.loads(path.read_text()), task)
-                if score:
-                    decayed[int(path.stem.split("-pseed")[1])] = score["median"]
+            decayed = {run["pretrain_seed"]: score["median"] for run in objective_runs
+                       if run["arm"] == arm and (score := milestone_score(run, task))}
             if milestone is None or curve_run.PRETRAIN_SEED not in decayed:
                 continue
             comparison.setdefault(arm, {})[task] = {
@@ -114,17 +111,17 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
     records_dir = curve_run.records_dir(results_dir, objectives.BUDGETS[budget_name])
     records = {path.stem.split("-pseed")[0]: json.loads(path.read_text())
                for path in sorted(records_dir.glob("*.json"))} if records_dir.is_dir() else {}
-    objectives_dir = Path(results_dir) / "objectives" / budget_name
-    none_path = objectives_dir / "none-pseed0.json"
-    floor = {task: milestone_score(json.loads(none_path.read_text()), task) for task in TASKS} \
-        if none_path.exists() else {}
+    objectives_dir = objectives.runs_dir_of(results_dir, objectives.BUDGETS[budget_name])
+    objective_runs = objectives.load_runs(objectives_dir) if objectives_dir.is_dir() else []
+    none = next((run for run in objective_runs if run["arm"] == "none" and run["pretrain_seed"] == 0), None)
+    floor = {task: milestone_score(none, task) for task in TASKS} if none else {}
     points = {task: {arm: arm_points(record, task) for arm, record in records.items()} for task in TASKS}
     ratio_points = points[RATIO_TASK]
     return {
         "command": "python -m experiments.efficiency_curve --stage=report", "budget": budget_name,
         "seed_spread": curve_run.SEED_SPREAD, "points": points, "floor": floor,
         "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD),
-        "decayed_192k": decayed_comparison(objectives_dir, points),
+        "decayed_192k": decayed_comparison(objective_runs, points),
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
                            "steps_done": (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"],
                            "total_steps": record.get("total_steps"),

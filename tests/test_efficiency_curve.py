@@ -75,9 +75,11 @@ def test_the_report_is_built_from_committed_records_alone(tmp_path):
     decayed.mkdir(parents=True)
     for arm, score in (("rtd", 34.0), ("mlm", 21.0), ("none", 18.0)):
         grid = {"0.0001": [score] * 3, "0.0003": [score - 1] * 3}
-        (decayed / f"{arm}-pseed0.json").write_text(json.dumps({"finetune": {"STS-B": grid, "MRPC": grid}}))
+        (decayed / f"{arm}-pseed0.json").write_text(json.dumps({"arm": arm, "pretrain_seed": 0,
+                                                                "finetune": {"STS-B": grid, "MRPC": grid}}))
     grid = {"0.0001": [36.0] * 3, "0.0003": [35.0] * 3}
-    (decayed / "rtd-pseed1.json").write_text(json.dumps({"finetune": {"STS-B": grid, "MRPC": grid}}))
+    (decayed / "rtd-pseed1.json").write_text(json.dumps({"arm": "rtd", "pretrain_seed": 1,
+                                                         "finetune": {"STS-B": grid, "MRPC": grid}}))
     results = report.report(curve_run.Curve(CPU, tmp_path / "no_work_folder", tmp_path))
     assert results["compute_ratio"]["reached"] == 1.0
     assert results["decayed_192k"]["rtd"]["STS-B"] == {"mid_run": 27, "decayed": {0: 34.0, 1: 36.0},
