@@ -107,6 +107,31 @@ def decayed_lines(comparison: dict) -> list[str]:
     return lines
 
 
+def run_history(invocations: list[dict]) -> dict:
+    """How the run's logged pieces join. Only a piece that reaches its stop is logged, so one that starts past the
+    previous one's end follows one or more pieces cut off mid-way (their sittings ended) and resumed from the newest
+    checkpoint they kept; one that starts before that end restarted (its work folder was lost: from step 0 with the
+    same seed)."""
+    resumed, restarted, end = [], [], 0
+    for piece in invocations:
+        if piece["from_step"] > end:
+            resumed.append(piece["from_step"])
+        elif piece["from_step"] < end:
+            restarted.append(piece["from_step"])
+        end = piece["to_step"]
+    return {"pieces": len(invocations), "resumed_after_a_cut_at": resumed, "restarted_at": restarted}
+
+
+def _history_text(history: dict) -> str:
+    def steps(values):
+        return "step" + "s" * (len(values) > 1) + " " + ", ".join(map(str, values))
+
+    resumed, restarted = history["resumed_after_a_cut_at"], history["restarted_at"]
+    return (f"{history['pieces']} logged piece" + "s" * (history["pieces"] != 1) + ", "
+            + (f"resumed after a cut-off piece at {steps(resumed)}" if resumed else "none cut off") + ", "
+            + (f"restarted at {steps(restarted)}" if restarted else "never restarted"))
+
+
 def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
     records_dir = curve_run.records_dir(results_dir, objectives.BUDGETS[budget_name])
     records = {path.stem.split("-pseed")[0]: json.loads(path.read_text())
@@ -125,7 +150,9 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
                            "steps_done": (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"],
                            "total_steps": record.get("total_steps"),
-                           "commits": record.get("pretrain_commits", [])} for arm, record in records.items()},
+                           "commits": record.get("pretrain_commits", []),
+                           "history": run_history(record.get("pretrain_invocations", []))}
+                     for arm, record in records.items()},
     }
 
 
@@ -166,7 +193,8 @@ def markdown(results: dict) -> str:
     lines += decayed_lines(results["decayed_192k"])
     lines += ["", "Progress: " + "; ".join(
         f"{arm} {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
-        f"{p['steps_done']}/{p['total_steps']} steps (commits {', '.join(p['commits']) or '–'})"
+        f"{p['steps_done']}/{p['total_steps']} steps in {_history_text(p['history'])} (commits "
+        f"{', '.join(p['commits']) or '–'})"
         for arm, p in results["progress"].items()) + ".", ""]
     return "\n".join(lines)
 

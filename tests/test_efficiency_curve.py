@@ -105,3 +105,16 @@ def test_a_milestone_is_scored_only_once_its_whole_grid_is_in_the_record():
     partial["milestones"]["1"]["finetune"] = {"STS-B": full["milestones"]["1"]["finetune"]["STS-B"]}
     assert 1.0 in [p["multiple"] for p in report.arm_points(partial, "STS-B")]  # STS-B complete, MRPC to come
     assert 1.0 not in [p["multiple"] for p in report.arm_points(partial, "MRPC")]
+
+
+def test_the_report_says_where_the_run_resumed_after_a_cut_and_where_it_restarted():
+    """Only pieces that reach their stop are logged: a gap before a piece is a cut-off piece it resumed from (the
+    checkpoint kept at its start), a piece starting before the last end is a restart (item 4: say which happened)."""
+    pieces = [(0, 375), (375, 750), (900, 1500), (1700, 3000), (0, 750)]
+    history = report.run_history([{"from_step": a, "to_step": b} for a, b in pieces])
+    assert history == {"pieces": 5, "resumed_after_a_cut_at": [900, 1700], "restarted_at": [0]}
+    assert report.run_history([]) == {"pieces": 0, "resumed_after_a_cut_at": [], "restarted_at": []}
+    assert report._history_text(history) == ("5 logged pieces, resumed after a cut-off piece at steps 900, 1700, "
+                                             "restarted at step 0")
+    assert report._history_text(report.run_history([{"from_step": 0, "to_step": 375}])) == (
+        "1 logged piece, none cut off, never restarted")
