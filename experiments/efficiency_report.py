@@ -122,6 +122,16 @@ def run_history(invocations: list[dict]) -> dict:
     return {"pieces": len(invocations), "resumed_after_a_cut_at": resumed, "restarted_at": restarted}
 
 
+def steps_done(record: dict) -> int:
+    """The step the newest logged piece stopped at. The training curve is logged every `--log_steps`, so its last
+    point falls short of a stop between two logs (mlm's milestones, 406 … 6496, are none of them multiples of 25);
+    a record with no logged piece yet falls back to that last point."""
+    invocations = record.get("pretrain_invocations") or []
+    if invocations:
+        return invocations[-1]["to_step"]
+    return (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"]
+
+
 def _history_text(history: dict) -> str:
     def steps(values):
         return "step" + "s" * (len(values) > 1) + " " + ", ".join(map(str, values))
@@ -148,7 +158,7 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
         "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD),
         "decayed_192k": decayed_comparison(objective_runs, points),
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
-                           "steps_done": (record.get("pretrain_curve") or [{"step": 0}])[-1]["step"],
+                           "steps_done": steps_done(record),
                            "total_steps": record.get("total_steps"),
                            "commits": record.get("pretrain_commits", []),
                            "history": run_history(record.get("pretrain_invocations", []))}

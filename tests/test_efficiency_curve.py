@@ -118,3 +118,22 @@ def test_the_report_says_where_the_run_resumed_after_a_cut_and_where_it_restarte
                                              "restarted at step 0")
     assert report._history_text(report.run_history([{"from_step": 0, "to_step": 375}])) == (
         "1 logged piece, none cut off, never restarted")
+
+
+def test_the_progress_line_counts_the_steps_the_last_piece_stopped_at_not_the_last_logged_point(tmp_path):
+    """mlm's milestones fall between two training-curve logs (every 25 steps): the report said "400/6496" for a run
+    kept at step 406, and would have said "6475/6496" for a finished one."""
+    records = tmp_path / "efficiency_curve" / "cpu"
+    records.mkdir(parents=True)
+    kept = {**record("mlm", (15, 18, 21, 25, 30)), "pretrain_curve": [{"step": 375}, {"step": 400}],
+            "pretrain_invocations": [{"from_step": 200, "to_step": 406}]}
+    (records / "mlm-pseed0.json").write_text(json.dumps(kept))
+    assert report.build_results(tmp_path)["progress"]["mlm"]["steps_done"] == 406
+    finished = {"pretrain_curve": [{"step": 6450}, {"step": 6475}],
+                "pretrain_invocations": [{"from_step": 0, "to_step": 3248}, {"from_step": 3248, "to_step": 6496}]}
+    assert report.steps_done(finished) == 6496
+    restarted = {"pretrain_curve": [{"step": 3225}],
+                 "pretrain_invocations": [{"from_step": 0, "to_step": 3248}, {"from_step": 0, "to_step": 406}]}
+    assert report.steps_done(restarted) == 406  # the newest piece, not the furthest
+    assert report.steps_done({"pretrain_curve": [{"step": 175}]}) == 175
+    assert report.steps_done({}) == 0
