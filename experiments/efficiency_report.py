@@ -59,10 +59,13 @@ def arm_points(record: dict, task: str) -> list[dict]:
 
 def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
     """Where rtd first reaches mlm's score at mlm's largest milestone (within `spread`): the bracket of
-    milestones, in FLOPs. `reached` is None when rtd never does (or mlm's largest milestone is not scored)."""
+    milestones, in FLOPs. `reached` is None when rtd never does (or mlm's largest milestone is not scored: a
+    ratio read against a smaller one would be another quantity, shown while the run is under way)."""
     if not rtd or not mlm:
         return {"reached": None, "why": "not every arm has a scored milestone yet"}
     target = mlm[-1]
+    if target["multiple"] != curve_run.MULTIPLES[-1]:
+        return {"reached": None, "why": f"mlm's {curve_run.MULTIPLES[-1]:g}× milestone is not scored yet"}
     for index, point in enumerate(rtd):
         if point["median"] >= target["median"] - spread:
             below = rtd[index - 1] if index else None
@@ -172,15 +175,20 @@ def _cell(score: Optional[dict]) -> str:
     return f"**{score['median']:.1f}** [{', '.join(f'{v:.1f}' for v in score['seeds'])}] (lr {score['lr']})"
 
 
+def _ratio_range(bracket: list) -> str:
+    """rtd reached the score at its first milestone: nothing below bounds the ratio from above."""
+    low, high = bracket
+    return f"{low:.1f}× to {high:.1f}×" if high else f"at least {low:.1f}×"
+
+
 def ratio_line(ratio: dict) -> str:
     if ratio.get("reached") is None:
         return f"Compute ratio: not read yet or not reached ({ratio.get('why', '')})."
     low, high = ratio["flops_bracket"]
     fewer = ratio["ratio_bracket"]
-    upper = f"{fewer[1]:.1f}×" if fewer[1] else "more"
     return (f"Compute ratio (STS-B): rtd is within {ratio['spread']} points of mlm's score at "
             f"{ratio['target_multiple']:g}× ({ratio['target_median']:.1f}) first at its {ratio['reached']:g}× milestone: somewhere between "
-            f"{low:.3g} and {high:.3g} pre-training FLOPs, i.e. mlm spent {fewer[0]:.1f}× to {upper} rtd's compute "
+            f"{low:.3g} and {high:.3g} pre-training FLOPs, i.e. mlm spent {_ratio_range(fewer)} rtd's compute "
             "for that score (milestones bracket it; no interpolation).")
 
 

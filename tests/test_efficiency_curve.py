@@ -53,6 +53,18 @@ def test_the_compute_ratio_is_the_bracket_where_rtd_first_reaches_mlms_largest_s
     assert report.compute_ratio(rtd[:1], mlm, 3.9)["reached"] is None
     first = report.compute_ratio([point(0.25, 40)], mlm, 3.9)
     assert first["flops_bracket"] == [0.0, 0.25e15] and first["ratio_bracket"] == [16.0, None]
+    assert "mlm spent at least 16.0× rtd's compute" in report.ratio_line(first)
+    assert "mlm spent 4.0× to 8.0× rtd's compute" in report.ratio_line(ratio)
+
+
+def test_no_ratio_is_read_before_mlms_largest_milestone_is_scored():
+    """While mlm's run is under way its largest scored milestone is a smaller one: a bracket read against it would
+    be printed as the ratio the issue asks for (against mlm's 4× score)."""
+    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (15, 18, 21, 25, 30))]
+    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (20, 24, 27, 33, 36))]
+    under_way = report.compute_ratio(rtd, mlm[:1], 3.9)
+    assert under_way["reached"] is None and "4× milestone is not scored yet" in under_way["why"]
+    assert report.ratio_line(under_way).startswith("Compute ratio: not read yet")
 
 
 def record(arm, scores):
