@@ -176,7 +176,8 @@ def _cell(score: Optional[dict]) -> str:
 
 
 def _ratio_range(bracket: list) -> str:
-    """rtd reached the score at its first milestone: nothing below bounds the ratio from above."""
+    """mlm's compute over rtd's, as a range: open above when rtd reached the score at its first milestone
+    (no milestone below bounds it)."""
     low, high = bracket
     return f"{low:.1f}× to {high:.1f}×" if high else f"at least {low:.1f}×"
 
