@@ -20,10 +20,14 @@ the objectives' decayed 192k run in the learning rate schedule alone.
 
 Results survive the machine: each arm writes `docs/results/efficiency_curve/<arm>-pseed0.json`
 (commits, compute, the pre-training and held-out curves, every milestone's fine-tuning results)
-after every stage, small JSON meant to be committed as it arrives. A run whose work folder was lost
-(a new machine) restarts from its newest kept checkpoint, or from step 0 with the same seed (the
-record's `pretrain_invocations` say which), and does not redo the milestones its record already
-holds. The report (`--stage=report`) is built from the committed records alone.
+after every stage, small JSON meant to be committed as it arrives. SIGTERM (a sitting's end:
+`timeout -s TERM 170m python -m experiments.efficiency_curve ...`) stops a pre-training at a
+checkpoint of the step reached and writes the record; the next run resumes there. A run whose work
+folder was lost (a new machine) restarts from step 0 with the same seed, and does not redo the
+milestones its record already holds; the record's `pretrain_invocations` say which happened, and its
+`restart_replays` how closely the restarted run replays the one before (their training and held-out
+losses at the steps both logged). The report (`--stage=report`) is built from the committed records
+alone.
 """
 
 from __future__ import annotations
@@ -32,13 +36,17 @@ import argparse
 import dataclasses
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
+from electra_tf.text.manifest import write_text_atomic
 from experiments import compare_objectives as objectives
 from experiments.provenance import git_commit, machine_line
 
@@ -146,30 +154,100 @@ def checkpoint_step(model_dir: Path) -> int:
     return int(first.rsplit("-", 1)[1].rstrip('"'))
 
 
-def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Path) -> None:
-    """Runs (or resumes) the arm's pre-training up to `steps`; appends the invocation to its log."""
+def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Path) -> bool:
+    """Runs (or resumes) the arm's pre-training up to `steps` and logs the piece; returns whether it got there.
+
+    SIGTERM (a sitting's end, a scheduler, `timeout -s TERM`) stops it cleanly: the pre-training checkpoints the
+    step it reached and exits, and the piece is logged as stopped there (`"stopped": "signal"`), so the record
+    tells where the next run resumes. A piece killed outright is logged by the next run, which finds its
+    checkpoint past the last logged piece (`log_unlogged_piece`)."""
     model_dir = curve.model_dir(arm)
     model_dir.mkdir(parents=True, exist_ok=True)
     command = pretrain_command(curve, arm, data_dir, eval_dir, steps)
     start = checkpoint_step(model_dir)
+    run_id(curve, arm)
+    log_unlogged_piece(curve, arm, start)
     objectives.log(f"[{arm}] pre-training from step {start} to {steps} of {total_steps(curve.budget, arm)}: "
                    f"{' '.join(command[1:])}")
     started = time.time()
-    with open(model_dir / "stdout.log", "a") as out:
+    with StopSignal() as stop, open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        last = None
-        while process.poll() is None:
-            time.sleep(5)
-            rows = objectives.read_train_log(model_dir)
-            if rows and rows[-1]["step"] != last:
-                row, last = rows[-1], rows[-1]["step"]
-                objectives.log(f"[{arm}] step {last}/{steps}  {row['examples_per_second']:.1f} ex/s  "
-                               f"loss {row['loss']:.3f}")
-    if process.returncode != 0:
+        watch_pretraining(process, model_dir, arm, steps, stop)
+    if process.returncode != 0 and not stop.received:
         raise RuntimeError(f"[{arm}] pre-training failed (exit {process.returncode}); see {model_dir / 'stdout.log'}")
-    with open(curve.arm_dir(arm) / "invocations.jsonl", "a") as f:
-        f.write(json.dumps({"from_step": start, "to_step": steps, "commit": git_commit(objectives.CODE_PATHS),
-                            "seconds": round(time.time() - started, 1), "date": time.strftime("%Y-%m-%d")}) + "\n")
+    piece = {"from_step": start, "to_step": checkpoint_step(model_dir), "commit": git_commit(objectives.CODE_PATHS),
+             "seconds": round(time.time() - started, 1), "date": time.strftime("%Y-%m-%d"), "machine": machine_line()}
+    if stop.received:
+        piece["stopped"] = "signal"
+    append_piece(curve, arm, piece)
+    return piece["to_step"] == steps and not stop.received
+
+
+def watch_pretraining(process: subprocess.Popen, model_dir: Path, arm: str, steps: int, stop: "StopSignal") -> None:
+    """Progress lines until the pre-training exits; a stop signal is passed on to it (it checkpoints and exits)."""
+    last, passed_on = None, False
+    while process.poll() is None:
+        if stop.received and not passed_on:
+            objectives.log(f"[{arm}] {stop.received} received: the pre-training checkpoints the step it reached")
+            process.terminate()
+            passed_on = True
+        rows = objectives.read_train_log(model_dir)
+        if rows and rows[-1]["step"] != last:
+            row, last = rows[-1], rows[-1]["step"]
+            objectives.log(f"[{arm}] step {last}/{steps}  {row['examples_per_second']:.1f} ex/s  "
+                           f"loss {row['loss']:.3f}")
+        time.sleep(1)
+
+
+class StopSignal:
+    """Within the block, SIGTERM sets `received` instead of ending the process (main thread only)."""
+
+    def __init__(self):
+        self.received: Optional[str] = None
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _handle(self, signum, frame):
+        self.received = signal.Signals(signum).name
+
+
+def pieces_path(curve: Curve, arm: str) -> Path:
+    return curve.arm_dir(arm) / "invocations.jsonl"
+
+
+def append_piece(curve: Curve, arm: str, piece: dict) -> None:
+    with open(pieces_path(curve, arm), "a") as f:
+        f.write(json.dumps(piece) + "\n")
+
+
+def log_unlogged_piece(curve: Curve, arm: str, start: int) -> None:
+    """A piece killed before it could log itself (SIGKILL, a crash, a machine stopped) left a checkpoint past the
+    last logged piece of this work folder (or past step 0 in a new one): log it as stopped there, its commit and
+    duration unknown."""
+    pieces = objectives.read_jsonl(pieces_path(curve, arm))
+    end = pieces[-1]["to_step"] if pieces else 0
+    if start > end:
+        checkpoint = curve.model_dir(arm) / "checkpoints" / "checkpoint"
+        append_piece(curve, arm, {"from_step": end, "to_step": start, "stopped": "unlogged",
+                                  "date": time.strftime("%Y-%m-%d", time.localtime(checkpoint.stat().st_mtime))})
+
+
+def run_id(curve: Curve, arm: str) -> str:
+    """The identity of the work folder's run (when its first logged piece started): a record's curves come from
+    one run, and a restarted run (a new work folder, step 0, the same seed) is told apart from the one before."""
+    path = curve.arm_dir(arm) / "run_id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(str(path), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    return path.read_text().strip()
 
 
 def keep_milestone(curve: Curve, milestone: Milestone, steps: int) -> Path:
@@ -217,30 +295,64 @@ def write_record(curve: Curve, arm: str) -> Path:
     """The arm's record from its work folder, keeping what only the committed record still holds."""
     committed = curve.read_record(arm)
     model_dir = curve.model_dir(arm)
-    evals = objectives.read_jsonl(model_dir / "eval_log.jsonl")
     committed_milestones = committed.get("milestones", {})
     milestones = {f"{m:g}": milestone_record(curve, Milestone(arm, m), committed_milestones.get(f"{m:g}", {}))
                   for m in MULTIPLES}
-    invocations = _merge(committed.get("pretrain_invocations", []),
-                         objectives.read_jsonl(curve.arm_dir(arm) / "invocations.jsonl"))
+    invocations = _merge(committed.get("pretrain_invocations", []), objectives.read_jsonl(pieces_path(curve, arm)))
     record = {
         "arm": arm, "pretrain_seed": PRETRAIN_SEED, "budget": curve.budget.name, "hparams": objectives.ARMS[arm],
         "total_steps": total_steps(curve.budget, arm), "warmup_steps": curve.budget.warmup_steps,
         "train_batch_size": curve.budget.train_batch_size, "updated": time.strftime("%Y-%m-%d"),
         "machine": machine_line(), "milestones": milestones, "pretrain_invocations": invocations,
-        "pretrain_commits": sorted({i["commit"] for i in invocations}),
-        # A new work folder restarts the curves: the committed ones stay until the new ones are longer.
-        "pretrain_curve": _longer(objectives.curve(objectives.read_train_log(model_dir)),
-                                  committed.get("pretrain_curve", [])),
-        "eval_curve": _longer([{k: round(r[k], 6) if isinstance(r[k], float) else r[k] for k in EVAL_CURVE_KEYS
-                                if k in r} for r in evals], committed.get("eval_curve", [])),
+        "pretrain_commits": sorted({i["commit"] for i in invocations if "commit" in i}),
+        **run_curves(committed, work_run(curve, arm)),
     }
     objectives.write_json_atomic(curve.record_path(arm), record)
     return curve.record_path(arm)
 
 
-def _longer(new: list, old: list) -> list:
-    return new if len(new) >= len(old) else old
+def work_run(curve: Curve, arm: str) -> dict:
+    """The work folder's run: its id (None before its first piece) and its training and held-out curves."""
+    model_dir = curve.model_dir(arm)
+    evals = objectives.read_jsonl(model_dir / "eval_log.jsonl")
+    run = (curve.arm_dir(arm) / "run_id")
+    return {"id": run.read_text().strip() if run.exists() else None,
+            "pretrain_curve": objectives.curve(objectives.read_train_log(model_dir)),
+            "eval_curve": [{k: round(r[k], 6) if isinstance(r[k], float) else r[k] for k in EVAL_CURVE_KEYS
+                            if k in r} for r in evals]}
+
+
+def run_curves(committed: dict, work: dict) -> dict:
+    """The record's curves and whose run they are, and how a restarted run replays the one before.
+
+    A new work folder restarts the run from step 0 with the same seed; the committed curves (the run before)
+    stay until the new run's training curve is as long, and both curves then switch to it together. Until
+    then each write compares the two runs at the steps both logged (`restart_replays`, one entry per
+    restarted run, kept at its furthest comparison): a replay that matches says the milestones of both runs
+    belong to one trajectory."""
+    committed_run = committed.get("pretrain_run")  # None in records written before runs had ids
+    replays = list(committed.get("restart_replays", []))
+    old_curve, old_evals = committed.get("pretrain_curve", []), committed.get("eval_curve", [])
+    if work["id"] and work["id"] != committed_run and work["pretrain_curve"] and old_curve:
+        check = {"run": work["id"], "against": committed_run or "the first run",
+                 **compare_runs(work["pretrain_curve"], old_curve, "loss"),
+                 **{f"eval_{k}": v for k, v in compare_runs(work["eval_curve"], old_evals, "loss").items()}}
+        earlier = next((r for r in replays if r["run"] == work["id"]), None)
+        if earlier is None or check["through_step"] >= earlier["through_step"]:
+            replays = [r for r in replays if r is not earlier] + [check]
+    use_work = bool(work["pretrain_curve"]) and len(work["pretrain_curve"]) >= len(old_curve)
+    curves = ({"pretrain_curve": work["pretrain_curve"], "eval_curve": work["eval_curve"], "pretrain_run": work["id"]}
+              if use_work else {"pretrain_curve": old_curve, "eval_curve": old_evals, "pretrain_run": committed_run})
+    return {**curves, **({"restart_replays": replays} if replays else {})}
+
+
+def compare_runs(new: list[dict], old: list[dict], key: str) -> dict:
+    """`key` of two runs' curves at the steps both logged: how many, up to which, and the largest difference."""
+    old_by_step = {row["step"]: row[key] for row in old if key in row}
+    shared = [(row["step"], abs(row[key] - old_by_step[row["step"]])) for row in new
+              if key in row and row["step"] in old_by_step]
+    return {"steps_compared": len(shared), "through_step": max((s for s, _ in shared), default=0),
+            f"max_abs_{key}_difference": round(max((d for _, d in shared), default=0.0), 6)}
 
 
 def _merge(committed: list, work: list) -> list:
@@ -273,7 +385,11 @@ def run_arm(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stage: str, 
             if checkpoint_step(curve.model_dir(arm)) > steps:
                 raise RuntimeError(f"[{milestone.name}] the run is past step {steps} but the milestone was not "
                                    f"kept; move {curve.arm_dir(arm)} aside to start the arm again")
-            pretrain_to(curve, arm, steps, data_dir, eval_dir)
+            if not pretrain_to(curve, arm, steps, data_dir, eval_dir):
+                write_record(curve, arm)
+                objectives.log(f"[{arm}] stopped at step {checkpoint_step(curve.model_dir(arm))}; the record "
+                               f"{curve.record_path(arm)} says so. Rerun the same command to resume there.")
+                raise SystemExit(128 + signal.SIGTERM)
             keep_milestone(curve, milestone, steps)
             write_record(curve, arm)
             objectives.log(f"[{milestone.name}] kept at step {steps}; record {curve.record_path(arm)}")

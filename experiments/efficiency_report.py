@@ -111,18 +111,21 @@ def decayed_lines(comparison: dict) -> list[str]:
 
 
 def run_history(invocations: list[dict]) -> dict:
-    """How the run's logged pieces join. Only a piece that reaches its stop is logged, so one that starts past the
-    previous one's end follows one or more pieces cut off mid-way (their sittings ended) and resumed from the newest
-    checkpoint they kept; one that starts before that end restarted (its work folder was lost: from step 0 with the
-    same seed)."""
-    resumed, restarted, end = [], [], 0
+    """How the run's logged pieces join. A piece that starts where a stopped one (`stopped`: by a signal, or
+    killed and logged by the next run) stopped resumed from the checkpoint it kept; so did one that starts past
+    the previous piece's end (records before pieces logged their stops: the cut piece went unlogged). One that
+    starts before that end restarted from step 0 with the same seed: its work folder was lost. `stopped_at`: the
+    step the last piece stopped at, when it did not reach its stop (where the next run resumes)."""
+    resumed, restarted, end, stopped = [], [], 0, False
     for piece in invocations:
-        if piece["from_step"] > end:
-            resumed.append(piece["from_step"])
-        elif piece["from_step"] < end:
-            restarted.append(piece["from_step"])
-        end = piece["to_step"]
-    return {"pieces": len(invocations), "resumed_after_a_cut_at": resumed, "restarted_at": restarted}
+        start = piece["from_step"]
+        if start > end or (start == end and stopped):
+            resumed.append(start)
+        elif start < end:
+            restarted.append(start)
+        end, stopped = piece["to_step"], "stopped" in piece
+    return {"pieces": len(invocations), "resumed_after_a_cut_at": resumed, "restarted_at": restarted,
+            "stopped_at": end if stopped else None}
 
 
 def steps_done(record: dict) -> int:
@@ -142,7 +145,22 @@ def _history_text(history: dict) -> str:
     resumed, restarted = history["resumed_after_a_cut_at"], history["restarted_at"]
     return (f"{history['pieces']} logged piece" + "s" * (history["pieces"] != 1) + ", "
             + (f"resumed after a cut-off piece at {steps(resumed)}" if resumed else "none cut off") + ", "
-            + (f"restarted at {steps(restarted)}" if restarted else "never restarted"))
+            + (f"restarted at {steps(restarted)}" if restarted else "never restarted")
+            + (f", the last piece stopped at step {history['stopped_at']} (the next run resumes there)"
+               if history.get("stopped_at") is not None else ""))
+
+
+def replay_lines(progress: dict) -> list[str]:
+    """How each restarted run replays the run before it (the records' `restart_replays`)."""
+    lines = []
+    for arm, p in progress.items():
+        for r in p.get("restart_replays", []):
+            lines.append(f"- {arm}: the run restarted from step 0 with the same seed ({r['run']}) replays "
+                         f"{r['against']}: training loss within {r['max_abs_loss_difference']:.2g} at the "
+                         f"{r['steps_compared']} logged steps both share (through step {r['through_step']}), "
+                         f"held-out loss within {r['eval_max_abs_loss_difference']:.2g} at "
+                         f"{r['eval_steps_compared']} evaluations.")
+    return lines
 
 
 def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
@@ -164,7 +182,8 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
                            "steps_done": steps_done(record),
                            "total_steps": record.get("total_steps"),
                            "commits": record.get("pretrain_commits", []),
-                           "history": run_history(record.get("pretrain_invocations", []))}
+                           "history": run_history(record.get("pretrain_invocations", [])),
+                           "restart_replays": record.get("restart_replays", [])}
                      for arm, record in records.items()},
     }
 
@@ -215,6 +234,8 @@ def markdown(results: dict) -> str:
         f"{p['steps_done']}/{p['total_steps']} steps in {_history_text(p['history'])} (commits "
         f"{', '.join(p['commits']) or '–'})"
         for arm, p in results["progress"].items()) + ".", ""]
+    replays = replay_lines(results["progress"])
+    lines += replays + [""] * bool(replays)
     return "\n".join(lines)
 
 

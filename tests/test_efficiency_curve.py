@@ -1,6 +1,12 @@
 """The efficiency curve: milestones at equal compute, kept milestones, and the report's compute ratio."""
 
 import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
 
 import pytest
 
@@ -124,8 +130,9 @@ def test_the_report_says_where_the_run_resumed_after_a_cut_and_where_it_restarte
     checkpoint kept at its start), a piece starting before the last end is a restart (item 4: say which happened)."""
     pieces = [(0, 375), (375, 750), (900, 1500), (1700, 3000), (0, 750)]
     history = report.run_history([{"from_step": a, "to_step": b} for a, b in pieces])
-    assert history == {"pieces": 5, "resumed_after_a_cut_at": [900, 1700], "restarted_at": [0]}
-    assert report.run_history([]) == {"pieces": 0, "resumed_after_a_cut_at": [], "restarted_at": []}
+    assert history == {"pieces": 5, "resumed_after_a_cut_at": [900, 1700], "restarted_at": [0], "stopped_at": None}
+    assert report.run_history([]) == {"pieces": 0, "resumed_after_a_cut_at": [], "restarted_at": [],
+                                      "stopped_at": None}
     assert report._history_text(history) == ("5 logged pieces, resumed after a cut-off piece at steps 900, 1700, "
                                              "restarted at step 0")
     assert report._history_text(report.run_history([{"from_step": 0, "to_step": 375}])) == (
@@ -149,3 +156,130 @@ def test_the_progress_line_counts_the_steps_the_last_piece_stopped_at_not_the_la
     assert report.steps_done(restarted) == 406  # the newest piece, not the furthest
     assert report.steps_done({"pretrain_curve": [{"step": 175}]}) == 175
     assert report.steps_done({}) == 0
+
+
+def test_stopped_pieces_are_resumed_where_they_stopped_and_a_lost_work_folder_restarts():
+    """Pieces now log their stops: one stopped by a signal or found killed by the next run is where that run
+    resumed, not a restart; a piece from step 0 after them is a restart; the last one stopped is where the next
+    run resumes (the report said "3248/6496, never restarted" for a run restarted from step 0 on a new machine)."""
+    pieces = [{"from_step": 0, "to_step": 375}, {"from_step": 375, "to_step": 750},
+              {"from_step": 750, "to_step": 900, "stopped": "signal"}, {"from_step": 900, "to_step": 1500},
+              {"from_step": 0, "to_step": 300, "stopped": "unlogged"}, {"from_step": 300, "to_step": 420,
+                                                                         "stopped": "signal"}]
+    history = report.run_history(pieces)
+    assert history == {"pieces": 6, "resumed_after_a_cut_at": [900, 300], "restarted_at": [0], "stopped_at": 420}
+    assert report._history_text(history) == (
+        "6 logged pieces, resumed after a cut-off piece at steps 900, 300, restarted at step 0, the last piece "
+        "stopped at step 420 (the next run resumes there)")
+    assert report.steps_done({"pretrain_invocations": pieces}) == 420
+
+
+FAKE_PRETRAINING = textwrap.dedent("""
+    # run_pretraining's contract with the curve: resume from the newest checkpoint, log every 5 steps, and on
+    # SIGTERM checkpoint the step reached and exit 0.
+    import json, pathlib, signal, sys, time
+    model_dir, stop_after = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    (model_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    state = model_dir / "checkpoints" / "checkpoint"
+    step = int(state.read_text().split("-")[1].rstrip('"\\n')) if state.exists() else 0
+    def keep(step):
+        state.write_text(f'model_checkpoint_path: "ckpt-{step}"\\n')
+    while step < stop_after and not stop:
+        step += 1
+        time.sleep(0.02)
+        if step % 5 == 0:
+            with open(model_dir / "train_log.jsonl", "a") as f:
+                f.write(json.dumps({"step": step, "loss": 10.0 / step, "examples_per_second": 1.0}) + "\\n")
+            keep(step)
+    keep(step)
+""")
+
+
+def fake_pretraining(tmp_path, monkeypatch):
+    script = tmp_path / "fake_pretraining.py"
+    script.write_text(FAKE_PRETRAINING)
+    monkeypatch.setattr(curve_run, "pretrain_command", lambda curve, arm, data_dir, eval_dir, stop: [
+        sys.executable, str(script), str(curve.model_dir(arm)), str(stop)])
+
+
+def sigterm_at_step(model_dir, step):
+    """SIGTERM to this process (not the pre-training's) once the pre-training has logged `step`."""
+    def send():
+        while not any(r["step"] >= step for r in objectives.read_train_log(model_dir)):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=send, daemon=True).start()
+
+
+def test_a_sigterm_stops_the_pretraining_at_a_checkpoint_logs_the_piece_and_the_next_run_resumes_there(
+        tmp_path, monkeypatch):
+    """A sitting's end (SIGTERM) used to kill the orchestrator at once: the pre-training still checkpointed, but
+    the piece went unlogged, so a record committed at the end of the sitting did not say where the run stood."""
+    fake_pretraining(tmp_path, monkeypatch)
+    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    model_dir = curve.model_dir("mlm")
+    sigterm_at_step(model_dir, 20)
+    with pytest.raises(SystemExit) as stopped:
+        curve_run.run_arm(curve, "mlm", tmp_path, tmp_path, stage="pretrain", jobs=1)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is the pre-training's alone
+    reached = curve_run.checkpoint_step(model_dir)
+    assert 20 <= reached < curve_run.milestone_steps(CPU, "mlm", 0.25)
+    record = curve.read_record("mlm")  # written on the stop, ready to commit
+    [piece] = record["pretrain_invocations"]
+    assert (piece["from_step"], piece["to_step"], piece["stopped"]) == (0, reached, "signal")
+    assert record["pretrain_curve"][-1]["step"] <= reached and record["pretrain_run"]
+
+    assert curve_run.pretrain_to(curve, "mlm", 60, tmp_path, tmp_path)  # the next run resumes at the stop
+    pieces = objectives.read_jsonl(curve_run.pieces_path(curve, "mlm"))
+    assert [(p["from_step"], p["to_step"]) for p in pieces] == [(0, reached), (reached, 60)]
+    assert "stopped" not in pieces[1] and report.run_history(pieces)["resumed_after_a_cut_at"] == [reached]
+
+
+def test_a_piece_killed_before_it_logged_itself_is_logged_by_the_next_run(tmp_path):
+    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    checkpoints = curve.model_dir("mlm") / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-150"\n')
+    curve_run.log_unlogged_piece(curve, "mlm", 150)  # a new work folder: the killed piece ran from step 0
+    curve_run.append_piece(curve, "mlm", {"from_step": 150, "to_step": 200})
+    curve_run.log_unlogged_piece(curve, "mlm", 200)  # nothing unlogged: the run resumes where a piece ended
+    curve_run.log_unlogged_piece(curve, "mlm", 275)
+    pieces = objectives.read_jsonl(curve_run.pieces_path(curve, "mlm"))
+    assert [(p["from_step"], p["to_step"], p.get("stopped")) for p in pieces] == [
+        (0, 150, "unlogged"), (150, 200, None), (200, 275, "unlogged")]
+    assert "commit" not in pieces[0]  # unknown: pretrain_commits leave it out
+
+
+def curve_rows(steps, offset=0.0):
+    return [{"step": s, "loss": round(10.0 / s + offset, 6)} for s in steps]
+
+
+def test_a_restarted_run_is_compared_with_the_run_before_until_its_curves_replace_it():
+    """A new machine restarts the run from step 0 with the same seed: its milestones join the first run's only if
+    it replays that run, so each record write compares the two at their shared steps, until the new run's curves
+    (both together) replace the first run's."""
+    first = {"pretrain_curve": curve_rows(range(25, 201, 25)), "eval_curve": curve_rows((125,))}
+    early = {"id": "2026-11-28T02:15:14Z", "pretrain_curve": curve_rows((25, 50, 75), 1e-6), "eval_curve": []}
+    written = curve_run.run_curves(first, early)
+    assert written["pretrain_curve"] == first["pretrain_curve"] and written["pretrain_run"] is None
+    assert written["restart_replays"] == [{
+        "run": early["id"], "against": "the first run", "steps_compared": 3, "through_step": 75,
+        "max_abs_loss_difference": 1e-6, "eval_steps_compared": 0, "eval_through_step": 0,
+        "eval_max_abs_loss_difference": 0.0}]
+    later = {**early, "pretrain_curve": curve_rows(range(25, 226, 25), 2e-6), "eval_curve": curve_rows((125,), 3e-6)}
+    switched = curve_run.run_curves({**first, **written}, later)
+    assert switched["pretrain_curve"] == later["pretrain_curve"] and switched["eval_curve"] == later["eval_curve"]
+    assert switched["pretrain_run"] == early["id"]
+    [replay] = switched["restart_replays"]
+    assert (replay["steps_compared"], replay["through_step"], replay["eval_steps_compared"]) == (8, 200, 1)
+    assert replay["max_abs_loss_difference"] == pytest.approx(2e-6)
+    assert replay["eval_max_abs_loss_difference"] == pytest.approx(3e-6)
+    # From now on the record's curves are the new run's own: comparing it with itself would erase the check.
+    assert curve_run.run_curves(switched, later)["restart_replays"] == [replay]
+    # Another restart is compared with the run whose curves the record holds.
+    again = curve_run.run_curves(switched, {"id": "2026-11-29T01:00:00Z", "pretrain_curve": curve_rows((25,)),
+                                            "eval_curve": []})
+    assert [r["against"] for r in again["restart_replays"]] == ["the first run", early["id"]]
