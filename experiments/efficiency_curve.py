@@ -305,7 +305,7 @@ def write_record(curve: Curve, arm: str) -> Path:
         "train_batch_size": curve.budget.train_batch_size, "updated": time.strftime("%Y-%m-%d"),
         "machine": machine_line(), "milestones": milestones, "pretrain_invocations": invocations,
         "pretrain_commits": sorted({i["commit"] for i in invocations if "commit" in i}),
-        **run_curves(committed, work_run(curve, arm)),
+        **run_curves(committed, work_run(curve, arm), piece_bounds(invocations), curve.budget.save_checkpoints_steps),
     }
     objectives.write_json_atomic(curve.record_path(arm), record)
     return curve.record_path(arm)
@@ -322,20 +322,25 @@ def work_run(curve: Curve, arm: str) -> dict:
                             if k in r} for r in evals]}
 
 
-def run_curves(committed: dict, work: dict) -> dict:
+def run_curves(committed: dict, work: dict, bounds: set = frozenset(), log_steps: int = 1) -> dict:
     """The record's curves and whose run they are, and how a restarted run replays the one before.
 
     A new work folder restarts the run from step 0 with the same seed; the committed curves (the run before)
     stay until the new run's training curve is as long, and both curves then switch to it together. Until
     then each write compares the two runs at the steps both logged (`restart_replays`, one entry per
     restarted run, kept at its furthest comparison): a replay that matches says the milestones of both runs
-    belong to one trajectory."""
+    belong to one trajectory. The held-out losses compare at every shared evaluation (the model at that step);
+    a training-curve point is the mean over its `log_steps` window, which a piece starting or stopping inside
+    it (`bounds`) cuts short, so such windows are left out."""
     committed_run = committed.get("pretrain_run")  # None in records written before runs had ids
     replays = list(committed.get("restart_replays", []))
     old_curve, old_evals = committed.get("pretrain_curve", []), committed.get("eval_curve", [])
     if work["id"] and work["id"] != committed_run and work["pretrain_curve"] and old_curve:
+        whole = [row for row in work["pretrain_curve"]
+                 if not any(row["step"] - log_steps < b < row["step"] for b in bounds)]
         check = {"run": work["id"], "against": committed_run or "the first run",
-                 **compare_runs(work["pretrain_curve"], old_curve, "loss"),
+                 **compare_runs(whole, old_curve, "loss"),
+                 "windows_cut_by_a_piece": len(work["pretrain_curve"]) - len(whole),
                  **{f"eval_{k}": v for k, v in compare_runs(work["eval_curve"], old_evals, "loss").items()}}
         earlier = next((r for r in replays if r["run"] == work["id"]), None)
         if earlier is None or check["through_step"] >= earlier["through_step"]:
@@ -344,6 +349,11 @@ def run_curves(committed: dict, work: dict) -> dict:
     curves = ({"pretrain_curve": work["pretrain_curve"], "eval_curve": work["eval_curve"], "pretrain_run": work["id"]}
               if use_work else {"pretrain_curve": old_curve, "eval_curve": old_evals, "pretrain_run": committed_run})
     return {**curves, **({"restart_replays": replays} if replays else {})}
+
+
+def piece_bounds(pieces: list[dict]) -> set:
+    """The steps where a piece of either run started or stopped (a process began or ended its curve window)."""
+    return {piece[key] for piece in pieces for key in ("from_step", "to_step")}
 
 
 def compare_runs(new: list[dict], old: list[dict], key: str) -> dict:

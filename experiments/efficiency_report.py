@@ -157,9 +157,10 @@ def replay_lines(progress: dict) -> list[str]:
         for r in p.get("restart_replays", []):
             lines.append(f"- {arm}: the run restarted from step 0 with the same seed ({r['run']}) replays "
                          f"{r['against']}: training loss within {r['max_abs_loss_difference']:.2g} at the "
-                         f"{r['steps_compared']} logged steps both share (through step {r['through_step']}), "
+                         f"{r['steps_compared']} logged steps both share (through step {r['through_step']}; "
+                         f"{r.get('windows_cut_by_a_piece', 0)} whose window a piece cut short left out), "
                          f"held-out loss within {r['eval_max_abs_loss_difference']:.2g} at "
-                         f"{r['eval_steps_compared']} evaluations.")
+                         f"{r['eval_steps_compared']} evaluation" + "s" * (r["eval_steps_compared"] != 1) + ".")
     return lines
 
 

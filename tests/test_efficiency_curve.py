@@ -267,14 +267,20 @@ def test_a_restarted_run_is_compared_with_the_run_before_until_its_curves_replac
     assert written["pretrain_curve"] == first["pretrain_curve"] and written["pretrain_run"] is None
     assert written["restart_replays"] == [{
         "run": early["id"], "against": "the first run", "steps_compared": 3, "through_step": 75,
-        "max_abs_loss_difference": 1e-6, "eval_steps_compared": 0, "eval_through_step": 0,
-        "eval_max_abs_loss_difference": 0.0}]
+        "max_abs_loss_difference": 1e-6, "windows_cut_by_a_piece": 0, "eval_steps_compared": 0,
+        "eval_through_step": 0, "eval_max_abs_loss_difference": 0.0}]
+    # A training-curve point is the mean over its 25-step window: the new run resumed at step 142, so its point at
+    # 150 averages 8 steps (the first run's, 25) and is left out; the held-out loss is the model's at its step.
     later = {**early, "pretrain_curve": curve_rows(range(25, 226, 25), 2e-6), "eval_curve": curve_rows((125,), 3e-6)}
-    switched = curve_run.run_curves({**first, **written}, later)
+    later["pretrain_curve"][5]["loss"] += 0.1
+    bounds = curve_run.piece_bounds([{"from_step": 0, "to_step": 142, "stopped": "unlogged"},
+                                     {"from_step": 142, "to_step": 900}])
+    switched = curve_run.run_curves({**first, **written}, later, bounds, log_steps=25)
     assert switched["pretrain_curve"] == later["pretrain_curve"] and switched["eval_curve"] == later["eval_curve"]
     assert switched["pretrain_run"] == early["id"]
     [replay] = switched["restart_replays"]
-    assert (replay["steps_compared"], replay["through_step"], replay["eval_steps_compared"]) == (8, 200, 1)
+    assert (replay["steps_compared"], replay["through_step"], replay["eval_steps_compared"]) == (7, 200, 1)
+    assert replay["windows_cut_by_a_piece"] == 1
     assert replay["max_abs_loss_difference"] == pytest.approx(2e-6)
     assert replay["eval_max_abs_loss_difference"] == pytest.approx(3e-6)
     # From now on the record's curves are the new run's own: comparing it with itself would erase the check.
@@ -283,3 +289,7 @@ def test_a_restarted_run_is_compared_with_the_run_before_until_its_curves_replac
     again = curve_run.run_curves(switched, {"id": "2026-11-29T01:00:00Z", "pretrain_curve": curve_rows((25,)),
                                             "eval_curve": []})
     assert [r["against"] for r in again["restart_replays"]] == ["the first run", early["id"]]
+    line, = report.replay_lines({"mlm": {"restart_replays": [replay]}})
+    assert line == ("- mlm: the run restarted from step 0 with the same seed (2026-11-28T02:15:14Z) replays the first "
+                    "run: training loss within 2e-06 at the 7 logged steps both share (through step 200; 1 whose "
+                    "window a piece cut short left out), held-out loss within 3e-06 at 1 evaluation.")
