@@ -150,16 +150,20 @@ def _history_text(history: dict) -> str:
                if history.get("stopped_at") is not None else ""))
 
 
+def _within(difference: float) -> str:
+    return "0 (equal to the 6 decimals kept)" if difference == 0 else f"{difference:.2g}"
+
+
 def replay_lines(progress: dict) -> list[str]:
     """How each restarted run replays the run before it (the records' `restart_replays`)."""
     lines = []
     for arm, p in progress.items():
         for r in p.get("restart_replays", []):
             lines.append(f"- {arm}: the run restarted from step 0 with the same seed ({r['run']}) replays "
-                         f"{r['against']}: training loss within {r['max_abs_loss_difference']:.2g} at the "
+                         f"{r['against']}: training loss within {_within(r['max_abs_loss_difference'])} at the "
                          f"{r['steps_compared']} logged steps both share (through step {r['through_step']}; "
                          f"{r.get('windows_cut_by_a_piece', 0)} whose window a piece cut short left out), "
-                         f"held-out loss within {r['eval_max_abs_loss_difference']:.2g} at "
+                         f"held-out loss within {_within(r['eval_max_abs_loss_difference'])} at "
                          f"{r['eval_steps_compared']} evaluation" + "s" * (r["eval_steps_compared"] != 1) + ".")
     return lines
 
