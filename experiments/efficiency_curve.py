@@ -240,10 +240,14 @@ def log_unlogged_piece(curve: Curve, arm: str, start: int) -> None:
                                   "date": time.strftime("%Y-%m-%d", time.localtime(checkpoint.stat().st_mtime))})
 
 
+def run_id_path(curve: Curve, arm: str) -> Path:
+    return curve.arm_dir(arm) / "run_id"
+
+
 def run_id(curve: Curve, arm: str) -> str:
     """The identity of the work folder's run (when its first logged piece started): a record's curves come from
     one run, and a restarted run (a new work folder, step 0, the same seed) is told apart from the one before."""
-    path = curve.arm_dir(arm) / "run_id"
+    path = run_id_path(curve, arm)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(str(path), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -315,7 +319,7 @@ def work_run(curve: Curve, arm: str) -> dict:
     """The work folder's run: its id (None before its first piece) and its training and held-out curves."""
     model_dir = curve.model_dir(arm)
     evals = objectives.read_jsonl(model_dir / "eval_log.jsonl")
-    run = (curve.arm_dir(arm) / "run_id")
+    run = run_id_path(curve, arm)
     return {"id": run.read_text().strip() if run.exists() else None,
             "pretrain_curve": objectives.curve(objectives.read_train_log(model_dir)),
             "eval_curve": [{k: round(r[k], 6) if isinstance(r[k], float) else r[k] for k in EVAL_CURVE_KEYS
