@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from electra_tf.runtime import use_onednn_kernels
 from experiments.provenance import git_commit, machine_line
@@ -293,24 +293,46 @@ def pretrain(budget: Budget, run: Run, work_dir: Path, data_dir: Path) -> Path:
     record_commit(model_dir / "commits.txt")
     command = pretrain_command(budget, run, data_dir, model_dir)
     log(f"[{run.name}] pre-training {steps} steps × {budget.train_batch_size}: {' '.join(command[1:])}")
+    start_step = (read_train_log(model_dir) or [{"step": 0}])[-1]["step"]
     with open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        last_step, started = None, time.time()
-        start_step = (read_train_log(model_dir) or [{"step": 0}])[-1]["step"]
-        while process.poll() is None:
-            time.sleep(5)
-            rows = read_train_log(model_dir)
-            if rows and rows[-1]["step"] != last_step:
-                row, last_step = rows[-1], rows[-1]["step"]
-                rate = (last_step - start_step) / max(time.time() - started, 1e-9)
-                eta = (steps - last_step) / rate if rate > 0 else float("nan")
-                metric = "disc_auc" if "disc_auc" in row else "gen_accuracy"
-                log(f"[{run.name}] step {last_step}/{steps}  {row['examples_per_second']:.1f} ex/s  "
-                    f"{metric} {row.get(metric, float('nan')):.3f}  loss {row['loss']:.3f}  ETA {format_seconds(eta)}")
+        watch_pretraining(process, model_dir, run.name, steps, start_step)
     if process.returncode != 0:
         raise RuntimeError(f"[{run.name}] pre-training failed (exit {process.returncode}); "
                            f"see {model_dir / 'stdout.log'}")
     return export_dir
+
+
+def watch_pretraining(process: subprocess.Popen, model_dir: Path, name: str, steps: int, from_step: int,
+                      stop_reason: Callable[[], Optional[str]] = lambda: None,
+                      say: Callable[[str], None] = log, poll_seconds: float = 2.0) -> Optional[str]:
+    """Progress lines (step, speed, metric, loss, ETA) from `model_dir`'s train log until the pre-training exits.
+
+    When `stop_reason()` first names a reason (a deadline, a signal), it is said and passed on as SIGTERM:
+    run_pretraining checkpoints the step it reached and exits, and the next run resumes there. Returns that
+    reason, or None when the pre-training ended by itself. (The one watcher of the objectives, efficiency-curve
+    and domain-adaptation experiments.)"""
+    last_step, started, reason = None, time.time(), None
+    while process.poll() is None:
+        if reason is None:
+            reason = stop_reason()
+            if reason:
+                say(f"[{name}] {reason}: the pre-training checkpoints the step it reached and stops")
+                process.terminate()
+        rows = read_train_log(model_dir)
+        if rows and rows[-1]["step"] != last_step:
+            row, last_step = rows[-1], rows[-1]["step"]
+            say(progress_line(name, row, steps, (last_step - from_step) / max(time.time() - started, 1e-9)))
+        time.sleep(poll_seconds)
+    return reason
+
+
+def progress_line(name: str, row: dict, steps: int, steps_per_second: float) -> str:
+    eta = (steps - row["step"]) / steps_per_second if steps_per_second > 0 else float("nan")
+    metric = "disc_auc" if "disc_auc" in row else "gen_accuracy"
+    return (f"[{name}] step {row['step']}/{steps}  {row.get('examples_per_second', float('nan')):.1f} ex/s  "
+            f"{metric} {row.get(metric, float('nan')):.3f}  loss {row.get('loss', float('nan')):.3f}  "
+            f"ETA {format_seconds(eta)}")
 
 
 def finetune_dir(work_dir: Path, run: Run, task: str, lr: float, seed: int) -> Path:

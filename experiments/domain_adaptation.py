@@ -142,6 +142,9 @@ class Deadline:
     def passed(self) -> bool:
         return self.end is not None and time.time() >= self.end
 
+    def stop_reason(self) -> Optional[str]:
+        return "--max_minutes reached" if self.passed() else None
+
 
 # --------------------------------------------------------------------------- the task's text
 
@@ -358,7 +361,8 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
     started = time.time()
     with open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        stopped = watch_pretraining(process, model_dir, arm, plan, from_step, deadline)
+        stopped = objectives.watch_pretraining(process, model_dir, arm.name, plan.steps, from_step,
+                                               stop_reason=deadline.stop_reason, say=log) is not None
     if process.returncode != 0 and not stopped:
         raise RuntimeError(f"[{arm.name}] pre-training failed (exit {process.returncode}); "
                            f"see {model_dir / 'stdout.log'}")
@@ -367,28 +371,6 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
                   "date": time.strftime("%Y-%m-%d"), "stopped_at_deadline": stopped}
     records.update(arm.name, lambda record: record_pretraining(record, plan, model_dir, invocation, command))
     return export if export_step(export) == plan.steps else None
-
-
-def watch_pretraining(process, model_dir: Path, arm: Arm, plan: Plan, from_step: int, deadline: Deadline) -> bool:
-    """Progress lines until the run ends; stops it at the deadline (it resumes from its newest checkpoint).
-    Returns whether it was stopped."""
-    last, started = None, time.time()
-    while process.poll() is None:
-        if deadline.passed():
-            log(f"[{arm.name}] --max_minutes reached: stopping the pre-training (it resumes from its newest "
-                "checkpoint on the next run)")
-            process.terminate()
-            process.wait()
-            return True
-        rows = objectives.read_train_log(model_dir)
-        if rows and rows[-1]["step"] != last:
-            row, last = rows[-1], rows[-1]["step"]
-            rate = (last - from_step) / max(time.time() - started, 1e-9)
-            eta = (plan.steps - last) / rate if rate > 0 else float("inf")
-            log(f"[{arm.name}] step {last}/{plan.steps}  {row.get('examples_per_second', 0.0):.1f} ex/s  "
-                f"loss {row.get('loss', float('nan')):.3f}  ETA {objectives.format_seconds(eta)}")
-        time.sleep(2)
-    return False
 
 
 def record_pretraining(record: dict, plan: Plan, model_dir: Path, invocation: dict, command: list[str]) -> None:

@@ -172,7 +172,7 @@ def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Pa
     started = time.time()
     with StopSignal() as stop, open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        watch_pretraining(process, model_dir, arm, steps, stop)
+        objectives.watch_pretraining(process, model_dir, arm, steps, start, stop_reason=stop.reason, poll_seconds=1)
     if process.returncode != 0 and not stop.received:
         raise RuntimeError(f"[{arm}] pre-training failed (exit {process.returncode}); see {model_dir / 'stdout.log'}")
     piece = {"from_step": start, "to_step": checkpoint_step(model_dir), "commit": git_commit(objectives.CODE_PATHS),
@@ -181,22 +181,6 @@ def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Pa
         piece["stopped"] = "signal"
     append_piece(curve, arm, piece)
     return piece["to_step"] == steps and not stop.received
-
-
-def watch_pretraining(process: subprocess.Popen, model_dir: Path, arm: str, steps: int, stop: "StopSignal") -> None:
-    """Progress lines until the pre-training exits; a stop signal is passed on to it (it checkpoints and exits)."""
-    last, passed_on = None, False
-    while process.poll() is None:
-        if stop.received and not passed_on:
-            objectives.log(f"[{arm}] {stop.received} received: the pre-training checkpoints the step it reached")
-            process.terminate()
-            passed_on = True
-        rows = objectives.read_train_log(model_dir)
-        if rows and rows[-1]["step"] != last:
-            row, last = rows[-1], rows[-1]["step"]
-            objectives.log(f"[{arm}] step {last}/{steps}  {row['examples_per_second']:.1f} ex/s  "
-                           f"loss {row['loss']:.3f}")
-        time.sleep(1)
 
 
 class StopSignal:
@@ -217,6 +201,9 @@ class StopSignal:
 
     def _handle(self, signum, frame):
         self.received = signal.Signals(signum).name
+
+    def reason(self) -> Optional[str]:
+        return self.received and f"{self.received} received"
 
 
 def pieces_path(curve: Curve, arm: str) -> Path:

@@ -246,3 +246,46 @@ def test_ner_runs_the_whole_grid_and_the_other_tasks_the_chosen_lr(tmp_path, mon
     later = [(task, lr) for task, lr, _ in scheduled if task not in co.TUNING_TASKS]
     assert sorted(set(later)) == [("NER", 1e-4), ("NER", 3e-4), ("RTE", 3e-4)]
     assert len(later) == 3 * len(budget.seeds)
+
+
+STAND_IN_PRETRAINING = """
+import json, pathlib, signal, sys, time
+model_dir, stop = pathlib.Path(sys.argv[1]), []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+for step in range(5, 1005, 5):
+    if stop:
+        (model_dir / "checkpointed").write_text(str(step - 5))  # run_pretraining: checkpoint the step, exit 0
+        break
+    with open(model_dir / "train_log.jsonl", "a") as f:
+        f.write(json.dumps({"step": step, "loss": 1.0, "disc_auc": 0.5, "examples_per_second": 64.0}) + "\\n")
+    time.sleep(0.05)
+"""
+
+
+def test_the_pretraining_watcher_says_progress_and_passes_a_stop_on_as_sigterm(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN_PRETRAINING)
+    said = []
+    reached = lambda: (co.read_train_log(tmp_path) or [{"step": 0}])[-1]["step"]
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    reason = co.watch_pretraining(process, tmp_path, "mlm", 1000, 0, say=said.append, poll_seconds=0.01,
+                                  stop_reason=lambda: "SIGTERM received" if reached() >= 20 else None)
+    assert reason == "SIGTERM received" and process.returncode == 0  # it exited by itself, after a checkpoint
+    assert int((tmp_path / "checkpointed").read_text()) == reached() < 1000
+    assert said.count("[mlm] SIGTERM received: the pre-training checkpoints the step it reached and stops") == 1
+    progress = [line for line in said if line.startswith("[mlm] step ")]
+    assert len(progress) + 1 == len(said) and progress[-1].startswith(f"[mlm] step {reached()}/1000 ")
+    assert all("/1000  64.0 ex/s  disc_auc 0.500  loss 1.000  ETA 0:00:" in line for line in progress)
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])  # ends by itself: no reason, nothing stopped
+    assert co.watch_pretraining(process, tmp_path, "mlm", 1000, 0, say=said.append, poll_seconds=0.01) is None
+
+
+def test_progress_lines_give_the_eta_from_the_steps_per_second_this_run_made():
+    row = {"step": 400, "loss": 5.25, "gen_accuracy": 0.125, "examples_per_second": 32.0}
+    assert co.progress_line("mlm", row, 1000, 0.5) == (
+        "[mlm] step 400/1000  32.0 ex/s  gen_accuracy 0.125  loss 5.250  ETA 0:20:00")
+    assert co.progress_line("mlm", row, 1000, 0.0).endswith("ETA ?")  # no step made yet in this run

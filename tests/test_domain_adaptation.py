@@ -107,8 +107,10 @@ def test_a_pretraining_past_the_deadline_is_stopped(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     started = time.time()
     deadline = da.Deadline(1e-9)
-    assert da.watch_pretraining(process, tmp_path, da.ARMS["tapt"], CPU, 0, deadline) is True
+    assert objectives.watch_pretraining(process, tmp_path, "tapt", CPU.steps, 0, stop_reason=deadline.stop_reason,
+                                        say=lambda line: None, poll_seconds=0.05) == "--max_minutes reached"
     assert process.returncode is not None and time.time() - started < 30
+    assert da.Deadline(None).stop_reason() is None
 
 
 def test_another_start_export_is_refused_in_one_line(tmp_path):
