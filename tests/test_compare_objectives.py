@@ -1,6 +1,8 @@
 """The objectives experiment's bookkeeping: equal compute, caching, learning-rate choice, the report."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -263,9 +265,6 @@ for step in range(5, 1005, 5):
 
 
 def test_the_pretraining_watcher_says_progress_and_passes_a_stop_on_as_sigterm(tmp_path):
-    import subprocess
-    import sys
-
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN_PRETRAINING)
     said = []
