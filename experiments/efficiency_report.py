@@ -111,21 +111,22 @@ def decayed_lines(comparison: dict) -> list[str]:
 
 
 def run_history(invocations: list[dict]) -> dict:
-    """How the run's logged pieces join. A piece that starts where a stopped one (`stopped`: by a signal, or
-    killed and logged by the next run) stopped resumed from the checkpoint it kept; so did one that starts past
-    the previous piece's end (records before pieces logged their stops: the cut piece went unlogged). One that
-    starts before that end restarted from step 0 with the same seed: its work folder was lost. `stopped_at`: the
-    step the last piece stopped at, when it did not reach its stop (where the next run resumes)."""
-    resumed, restarted, end, stopped = [], [], 0, False
+    """How the run's logged pieces join, one entry per run (a restart begins the next). A piece that starts where
+    a stopped one (`stopped`: by a signal, or killed and logged by the next run) stopped resumed from the
+    checkpoint it kept; so did one that starts past the previous piece's end (records before pieces logged their
+    stops: the cut piece went unlogged). One that starts before that end restarted from step 0 with the same seed:
+    its work folder was lost. Each run: where it resumed after a cut, and the last step it logged. `stopped_at`:
+    the step the last piece stopped at, when it did not reach its stop (where the next run resumes)."""
+    runs, end, stopped = [], 0, False
     for piece in invocations:
         start = piece["from_step"]
+        if not runs or start < end:
+            runs.append({"restarted_at": start if runs else None, "resumed_after_a_cut_at": []})
         if start > end or (start == end and stopped):
-            resumed.append(start)
-        elif start < end:
-            restarted.append(start)
+            runs[-1]["resumed_after_a_cut_at"].append(start)
         end, stopped = piece["to_step"], "stopped" in piece
-    return {"pieces": len(invocations), "resumed_after_a_cut_at": resumed, "restarted_at": restarted,
-            "stopped_at": end if stopped else None}
+        runs[-1]["logged_through_step"] = end
+    return {"pieces": len(invocations), "runs": runs, "stopped_at": end if stopped else None}
 
 
 def steps_done(record: dict) -> int:
@@ -142,12 +143,21 @@ def _history_text(history: dict) -> str:
     def steps(values):
         return "step" + "s" * (len(values) > 1) + " " + ", ".join(map(str, values))
 
-    resumed, restarted = history["resumed_after_a_cut_at"], history["restarted_at"]
-    return (f"{history['pieces']} logged piece" + "s" * (history["pieces"] != 1) + ", "
-            + (f"resumed after a cut-off piece at {steps(resumed)}" if resumed else "none cut off") + ", "
-            + (f"restarted at {steps(restarted)}" if restarted else "never restarted")
-            + (f", the last piece stopped at step {history['stopped_at']} (the next run resumes there)"
-               if history.get("stopped_at") is not None else ""))
+    def resumes(run):
+        cuts = run["resumed_after_a_cut_at"]
+        return f"resumed after a cut-off piece at {steps(cuts)}" if cuts else "none cut off"
+
+    runs = history["runs"]
+    text = f"{history['pieces']} logged piece" + "s" * (history["pieces"] != 1)
+    if len(runs) <= 1:
+        text += ", " + (resumes(runs[0]) if runs else "none cut off") + ", never restarted"
+    else:
+        text += ": " + "; ".join(
+            f"run {index + 1}" + (f", restarted at step {run['restarted_at']}," if index else "")
+            + f" logged through step {run['logged_through_step']}, {resumes(run)}" for index, run in enumerate(runs))
+    if history.get("stopped_at") is not None:
+        text += f", the last piece stopped at step {history['stopped_at']} (the next run resumes there)"
+    return text
 
 
 def _within(difference: float) -> str:
@@ -234,11 +244,10 @@ def markdown(results: dict) -> str:
         lines += ["", f"No pre-training (`none`, the floor): {_cell(floor)}.", ""]
     lines += [ratio_line(results["compute_ratio"]), ""]
     lines += decayed_lines(results["decayed_192k"])
-    lines += ["", "Progress: " + "; ".join(
-        f"{arm} {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
+    lines += ["", "Progress:", ""] + [
+        f"- {arm}: {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
         f"{p['steps_done']}/{p['total_steps']} steps in {_history_text(p['history'])} (commits "
-        f"{', '.join(p['commits']) or '–'})"
-        for arm, p in results["progress"].items()) + ".", ""]
+        f"{', '.join(p['commits']) or '–'})." for arm, p in results["progress"].items()] + [""]
     replays = replay_lines(results["progress"])
     lines += replays + [""] * bool(replays)
     return "\n".join(lines)

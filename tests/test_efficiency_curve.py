@@ -130,13 +130,16 @@ def test_the_report_says_where_the_run_resumed_after_a_cut_and_where_it_restarte
     checkpoint kept at its start), a piece starting before the last end is a restart (item 4: say which happened)."""
     pieces = [(0, 375), (375, 750), (900, 1500), (1700, 3000), (0, 750)]
     history = report.run_history([{"from_step": a, "to_step": b} for a, b in pieces])
-    assert history == {"pieces": 5, "resumed_after_a_cut_at": [900, 1700], "restarted_at": [0], "stopped_at": None}
-    assert report.run_history([]) == {"pieces": 0, "resumed_after_a_cut_at": [], "restarted_at": [],
-                                      "stopped_at": None}
-    assert report._history_text(history) == ("5 logged pieces, resumed after a cut-off piece at steps 900, 1700, "
-                                             "restarted at step 0")
+    assert history == {"pieces": 5, "stopped_at": None, "runs": [
+        {"restarted_at": None, "resumed_after_a_cut_at": [900, 1700], "logged_through_step": 3000},
+        {"restarted_at": 0, "resumed_after_a_cut_at": [], "logged_through_step": 750}]}
+    assert report.run_history([]) == {"pieces": 0, "runs": [], "stopped_at": None}
+    assert report._history_text(history) == (
+        "5 logged pieces: run 1 logged through step 3000, resumed after a cut-off piece at steps 900, 1700; run 2, "
+        "restarted at step 0, logged through step 750, none cut off")
     assert report._history_text(report.run_history([{"from_step": 0, "to_step": 375}])) == (
         "1 logged piece, none cut off, never restarted")
+    assert report._history_text(report.run_history([])) == "0 logged pieces, none cut off, never restarted"
 
 
 def test_the_progress_line_counts_the_steps_the_last_piece_stopped_at_not_the_last_logged_point(tmp_path):
@@ -167,10 +170,13 @@ def test_stopped_pieces_are_resumed_where_they_stopped_and_a_lost_work_folder_re
               {"from_step": 0, "to_step": 300, "stopped": "unlogged"}, {"from_step": 300, "to_step": 420,
                                                                          "stopped": "signal"}]
     history = report.run_history(pieces)
-    assert history == {"pieces": 6, "resumed_after_a_cut_at": [900, 300], "restarted_at": [0], "stopped_at": 420}
+    assert history == {"pieces": 6, "stopped_at": 420, "runs": [
+        {"restarted_at": None, "resumed_after_a_cut_at": [900], "logged_through_step": 1500},
+        {"restarted_at": 0, "resumed_after_a_cut_at": [300], "logged_through_step": 420}]}
     assert report._history_text(history) == (
-        "6 logged pieces, resumed after a cut-off piece at steps 900, 300, restarted at step 0, the last piece "
-        "stopped at step 420 (the next run resumes there)")
+        "6 logged pieces: run 1 logged through step 1500, resumed after a cut-off piece at step 900; run 2, restarted "
+        "at step 0, logged through step 420, resumed after a cut-off piece at step 300, the last piece stopped at "
+        "step 420 (the next run resumes there)")
     assert report.steps_done({"pretrain_invocations": pieces}) == 420
 
 
@@ -235,7 +241,8 @@ def test_a_sigterm_stops_the_pretraining_at_a_checkpoint_logs_the_piece_and_the_
     assert curve_run.pretrain_to(curve, "mlm", 60, tmp_path, tmp_path)  # the next run resumes at the stop
     pieces = objectives.read_jsonl(curve_run.pieces_path(curve, "mlm"))
     assert [(p["from_step"], p["to_step"]) for p in pieces] == [(0, reached), (reached, 60)]
-    assert "stopped" not in pieces[1] and report.run_history(pieces)["resumed_after_a_cut_at"] == [reached]
+    assert "stopped" not in pieces[1] and report.run_history(pieces)["runs"] == [
+        {"restarted_at": None, "resumed_after_a_cut_at": [reached], "logged_through_step": 60}]
 
 
 def test_a_piece_killed_before_it_logged_itself_is_logged_by_the_next_run(tmp_path):
