@@ -8,10 +8,12 @@ folder: `docs/results/efficiency_curve.{md,json}` and `docs/results/efficiency_c
 
 Each milestone is scored as the objectives experiment scores a run: the median over fine-tuning
 seeds at its chosen learning rate (the better STS-B median of the grid). The compute ratio is read
-from STS-B (MRPC sits at the floor for every arm at this scale): the smallest milestone at which rtd
-is at or above mlm's score at its largest milestone, "at" meaning within the pre-training-seed spread
-(`SEED_SPREAD`), reported as the bracket between that milestone and the one before it, in FLOPs, with no
-interpolation. Mid-run milestones are not decayed (the learning rate is still high there), so the
+from STS-B (MRPC stays near the floor for every arm until 2× at this scale): the smallest milestone at
+which rtd is at or above mlm's score at its largest milestone, "at" meaning within the pre-training-seed
+spread (`SEED_SPREAD`), reported as the bracket between that milestone and the one before it, in FLOPs, with
+no interpolation. Where that score is itself within the spread of the floor (no pre-training), the bracket
+only says how soon rtd reaches the floor, so the report also names the first milestone at which rtd is above
+mlm's score by more than the spread. Mid-run milestones are not decayed (the learning rate is still high there), so the
 report sets the 192k milestones beside the objectives experiment's decayed 192k runs of the same data,
 seed and initialisation, to say how conservative the ratio is.
 """
@@ -23,6 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
+from electra_tf.text.manifest import write_text_atomic
 from experiments import compare_objectives as objectives
 from experiments import efficiency_curve as curve_run
 
@@ -57,15 +60,21 @@ def arm_points(record: dict, task: str) -> list[dict]:
     return points
 
 
-def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
+def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float, floor: Optional[float] = None) -> dict:
     """Where rtd first reaches mlm's score at mlm's largest milestone (within `spread`): the bracket of
     milestones, in FLOPs. `reached` is None when rtd never does (or mlm's largest milestone is not scored: a
-    ratio read against a smaller one would be another quantity, shown while the run is under way)."""
+    ratio read against a smaller one would be another quantity, shown while the run is under way).
+    `clearly_above`: the first milestone at which rtd is above that score by more than `spread` (None if none);
+    `target_at_floor`: whether that score is within `spread` of `floor` (the `none` arm's median), when given."""
     if not rtd or not mlm:
         return {"reached": None, "why": "not every arm has a scored milestone yet"}
     target = mlm[-1]
     if target["multiple"] != curve_run.MULTIPLES[-1]:
         return {"reached": None, "why": f"mlm's {curve_run.MULTIPLES[-1]:g}× milestone is not scored yet"}
+    above = next((p for p in rtd if p["median"] > target["median"] + spread), None)
+    context = {"clearly_above": above and {"multiple": above["multiple"], "median": above["median"],
+                                           "ratio": target["pretrain_flops"] / above["pretrain_flops"]},
+               "floor": floor, "target_at_floor": None if floor is None else abs(target["median"] - floor) <= spread}
     for index, point in enumerate(rtd):
         if point["median"] >= target["median"] - spread:
             below = rtd[index - 1] if index else None
@@ -73,7 +82,8 @@ def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float) -> dict:
                     "target_median": target["median"], "spread": spread,
                     "flops_bracket": [below["pretrain_flops"] if below else 0.0, point["pretrain_flops"]],
                     "ratio_bracket": [target["pretrain_flops"] / point["pretrain_flops"],
-                                      target["pretrain_flops"] / below["pretrain_flops"] if below else None]}
+                                      target["pretrain_flops"] / below["pretrain_flops"] if below else None],
+                    **context}
     return {"reached": None, "target_multiple": target["multiple"], "target_median": target["median"],
             "spread": spread, "why": f"rtd stays more than {spread} below mlm's score at its largest milestone"}
 
@@ -191,7 +201,8 @@ def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
     return {
         "command": "python -m experiments.efficiency_curve --stage=report", "budget": budget_name,
         "seed_spread": curve_run.SEED_SPREAD, "points": points, "floor": floor,
-        "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD),
+        "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD,
+                                       (floor.get(RATIO_TASK) or {}).get("median")),
         "decayed_192k": decayed_comparison(objective_runs, points),
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
                            "steps_done": steps_done(record),
@@ -224,7 +235,23 @@ def ratio_line(ratio: dict) -> str:
     return (f"Compute ratio (STS-B): rtd is within {ratio['spread']} points of mlm's score at "
             f"{ratio['target_multiple']:g}× ({ratio['target_median']:.1f}) first at its {ratio['reached']:g}× milestone: somewhere between "
             f"{low:.3g} and {high:.3g} pre-training FLOPs, i.e. mlm spent {_ratio_range(fewer)} rtd's compute "
-            "for that score (milestones bracket it; no interpolation).")
+            "for that score (milestones bracket it; no interpolation)." + _ratio_context(ratio))
+
+
+def _ratio_context(ratio: dict) -> str:
+    """What the bracket means when mlm's score is the floor, and where rtd clearly passes it."""
+    text = ""
+    if ratio.get("target_at_floor"):
+        text += (f" mlm's {ratio['target_multiple']:g}× score is within {ratio['spread']} points of the floor (no "
+                 f"pre-training, {ratio['floor']:.1f}): the bracket says how soon rtd reaches the floor.")
+    above = ratio.get("clearly_above")
+    if above:
+        text += (f" rtd is above mlm's {ratio['target_multiple']:g}× score by more than {ratio['spread']} points "
+                 f"first at its {above['multiple']:g}× milestone ({above['median']:.1f}), on {above['ratio']:.1f}× "
+                 "fewer pre-training FLOPs.")
+    elif "clearly_above" in ratio:
+        text += f" rtd is never above it by more than {ratio['spread']} points."
+    return text
 
 
 def markdown(results: dict) -> str:
@@ -290,7 +317,7 @@ def report(curve) -> dict:
     results = build_results(results_dir, curve.budget.name)
     stem = STEM if curve.budget.name == "cpu" else f"{STEM}_{curve.budget.name}"
     objectives.write_json_atomic(results_dir / f"{stem}.json", results)
-    (results_dir / f"{stem}.md").write_text(markdown(results))
+    write_text_atomic(str(results_dir / f"{stem}.md"), markdown(results))
     if curve.budget.name == "cpu":
         plot(results, results_dir)
     print(markdown(results), flush=True)

@@ -63,6 +63,26 @@ def test_the_compute_ratio_is_the_bracket_where_rtd_first_reaches_mlms_largest_s
     assert "mlm spent 4.0× to 8.0× rtd's compute" in report.ratio_line(ratio)
 
 
+def test_a_ratio_read_against_a_score_at_the_floor_says_so_and_where_rtd_clearly_passes_it():
+    """mlm's 4× STS-B came out at the floor (19.5 against 18.1 unpre-trained): rtd's first milestone is "at" it
+    only because both sit at the floor, so the line says that, and where rtd is above it by more than the spread."""
+    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (18.3, 19.9, 19.6, 21.1, 19.5))]
+    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (17.9, 29.9, 53.5, 66.6, 70.8))]
+    ratio = report.compute_ratio(rtd, mlm, 3.9, floor=18.1)
+    assert ratio["reached"] == 0.25 and ratio["ratio_bracket"] == [16.0, None]
+    assert ratio["target_at_floor"] and ratio["clearly_above"] == {"multiple": 0.5, "median": 29.9, "ratio": 8.0}
+    line = report.ratio_line(ratio)
+    assert "within 3.9 points of the floor (no pre-training, 18.1): the bracket says how soon rtd reaches" in line
+    assert line.endswith("rtd is above mlm's 4× score by more than 3.9 points first at its 0.5× milestone (29.9), "
+                         "on 8.0× fewer pre-training FLOPs.")
+    pretrained = report.compute_ratio(rtd, mlm[:-1] + [point(4.0, 40.0)], 3.9, floor=18.1)
+    assert not pretrained["target_at_floor"] and pretrained["reached"] == 1.0
+    assert pretrained["clearly_above"]["multiple"] == 1.0 and "floor" not in report.ratio_line(pretrained)
+    never = report.compute_ratio([point(m, 20.0) for m in curve_run.MULTIPLES], mlm, 3.9, floor=18.1)
+    assert never["clearly_above"] is None and "rtd is never above it by more than 3.9" in report.ratio_line(never)
+    assert report.compute_ratio(rtd, mlm, 3.9)["target_at_floor"] is None  # no `none` record: not judged
+
+
 def test_no_ratio_is_read_before_mlms_largest_milestone_is_scored():
     """While mlm's run is under way its largest scored milestone is a smaller one: a bracket read against it would
     be printed as the ratio the issue asks for (against mlm's 4× score)."""
