@@ -6,16 +6,16 @@ Built from the committed records alone (`docs/results/efficiency_curve/cpu/<arm>
 and the objectives experiment's `none` record for the floor and its decayed 192k runs), no work
 folder: `docs/results/efficiency_curve.{md,json}` and `docs/results/efficiency_curve.png`.
 
-Each milestone is scored as the objectives experiment scores a run: the median over fine-tuning
-seeds at its chosen learning rate (the better STS-B median of the grid). The compute ratio is read
-from STS-B (MRPC stays near the floor for every arm until 2× at this scale): the smallest milestone at
-which rtd is at or above mlm's score at its largest milestone, "at" meaning within the pre-training-seed
-spread (`SEED_SPREAD`), reported as the bracket between that milestone and the one before it, in FLOPs, with
-no interpolation. Where that score is itself within the spread of the floor (no pre-training), the bracket
-only says how soon rtd reaches the floor, so the report also names the first milestone at which rtd is above
-mlm's score by more than the spread. Mid-run milestones are not decayed (the learning rate is still high there), so the
-report sets the 192k milestones beside the objectives experiment's decayed 192k runs of the same data,
-seed and initialisation, to say how conservative the ratio is.
+Each milestone is scored as the objectives experiment scores a run: the median over fine-tuning seeds at
+its chosen learning rate (the better STS-B median of the grid). The compute ratio is read from STS-B
+(MRPC stays near the floor for every arm until 2× at this scale): the smallest milestone at which rtd is
+at or above mlm's score at its largest milestone, "at" meaning within the pre-training-seed spread
+(`SEED_SPREAD`), reported as the bracket between that milestone and the one before it, in FLOPs, with no
+interpolation. Where that score is itself within the spread of the floor (no pre-training), the bracket
+only says how soon rtd reaches the floor, so the report also names the first milestone at which rtd is
+above mlm's score by more than the spread. Mid-run milestones are not decayed (the learning rate is
+still high there), so the report sets the 192k milestones beside the objectives experiment's decayed
+192k runs of the same data, seed and initialisation, to say how conservative the ratio is.
 """
 
 from __future__ import annotations
