@@ -317,8 +317,9 @@ def report(curve) -> dict:
     results = build_results(results_dir, curve.budget.name)
     stem = STEM if curve.budget.name == "cpu" else f"{STEM}_{curve.budget.name}"
     objectives.write_json_atomic(results_dir / f"{stem}.json", results)
-    write_text_atomic(str(results_dir / f"{stem}.md"), markdown(results))
+    page = markdown(results)
+    write_text_atomic(str(results_dir / f"{stem}.md"), page)
     if curve.budget.name == "cpu":
         plot(results, results_dir)
-    print(markdown(results), flush=True)
+    print(page, flush=True)
     return results
