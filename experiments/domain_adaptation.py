@@ -23,7 +23,7 @@ recording the vocab), once with the export's vocab and once with the extended on
 1,826 examples (230k tokens; 1,773 and 223k with the extended vocab), so the budget is about 70
 passes over the task's text, in line with the paper's 100 epochs of TAPT on small tasks. NER dev and test sentences are never pre-trained on.
 
-Fine-tuning of each arm: the objectives protocol's NER (`compare_objectives.finetune`: 3 epochs,
+Fine-tuning of each arm: the objectives protocol's NER (`experiments.lib.runner.finetune`: 3 epochs,
 batch 32, max_seq_length 128, no layer-wise decay) at each learning rate of its 1e-4/3e-4 grid with
 3 seeds, with `--do_predict`; each arm's learning rate is the one with the better median dev entity
 F1, and the report gives dev and test F1 (conlleval entity F1, test scored from the run's
@@ -65,17 +65,18 @@ from pathlib import Path
 from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
-from experiments import compare_objectives as objectives
-from experiments.efficiency_curve import checkpoint_step
+from experiments.lib import protocol, runner, workdir
+from experiments.lib.records import committed_curve, headline_lr
+from experiments.lib.runner import checkpoint_step
 from experiments.provenance import git_commit, machine_line
 
-ROOT = objectives.ROOT
-RESULTS_DIR = objectives.RESULTS_DIR
-CONLL = objectives.CONLL
+ROOT = protocol.ROOT
+RESULTS_DIR = protocol.RESULTS_DIR
+CONLL = protocol.CONLL
 DEFAULT_START_EXPORT = Path.home() / ".cache" / "electra_tf" / "efficiency_curve" / "cpu" / "arms" / "rtd" / \
     "milestones" / "x1" / "export"
 TASK = "NER"  # compare_objectives' task: CoNLL-2003 entity F1, its own lr grid
-CODE_PATHS = objectives.CODE_PATHS + ("experiments/domain_adaptation.py",)
+CODE_PATHS = protocol.CODE_PATHS + ("experiments/domain_adaptation.py",)
 STEM = "domain_adaptation"
 DOCSTART = "-DOCSTART-"
 
@@ -106,7 +107,7 @@ class Plan:
     added_words: int
     max_seq_length: int  # of the TAPT shards
     save_checkpoints_steps: int
-    finetune: objectives.Budget  # the seeds, lr grid and caps `compare_objectives.finetune` reads
+    finetune: protocol.Budget  # the seeds, lr grid and caps `experiments.lib.runner.finetune` reads
     pretrain_seed: int = 0
 
     def commands(self) -> dict:
@@ -117,12 +118,12 @@ class Plan:
 PLANS = {
     "cpu": Plan("cpu", steps=1000, warmup_steps=100, train_batch_size=128, added_words=500, max_seq_length=128,
                 save_checkpoints_steps=50,
-                finetune=dataclasses.replace(objectives.BUDGETS["cpu"], name="domain_adaptation",
+                finetune=dataclasses.replace(protocol.BUDGETS["cpu"], name="domain_adaptation",
                                              arms=tuple(ARMS))),
     # The same pipeline in minutes (the smoke test runs it on a tiny export and a tiny CoNLL file).
     "smoke": Plan("smoke", steps=2, warmup_steps=1, train_batch_size=4, added_words=20, max_seq_length=32,
                   save_checkpoints_steps=1,
-                  finetune=objectives.Budget("domain_adaptation_smoke", rtd_steps=0, warmup_steps=0,
+                  finetune=protocol.Budget("domain_adaptation_smoke", rtd_steps=0, warmup_steps=0,
                                              train_batch_size=0, seeds=(0,), learning_rates=(1e-4, 3e-4),
                                              arms=tuple(ARMS), finetune_max_train_steps=2,
                                              finetune_max_seq_length=32)),
@@ -231,7 +232,7 @@ def claim_work_dir(identity: dict, work_dir: Path) -> None:
     if path.exists():
         check_same_start(identity, json.loads(path.read_text()), work_dir)
     else:
-        objectives.write_json_atomic(path, identity)
+        workdir.write_json_atomic(path, identity)
 
 
 def export_vocab(export_dir: Path) -> Path:
@@ -272,7 +273,7 @@ class Records:
             record = self.read(arm) or new_record(self.plan, ARMS[arm])
             change(record)
             record["updated"], record["machine"] = time.strftime("%Y-%m-%d"), machine_line()
-            objectives.write_json_atomic(self.path(arm), record)
+            workdir.write_json_atomic(self.path(arm), record)
             return record
 
 
@@ -361,7 +362,7 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
     started = time.time()
     with open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        stopped = objectives.watch_pretraining(process, model_dir, arm.name, plan.steps, from_step,
+        stopped = runner.watch_pretraining(process, model_dir, arm.name, plan.steps, from_step,
                                                stop_reason=deadline.stop_reason, say=log) is not None
     if process.returncode != 0 and not stopped:
         raise RuntimeError(f"[{arm.name}] pre-training failed (exit {process.returncode}); "
@@ -374,13 +375,13 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
 
 
 def record_pretraining(record: dict, plan: Plan, model_dir: Path, invocation: dict, command: list[str]) -> None:
-    rows = objectives.read_train_log(model_dir)
+    rows = workdir.read_train_log(model_dir)
     record["pretrain_invocations"].append(invocation)
     record["pretrain_command"] = shlex.join(["python"] + command[1:])
     record["pretrain_steps_done"] = invocation["to_step"]
     record["pretrain_seconds"] = round(sum(i["seconds"] for i in record["pretrain_invocations"]), 1)
     if len(rows) >= len(record.get("pretrain_curve", [])):  # a new work folder restarts the curve
-        record["pretrain_curve"] = objectives.curve(rows)
+        record["pretrain_curve"] = committed_curve(rows)
     export = model_dir / "export"
     if export_step(export) == plan.steps:
         from electra_tf.text.manifest import sha256_file
@@ -423,12 +424,12 @@ def test_f1(output_dir: Path) -> Optional[float]:
 
 def finetune_fn(plan: Plan, arm: Arm, export: Path, lr: float, seed: int, work_dir: Path, conll_dir: Path,
                 records: Records):
-    """One NER run for `compare_objectives.run_all`: the protocol's run, then its record entry."""
+    """One NER run for `experiments.lib.runner.run_all`: the protocol's run, then its record entry."""
     def fn(threads):
         vocab = export_vocab(export)
-        dev = objectives.finetune(plan.finetune, arm, export, TASK, lr, seed, work_dir, threads,
+        dev = runner.finetune(plan.finetune, arm, export, TASK, lr, seed, work_dir, threads,
                                   data_dir=conll_dir, vocab_file=vocab, extra_flags=("--do_predict",))
-        output_dir = objectives.finetune_dir(work_dir, arm, TASK, lr, seed)
+        output_dir = workdir.finetune_dir(work_dir, arm, TASK, lr, seed)
         done = json.loads((output_dir / "result.json").read_text())
         entry = {"dev_f1": dev, "test_f1": test_f1(output_dir), "seconds": round(done.get("seconds", 0.0), 1),
                  "commit": done.get("commit", "unknown")}
@@ -455,12 +456,12 @@ def finetune_arm(plan: Plan, arm: Arm, export: Path, work_dir: Path, conll_dir: 
     for run in runs:  # in groups of `jobs`, so no run starts after the deadline
         batch.append(run)
         if len(batch) == jobs:
-            objectives.run_all(batch, progress, jobs)
+            runner.run_all(batch, progress, jobs)
             batch = []
             if deadline.passed():
                 log(f"[{arm.name}] --max_minutes reached: the other fine-tuning runs are left for the next sitting")
                 return
-    objectives.run_all(batch, progress, jobs)
+    runner.run_all(batch, progress, jobs)
 
 
 # --------------------------------------------------------------------------- one arm, all stages
@@ -520,7 +521,7 @@ def arm_summary(record: dict) -> dict:
     plan = record.get("finetune_plan", {})
     done, planned = sum(map(len, grid.values())), len(plan.get("learning_rates", [])) * len(plan.get("seeds", []))
     complete = planned > 0 and done >= planned
-    lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid and complete else None
+    lr = headline_lr({"finetune": {TASK: grid}}, TASK) if grid and complete else None
     summary = {"arm": record["arm"], "lr": lr, "runs": f"{done}/{planned}",
                "grid": {k: {"median": statistics.median(v), "seeds": v} for k, v in grid.items()},
                "pretrain_steps": record.get("pretrain_steps_done", 0),
@@ -616,7 +617,7 @@ def report(plan: Plan, results_dir: Path) -> dict:
     records = [json.loads(p.read_text()) for p in sorted(records_dir(results_dir, plan).glob("*.json"))]
     results = build_results(plan, [r for r in records if r.get("arm") in ARMS])
     stem = STEM if plan.name == "cpu" else f"{STEM}_{plan.name}"
-    objectives.write_json_atomic(results_dir / f"{stem}.json", results)
+    workdir.write_json_atomic(results_dir / f"{stem}.json", results)
     from electra_tf.text.manifest import write_text_atomic
 
     text = markdown(results)
@@ -649,7 +650,7 @@ def parse_args(argv=None):
                         help="default: ~/.cache/electra_tf/domain_adaptation/<budget> (outside the checkout)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the records and the report go")
     args = parser.parse_args(argv)
-    objectives.check_common_flags(parser, args, ARMS)
+    runner.check_common_flags(parser, args, ARMS)
     if args.stop_after_steps is not None and args.stop_after_steps < 1:
         parser.error(f"--stop_after_steps must be at least 1, got {args.stop_after_steps}")
     if args.max_minutes is not None and args.max_minutes <= 0:
@@ -673,7 +674,7 @@ def main(argv=None) -> dict:
             f"work dir {args.work_dir}")
         missing = sum(not finetune_done(records.read(arm.name), lr, seed) for arm in arms
                       for lr in plan.finetune.learning_rates for seed in plan.finetune.seeds)
-        progress = objectives.Progress(missing, args.jobs)  # the fine-tuning runs the records lack
+        progress = runner.Progress(missing, args.jobs)  # the fine-tuning runs the records lack
         deadline = Deadline(args.max_minutes)
         for arm in arms:
             run_arm(plan, arm, start, args, records, progress, deadline)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import compare_objectives as objectives
 from experiments import domain_adaptation as da
+from experiments.lib import protocol, runner, workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_VOCAB = ROOT / "tests" / "fixtures" / "hf_electra" / "discriminator" / "vocab.txt"
@@ -45,8 +45,8 @@ def test_the_text_is_one_sentence_per_line_and_a_blank_line_at_each_docstart(tmp
 
 def test_the_plan_is_fixed_up_front_and_the_finetuning_is_the_objectives_protocol():
     assert (CPU.steps, CPU.train_batch_size, CPU.warmup_steps, CPU.added_words) == (1000, 128, 100, 500)
-    assert CPU.warmup_steps / CPU.steps == objectives.BUDGETS["cpu"].warmup_steps / objectives.BUDGETS["cpu"].rtd_steps
-    assert CPU.finetune.learning_rates == objectives.BUDGETS["cpu"].learning_rates == (1e-4, 3e-4)
+    assert CPU.warmup_steps / CPU.steps == protocol.BUDGETS["cpu"].warmup_steps / protocol.BUDGETS["cpu"].rtd_steps
+    assert CPU.finetune.learning_rates == protocol.BUDGETS["cpu"].learning_rates == (1e-4, 3e-4)
     assert CPU.finetune.seeds == (0, 1, 2) and CPU.finetune.finetune_max_train_steps is None
     assert [(a.tapt, a.extended_vocab) for a in da.ARMS.values()] == [(False, False), (True, False), (True, True)]
 
@@ -61,14 +61,14 @@ def test_the_pretraining_continues_from_the_start_export_with_the_plans_schedule
 
 
 def test_the_finetuning_command_is_the_protocols_with_the_exports_vocab_and_test_predictions(tmp_path):
-    command = objectives.finetune_command(CPU.finetune, tmp_path / "export", "NER", 3e-4, 2, tmp_path / "out",
+    command = runner.finetune_command(CPU.finetune, tmp_path / "export", "NER", 3e-4, 2, tmp_path / "out",
                                           data_dir=tmp_path / "conll", vocab_file=tmp_path / "v.txt",
                                           extra_flags=("--do_predict",))
     assert {"--task=ner", f"--data_dir={tmp_path / 'conll'}", f"--vocab_file={tmp_path / 'v.txt'}",
             "--learning_rate=0.0003", "--seed=2", "--num_train_epochs=3", "--train_batch_size=32",
             f"--init_checkpoint={tmp_path / 'export'}", "--do_predict"} <= set(command)
-    default = objectives.finetune_command(CPU.finetune, None, "NER", 3e-4, 2, tmp_path / "out")
-    assert f"--data_dir={objectives.CONLL}" in default and f"--vocab_file={objectives.EN_VOCAB}" in default
+    default = runner.finetune_command(CPU.finetune, None, "NER", 3e-4, 2, tmp_path / "out")
+    assert f"--data_dir={protocol.CONLL}" in default and f"--vocab_file={protocol.EN_VOCAB}" in default
 
 
 def test_test_f1_is_conllevals_entity_f1_of_the_predictions_file(tmp_path):
@@ -91,9 +91,9 @@ def record_with(runs: dict, arm="base", **extra) -> dict:
 def test_a_run_the_record_holds_is_not_redone_and_nothing_starts_after_the_deadline(tmp_path, monkeypatch):
     records = da.Records(CPU, tmp_path)
     done = record_with({"0.0001": [(60.0, 55.0)] * 3, "0.0003": [(61.0, 56.0)] * 2})
-    objectives.write_json_atomic(records.path("base"), done)
+    workdir.write_json_atomic(records.path("base"), done)
     started = []
-    monkeypatch.setattr(objectives, "run_all", lambda runs, progress, jobs: started.extend(r[2:4] for r in runs))
+    monkeypatch.setattr(runner, "run_all", lambda runs, progress, jobs: started.extend(r[2:4] for r in runs))
     da.finetune_arm(CPU, da.ARMS["base"], tmp_path / "export", tmp_path / "work", tmp_path, records, None,
                     da.Deadline(None), jobs=1)
     assert started == [(3e-4, 2)]  # the one seed the record lacks
@@ -107,7 +107,7 @@ def test_a_pretraining_past_the_deadline_is_stopped(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     started = time.time()
     deadline = da.Deadline(1e-9)
-    assert objectives.watch_pretraining(process, tmp_path, "tapt", CPU.steps, 0, stop_reason=deadline.stop_reason,
+    assert runner.watch_pretraining(process, tmp_path, "tapt", CPU.steps, 0, stop_reason=deadline.stop_reason,
                                         say=lambda line: None, poll_seconds=0.05) == "--max_minutes reached"
     assert process.returncode is not None and time.time() - started < 30
     assert da.Deadline(None).stop_reason() is None
