@@ -170,6 +170,8 @@ LEVELS = {
     "experiments.objectives_report": 9,  # an experiment's report and plan: below its script, never importing it
     "experiments.efficiency_milestones": 9,
     "experiments.efficiency_report": 9,
+    "experiments.domain_adaptation_plan": 9,
+    "experiments.domain_adaptation_data": 9,
     "experiments.domain_adaptation_report": 9,
 }
 # The package's __init__ (it imports nothing), matched exactly: as a prefix it would cover every module.
