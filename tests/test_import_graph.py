@@ -241,6 +241,14 @@ def test_the_library_does_not_import_data_prep():
         f"{a} -> {b}" for a, b in found)
 
 
+def test_no_experiment_script_imports_another():
+    """Scripts (level 10) share code through experiments.lib, not through one another."""
+    graph = import_graph()
+    scripts = {name for name in graph if name.startswith("experiments.") and level_of(name) == LEVELS["experiments"]}
+    found = sorted((name, child) for name in scripts for child in graph[name] if child in scripts)
+    assert not found, "experiment scripts importing one another: " + ", ".join(f"{a} -> {b}" for a, b in found)
+
+
 def test_serving_sits_above_finetuning_and_the_experiments_above_the_library():
     assert level_of("electra_tf.serving.export") > level_of("electra_tf.finetuning.runner")
     assert level_of("experiments.efficiency_curve") > level_of("experiments.efficiency_report") \
