@@ -281,9 +281,10 @@ def check_output_dir(task, config, options, data):
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
     """All seeds; writes and returns the metrics.json content."""
     from electra_tf.finetuning.runner import run_seeds
+    from electra_tf.serving.export import export_serving
 
     return run_seeds(task, config, encoder_fn, tokenizer, strategy, options, data, FLAGS.num_seeds,
-                     FLAGS.init_checkpoint)
+                     FLAGS.init_checkpoint, export=export_serving)
 
 
 def lock_output_dir():

@@ -70,7 +70,7 @@ def count_words(texts_batches: Iterable[Sequence[str]], do_lower_case: bool,
                 strip_accents: Optional[bool]) -> collections.Counter:
     """BERT basic-tokenizer word counts of batches of texts (TF fast path)."""
     import tensorflow as tf
-    from electra_tf.text.tokenization import normalize_tf, split_words_tf
+    from electra_tf.text.normalization import normalize_tf, split_words_tf
     strip = do_lower_case if strip_accents is None else strip_accents
     counts: collections.Counter = collections.Counter()
     for texts in texts_batches:

@@ -42,7 +42,7 @@ def start_method() -> str:
     """
     if "tensorflow" in sys.modules or sys.platform != "linux":
         return "spawn"
-    from electra_tf.text.tokenization import _category_masks, _re2_patterns
+    from electra_tf.text.normalization import _category_masks, _re2_patterns
     _category_masks()
     _re2_patterns()
     return "fork"

@@ -23,7 +23,7 @@ recording the vocab), once with the export's vocab and once with the extended on
 1,826 examples (230k tokens; 1,773 and 223k with the extended vocab), so the budget is about 70
 passes over the task's text, in line with the paper's 100 epochs of TAPT on small tasks. NER dev and test sentences are never pre-trained on.
 
-Fine-tuning of each arm: the objectives protocol's NER (`compare_objectives.finetune`: 3 epochs,
+Fine-tuning of each arm: the objectives protocol's NER (`experiments.lib.runner.finetune`: 3 epochs,
 batch 32, max_seq_length 128, no layer-wise decay) at each learning rate of its 1e-4/3e-4 grid with
 3 seeds, with `--do_predict`; each arm's learning rate is the one with the better median dev entity
 F1, and the report gives dev and test F1 (conlleval entity F1, test scored from the run's
@@ -48,89 +48,32 @@ examples/s (0.9 h) and a NER run about 8 min. So `base` takes about 1.2 h (0.8 h
 one arm's pre-training (`--arms=tapt --stage=pretrain --max_minutes=55`; SIGTERM at the deadline
 writes a checkpoint at the step reached) or five to seven fine-tuning runs (`--stage=finetune
 --max_minutes=45`: no run starts after the deadline, one in flight finishes).
+
+This module runs the arms; the arms, plans and records are `domain_adaptation_plan`'s, the text, start export and
+vocab `domain_adaptation_data`'s, the report `domain_adaptation_report`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
-from experiments import compare_objectives as objectives
-from experiments.efficiency_curve import checkpoint_step
-from experiments.provenance import git_commit, machine_line
-
-ROOT = objectives.ROOT
-RESULTS_DIR = objectives.RESULTS_DIR
-CONLL = objectives.CONLL
-DEFAULT_START_EXPORT = Path.home() / ".cache" / "electra_tf" / "efficiency_curve" / "cpu" / "arms" / "rtd" / \
-    "milestones" / "x1" / "export"
-TASK = "NER"  # compare_objectives' task: CoNLL-2003 entity F1, its own lr grid
-CODE_PATHS = objectives.CODE_PATHS + ("experiments/domain_adaptation.py",)
-STEM = "domain_adaptation"
-DOCSTART = "-DOCSTART-"
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    name: str
-    tapt: bool  # continued pre-training on the task's text
-    extended_vocab: bool  # with the vocab extended on that text first
-    description: str
-
-
-ARMS = {arm.name: arm for arm in (
-    Arm("base", False, False, "the start export as it is"),
-    Arm("tapt", True, False, "TAPT on CoNLL-2003 train sentences"),
-    Arm("tapt_vocab", True, True, "TAPT after extending the vocab on the same text"),
-)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The budget, stated up front: continued pre-training and the fine-tuning protocol."""
-
-    name: str
-    steps: int
-    warmup_steps: int
-    train_batch_size: int
-    added_words: int
-    max_seq_length: int  # of the TAPT shards
-    save_checkpoints_steps: int
-    finetune: objectives.Budget  # the seeds, lr grid and caps `compare_objectives.finetune` reads
-    pretrain_seed: int = 0
-
-    def commands(self) -> dict:
-        base = f"python -m experiments.domain_adaptation --budget={self.name}"
-        return {"run": f"{base} --stage=all", "report": f"{base} --stage=report"}
-
-
-PLANS = {
-    "cpu": Plan("cpu", steps=1000, warmup_steps=100, train_batch_size=128, added_words=500, max_seq_length=128,
-                save_checkpoints_steps=50,
-                finetune=dataclasses.replace(objectives.BUDGETS["cpu"], name="domain_adaptation",
-                                             arms=tuple(ARMS))),
-    # The same pipeline in minutes (the smoke test runs it on a tiny export and a tiny CoNLL file).
-    "smoke": Plan("smoke", steps=2, warmup_steps=1, train_batch_size=4, added_words=20, max_seq_length=32,
-                  save_checkpoints_steps=1,
-                  finetune=objectives.Budget("domain_adaptation_smoke", rtd_steps=0, warmup_steps=0,
-                                             train_batch_size=0, seeds=(0,), learning_rates=(1e-4, 3e-4),
-                                             arms=tuple(ARMS), finetune_max_train_steps=2,
-                                             finetune_max_seq_length=32)),
-}
-
-
-def log(message: str) -> None:
-    print(f"[domain_adaptation {time.strftime('%H:%M:%S')}] {message}", flush=True)
+from experiments.domain_adaptation_data import (build_shards, check_same_start, claim_work_dir, export_identity,
+                                                export_vocab, extended_vocab, vocab_size, write_task_text)
+from experiments.domain_adaptation_plan import (ARMS, CODE_PATHS, CONLL, DEFAULT_START_EXPORT, PLANS, RESULTS_DIR, ROOT,
+                                                STEM, TASK, Arm, Plan, Records, finetune_done, log)
+from experiments.domain_adaptation_report import report
+from experiments.lib import runner, workdir
+from experiments.lib.records import committed_curve
+from experiments.lib.runner import checkpoint_step
+from experiments.provenance import git_commit
 
 
 class Deadline:
@@ -146,179 +89,7 @@ class Deadline:
         return "--max_minutes reached" if self.passed() else None
 
 
-# --------------------------------------------------------------------------- the task's text
-
-def conll_documents(path: Path) -> list[list[list[str]]]:
-    """The documents of a CoNLL file, each a list of sentences (lists of words, column 0).
-
-    `-DOCSTART-` lines start a document and blank lines end a sentence. (`finetuning.conll.read_conll`
-    reads the same files for tagging but drops the document boundaries, which the pre-training
-    packing uses.)
-    """
-    documents, sentences, words = [], [], []
-    with open(path, encoding="utf-8-sig") as f:
-        for line in f:
-            fields = line.split()
-            if not fields or fields[0] == DOCSTART:
-                if words:
-                    sentences.append(words)
-                    words = []
-                if fields and sentences:
-                    documents.append(sentences)
-                    sentences = []
-                continue
-            words.append(fields[0])
-    if words:
-        sentences.append(words)
-    if sentences:
-        documents.append(sentences)
-    return documents
-
-
-def conll_text(documents: list[list[list[str]]]) -> str:
-    """data_prep's `text` format: one sentence per line, a blank line after each document."""
-    return "".join("".join(" ".join(words) + "\n" for words in sentences) + "\n" for sentences in documents)
-
-
-def write_task_text(conll_dir: Path, work_dir: Path) -> tuple[Path, dict]:
-    """`train.txt` of `conll_dir` as text (once); returns its path and its counts."""
-    from electra_tf.text.manifest import write_json_atomic, write_text_atomic
-
-    path, stats_path = work_dir / "text" / "conll_train.txt", work_dir / "text" / "conll_train.json"
-    if not stats_path.exists():
-        source = conll_dir / "train.txt"
-        if not source.is_file():
-            raise SystemExit(f"domain_adaptation: error: --conll_dir={conll_dir}: no train.txt (CoNLL-2003 format)")
-        documents = conll_documents(source)
-        if not documents:
-            raise SystemExit(f"domain_adaptation: error: {source}: no sentences")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(str(path), conll_text(documents))
-        write_json_atomic(str(stats_path), {
-            "source": str(source), "documents": len(documents), "sentences": sum(len(d) for d in documents),
-            "words": sum(len(s) for d in documents for s in d)})
-    return path, json.loads(stats_path.read_text())
-
-
-# --------------------------------------------------------------------------- the start export
-
-def export_identity(export_dir: Path) -> dict:
-    """What names an export: its path, the step its config records and the discriminator weights' sha256."""
-    from electra_tf.text.manifest import sha256_file
-
-    config_path = export_dir / "electra_config.json"
-    weights = export_dir / "discriminator.weights.h5"
-    if not config_path.is_file() or not weights.is_file():
-        raise SystemExit(f"domain_adaptation: error: --start_export={export_dir}: no electra_config.json and "
-                         "discriminator.weights.h5 there (an export of run_pretraining.py; the efficiency curve's "
-                         "192k milestone appears when that run reaches it)")
-    config = json.loads(config_path.read_text())
-    return {"path": str(export_dir), "step": config.get("step"), "model_size": config["config"]["model_size"],
-            "discriminator_sha256": sha256_file(str(weights))}
-
-
-def check_same_start(identity: dict, recorded: Optional[dict], where: Path) -> None:
-    """Refuses (one line) to go on from another export than the one `where` started from."""
-    if recorded and recorded["discriminator_sha256"] != identity["discriminator_sha256"]:
-        raise SystemExit(f"domain_adaptation: error: --start_export={identity['path']} (step {identity['step']}) is "
-                         f"not the export {where} started from ({recorded['path']}, step {recorded['step']}): pass "
-                         "that export, or move the records and work folder aside to start over")
-
-
-def claim_work_dir(identity: dict, work_dir: Path) -> None:
-    """The work folder's shards, vocab and runs belong to one start export: recorded on first use, checked after."""
-    path = work_dir / "start_export.json"
-    if path.exists():
-        check_same_start(identity, json.loads(path.read_text()), work_dir)
-    else:
-        objectives.write_json_atomic(path, identity)
-
-
-def export_vocab(export_dir: Path) -> Path:
-    from electra_tf.convert.api import checkpoint_vocab
-
-    vocab = checkpoint_vocab(str(export_dir))
-    if vocab is None:
-        raise SystemExit(f"domain_adaptation: error: {export_dir}: the export holds no vocabulary file")
-    return Path(vocab)
-
-
-def vocab_size(path: Path) -> int:
-    from electra_tf.text.tokenizers import validate_tokenizer_file
-
-    return len(validate_tokenizer_file(str(path)))
-
-
-# --------------------------------------------------------------------------- the records
-
-class Records:
-    """Each arm's committed JSON record, rewritten whole (atomically) after every change; thread-safe."""
-
-    def __init__(self, plan: Plan, results_dir: Path):
-        self.plan = plan
-        self.dir = records_dir(results_dir, plan)
-        self.lock = threading.Lock()
-
-    def path(self, arm: str) -> Path:
-        return self.dir / f"{arm}.json"
-
-    def read(self, arm: str) -> dict:
-        path = self.path(arm)
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    def update(self, arm: str, change) -> dict:
-        """`change(record)` edits the record in place; the record is then written."""
-        with self.lock:
-            record = self.read(arm) or new_record(self.plan, ARMS[arm])
-            change(record)
-            record["updated"], record["machine"] = time.strftime("%Y-%m-%d"), machine_line()
-            objectives.write_json_atomic(self.path(arm), record)
-            return record
-
-
-def records_dir(results_dir: Path, plan: Plan) -> Path:
-    return Path(results_dir) / (STEM if plan.name == "cpu" else f"{STEM}_{plan.name}")
-
-
-def new_record(plan: Plan, arm: Arm) -> dict:
-    tapt = arm.tapt
-    return {
-        "arm": arm.name, "description": arm.description, "budget": plan.name,
-        "pretrain_plan": {"steps": plan.steps if tapt else 0, "warmup_steps": plan.warmup_steps if tapt else 0,
-                          "train_batch_size": plan.train_batch_size if tapt else 0,
-                          "max_seq_length": plan.max_seq_length, "seed": plan.pretrain_seed,
-                          "added_words": plan.added_words if arm.extended_vocab else 0},
-        "finetune_plan": {"task": TASK, "learning_rates": [f"{lr:g}" for lr in plan.finetune.learning_rates],
-                          "seeds": list(plan.finetune.seeds), "selection": "the better median dev entity F1"},
-        "commands": plan.commands(), "pretrain_invocations": [], "finetune": {},
-    }
-
-
-def finetune_done(record: dict, lr: float, seed: int) -> bool:
-    return str(seed) in record.get("finetune", {}).get(f"{lr:g}", {})
-
-
 # --------------------------------------------------------------------------- pre-training
-
-def build_shards(vocab_file: Path, text: Path, out_dir: Path, plan: Plan) -> dict:
-    """data_prep's shards of the task's text with `vocab_file` (once); returns the manifest."""
-    if not (out_dir / "manifest.json").exists():
-        log(f"building the TAPT shards in {out_dir} with {vocab_file}")
-        subprocess.run([sys.executable, "-m", "data_prep.build_pretraining_dataset", f"--input={text}",
-                        "--input_format=text", f"--vocab_file={vocab_file}", f"--output_dir={out_dir}",
-                        f"--max_seq_length={plan.max_seq_length}", "--num_processes=1", "--num_shards=1"],
-                       check=True, cwd=ROOT)
-    return json.loads((out_dir / "manifest.json").read_text())
-
-
-def extended_vocab(start_vocab: Path, text: Path, work_dir: Path, plan: Plan) -> Path:
-    """The start export's vocab with `plan.added_words` words of the task's text appended (once)."""
-    output = work_dir / "vocab" / "extended_vocab.txt"
-    if not output.exists():  # extend_vocab writes it atomically, its report beside it
-        output.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "data_prep.extend_vocab", f"--vocab_file={start_vocab}",
-                        f"--input={text}", f"--add={plan.added_words}", f"--output={output}"], check=True, cwd=ROOT)
-    return output
 
 
 def pretrain_dir(work_dir: Path, arm: Arm) -> Path:
@@ -361,7 +132,7 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
     started = time.time()
     with open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        stopped = objectives.watch_pretraining(process, model_dir, arm.name, plan.steps, from_step,
+        stopped = runner.watch_pretraining(process, model_dir, arm.name, plan.steps, from_step,
                                                stop_reason=deadline.stop_reason, say=log) is not None
     if process.returncode != 0 and not stopped:
         raise RuntimeError(f"[{arm.name}] pre-training failed (exit {process.returncode}); "
@@ -374,13 +145,13 @@ def pretrain(plan: Plan, arm: Arm, start: dict, data_dir: Path, work_dir: Path, 
 
 
 def record_pretraining(record: dict, plan: Plan, model_dir: Path, invocation: dict, command: list[str]) -> None:
-    rows = objectives.read_train_log(model_dir)
+    rows = workdir.read_train_log(model_dir)
     record["pretrain_invocations"].append(invocation)
     record["pretrain_command"] = shlex.join(["python"] + command[1:])
     record["pretrain_steps_done"] = invocation["to_step"]
     record["pretrain_seconds"] = round(sum(i["seconds"] for i in record["pretrain_invocations"]), 1)
     if len(rows) >= len(record.get("pretrain_curve", [])):  # a new work folder restarts the curve
-        record["pretrain_curve"] = objectives.curve(rows)
+        record["pretrain_curve"] = committed_curve(rows)
     export = model_dir / "export"
     if export_step(export) == plan.steps:
         from electra_tf.text.manifest import sha256_file
@@ -423,12 +194,12 @@ def test_f1(output_dir: Path) -> Optional[float]:
 
 def finetune_fn(plan: Plan, arm: Arm, export: Path, lr: float, seed: int, work_dir: Path, conll_dir: Path,
                 records: Records):
-    """One NER run for `compare_objectives.run_all`: the protocol's run, then its record entry."""
+    """One NER run for `experiments.lib.runner.run_all`: the protocol's run, then its record entry."""
     def fn(threads):
         vocab = export_vocab(export)
-        dev = objectives.finetune(plan.finetune, arm, export, TASK, lr, seed, work_dir, threads,
+        dev = runner.finetune(plan.finetune, arm, export, TASK, lr, seed, work_dir, threads,
                                   data_dir=conll_dir, vocab_file=vocab, extra_flags=("--do_predict",))
-        output_dir = objectives.finetune_dir(work_dir, arm, TASK, lr, seed)
+        output_dir = workdir.finetune_dir(work_dir, arm, TASK, lr, seed)
         done = json.loads((output_dir / "result.json").read_text())
         entry = {"dev_f1": dev, "test_f1": test_f1(output_dir), "seconds": round(done.get("seconds", 0.0), 1),
                  "commit": done.get("commit", "unknown")}
@@ -455,12 +226,12 @@ def finetune_arm(plan: Plan, arm: Arm, export: Path, work_dir: Path, conll_dir: 
     for run in runs:  # in groups of `jobs`, so no run starts after the deadline
         batch.append(run)
         if len(batch) == jobs:
-            objectives.run_all(batch, progress, jobs)
+            runner.run_all(batch, progress, jobs)
             batch = []
             if deadline.passed():
                 log(f"[{arm.name}] --max_minutes reached: the other fine-tuning runs are left for the next sitting")
                 return
-    objectives.run_all(batch, progress, jobs)
+    runner.run_all(batch, progress, jobs)
 
 
 # --------------------------------------------------------------------------- one arm, all stages
@@ -510,121 +281,6 @@ def run_arm(plan: Plan, arm: Arm, start: dict, args, records: Records, progress,
         finetune_arm(plan, arm, export, work_dir, conll_dir, records, progress, deadline, args.jobs)
 
 
-# --------------------------------------------------------------------------- the report
-
-def arm_summary(record: dict) -> dict:
-    """The arm's chosen lr (the better median dev F1) and its dev and test F1 there, with the seeds; no lr is
-    chosen (and no F1 reported) before every run of the arm's grid is in the record (`runs`: done/planned)."""
-    grid = {lr: [run["dev_f1"] for _, run in sorted(runs.items(), key=lambda kv: int(kv[0]))]
-            for lr, runs in record.get("finetune", {}).items()}
-    plan = record.get("finetune_plan", {})
-    done, planned = sum(map(len, grid.values())), len(plan.get("learning_rates", [])) * len(plan.get("seeds", []))
-    complete = planned > 0 and done >= planned
-    lr = objectives.headline_lr({"finetune": {TASK: grid}}, TASK) if grid and complete else None
-    summary = {"arm": record["arm"], "lr": lr, "runs": f"{done}/{planned}",
-               "grid": {k: {"median": statistics.median(v), "seeds": v} for k, v in grid.items()},
-               "pretrain_steps": record.get("pretrain_steps_done", 0),
-               "tokens_seen": tokens_seen(record),
-               "vocab_size": record.get("vocab", {}).get("size"), "start_export": record.get("start_export"),
-               "commits": sorted({i["commit"] for i in record.get("pretrain_invocations", [])}
-                                 | {run.get("commit", "unknown") for runs in record.get("finetune", {}).values()
-                                    for run in runs.values()})}
-    if lr is not None:
-        runs = [run for _, run in sorted(record["finetune"][lr].items(), key=lambda kv: int(kv[0]))]
-        for split in ("dev", "test"):
-            values = [run[f"{split}_f1"] for run in runs if run.get(f"{split}_f1") is not None]
-            summary[split] = {"median": statistics.median(values), "seeds": values,
-                              "spread": max(values) - min(values)} if values else None
-    return summary
-
-
-def tokens_seen(record: dict) -> int:
-    """The tokens the arm's pre-training has seen so far: its budget's (`data.tokens_seen`, the whole plan) in
-    proportion to the steps done, so a run still under way is not shown as finished."""
-    planned_steps = record.get("pretrain_plan", {}).get("steps") or 0
-    done = record.get("pretrain_steps_done", 0)
-    return round(record.get("data", {}).get("tokens_seen", 0) * done / planned_steps) if planned_steps else 0
-
-
-def build_results(plan: Plan, records: list[dict]) -> dict:
-    arms = [arm_summary(record) for record in sorted(records, key=lambda r: list(ARMS).index(r["arm"]))]
-    spreads = [a["dev"]["spread"] for a in arms if a.get("dev") and len(a["dev"]["seeds"]) > 1]
-    base = next((a for a in arms if a["arm"] == "base" and a.get("dev")), None)
-    differences = {a["arm"]: {split: a[split]["median"] - base[split]["median"] for split in ("dev", "test")
-                              if a.get(split) and base.get(split)}
-                   for a in arms if base and a["arm"] != "base" and a.get("dev")}
-    return {"budget": plan.name, "command": plan.commands()["report"], "arms": arms,
-            "largest_seed_spread": max(spreads) if spreads else None, "differences_from_base": differences,
-            "plan": {"steps": plan.steps, "warmup_steps": plan.warmup_steps,
-                     "train_batch_size": plan.train_batch_size, "added_words": plan.added_words,
-                     "learning_rates": [f"{lr:g}" for lr in plan.finetune.learning_rates],
-                     "seeds": list(plan.finetune.seeds)}}
-
-
-def _cell(score: Optional[dict]) -> str:
-    if not score:
-        return "–"
-    return f"**{score['median']:.2f}** [{', '.join(f'{v:.2f}' for v in score['seeds'])}]"
-
-
-def markdown(results: dict) -> str:
-    plan = results["plan"]
-    lines = [f"# Domain adaptation: TAPT on CoNLL-2003 (`--budget={results['budget']}`)", "",
-             f"Generated by `{results['command']}` from the records in `docs/results/{STEM}"
-             f"{'' if results['budget'] == 'cpu' else '_' + results['budget']}/` "
-             "(the module docstring of `experiments/domain_adaptation.py` says how they are made).", "",
-             f"Continued pre-training: {plan['steps']} steps × {plan['train_batch_size']} sequences, "
-             f"{plan['warmup_steps']} warm-up steps, from the start export; `tapt_vocab` first appends "
-             f"{plan['added_words']} words of the text to the vocab. Tokens seen: examples seen × the shards' mean "
-             "non-padding tokens per example. NER: CoNLL-2003 entity F1 × 100 (conlleval), the median over "
-             f"fine-tuning seeds {', '.join(map(str, plan['seeds']))} [each seed's] at the arm's learning rate, the "
-             f"one of {' and '.join(plan['learning_rates'])} with the better median dev F1; test F1 at that same "
-             "learning rate.", "",
-             "| arm | pre-training steps | tokens seen | vocab size | NER dev F1 | NER test F1 | lr | NER runs |",
-             "|---|---|---|---|---|---|---|---|"]
-    if not results["arms"]:
-        lines.append("| (no arm has a record yet) | | | | | | | |")
-    for arm in results["arms"]:
-        lines.append(f"| {arm['arm']} | {arm['pretrain_steps']} | {arm['tokens_seen']:,} | {arm['vocab_size']} | "
-                     f"{_cell(arm.get('dev'))} | {_cell(arm.get('test'))} | {arm['lr'] or '–'} | {arm['runs']} |")
-    lines += ["", "Learning-rate grid, dev F1 median [seeds]:", "",
-              "| arm | " + " | ".join(f"lr {lr}" for lr in plan["learning_rates"]) + " |",
-              "|---|" + "---|" * len(plan["learning_rates"])]
-    for arm in results["arms"]:
-        lines.append(f"| {arm['arm']} | " + " | ".join(_cell(arm["grid"].get(lr)) for lr in plan["learning_rates"])
-                     + " |")
-    spread = results["largest_seed_spread"]
-    lines += ["", "Seed spread: " + (f"the largest dev-F1 spread (max − min over seeds at the chosen lr) of an arm "
-                                     f"is {spread:.2f}; differences under ~1 F1 cannot be read at this scale."
-                                     if spread is not None else "not known yet (no arm has two seeds).")]
-    for name, diff in results["differences_from_base"].items():
-        lines.append(f"- {name} − base: " + ", ".join(f"{split} {value:+.2f}" for split, value in diff.items()))
-    for arm in results["arms"]:
-        if arm["commits"]:
-            lines.append(f"- {arm['arm']} ran at {', '.join(f'`{c}`' for c in arm['commits'])}.")
-    starts = {json.dumps(a["start_export"], sort_keys=True) for a in results["arms"] if a["start_export"]}
-    for start in map(json.loads, sorted(starts)):
-        path = start["path"].replace(str(Path.home()), "~")
-        lines += ["", f"Start export: `{path}` (step {start['step']}, discriminator.weights.h5 sha256 "
-                      f"`{start['discriminator_sha256'][:16]}…`)."]
-    return "\n".join(lines) + "\n"
-
-
-def report(plan: Plan, results_dir: Path) -> dict:
-    """`docs/results/domain_adaptation.{md,json}` from the committed records alone."""
-    results_dir = Path(results_dir)
-    records = [json.loads(p.read_text()) for p in sorted(records_dir(results_dir, plan).glob("*.json"))]
-    results = build_results(plan, [r for r in records if r.get("arm") in ARMS])
-    stem = STEM if plan.name == "cpu" else f"{STEM}_{plan.name}"
-    objectives.write_json_atomic(results_dir / f"{stem}.json", results)
-    from electra_tf.text.manifest import write_text_atomic
-
-    text = markdown(results)
-    write_text_atomic(str(results_dir / f"{stem}.md"), text)
-    print(text, flush=True)
-    return results
-
-
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
@@ -649,7 +305,7 @@ def parse_args(argv=None):
                         help="default: ~/.cache/electra_tf/domain_adaptation/<budget> (outside the checkout)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where the records and the report go")
     args = parser.parse_args(argv)
-    objectives.check_common_flags(parser, args, ARMS)
+    runner.check_common_flags(parser, args, ARMS)
     if args.stop_after_steps is not None and args.stop_after_steps < 1:
         parser.error(f"--stop_after_steps must be at least 1, got {args.stop_after_steps}")
     if args.max_minutes is not None and args.max_minutes <= 0:
@@ -673,7 +329,7 @@ def main(argv=None) -> dict:
             f"work dir {args.work_dir}")
         missing = sum(not finetune_done(records.read(arm.name), lr, seed) for arm in arms
                       for lr in plan.finetune.learning_rates for seed in plan.finetune.seeds)
-        progress = objectives.Progress(missing, args.jobs)  # the fine-tuning runs the records lack
+        progress = runner.Progress(missing, args.jobs)  # the fine-tuning runs the records lack
         deadline = Deadline(args.max_minutes)
         for arm in arms:
             run_arm(plan, arm, start, args, records, progress, deadline)

@@ -33,11 +33,9 @@ alone.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -47,92 +45,32 @@ from typing import Optional
 
 from electra_tf.runtime import use_onednn_kernels
 from electra_tf.text.manifest import write_text_atomic
-from experiments import compare_objectives as objectives
+from experiments import efficiency_report
+from experiments.efficiency_milestones import (ARMS, MULTIPLES, PRETRAIN_SEED, TUNING_TASKS, Curve, Milestone,
+                                               finetune_complete, milestone_budget, milestone_compute, milestone_steps,
+                                               total_steps)
+from experiments.lib import protocol, runner, workdir
+from experiments.lib.records import collect_finetune, committed_curve, finished_results
+from experiments.lib.runner import checkpoint_step
 from experiments.provenance import git_commit, machine_line
 
-ROOT = objectives.ROOT
-RESULTS_DIR = objectives.RESULTS_DIR
-ARMS = ("rtd", "mlm")
-MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)  # milestones, × the objectives budget's compute
-PRETRAIN_SEED = 0  # the objectives' first seed: its 192k runs share this run's data order and init
-WIKITEXT_VALID = objectives.DATA / "pretrain" / "wikitext-2" / "wiki.valid.tokens"
+ROOT = protocol.ROOT
+RESULTS_DIR = protocol.RESULTS_DIR
+WIKITEXT_VALID = protocol.DATA / "pretrain" / "wikitext-2" / "wiki.valid.tokens"
 EVAL_EVERY_STEPS = 125
-TUNING_TASKS = objectives.TUNING_TASKS  # STS-B, MRPC
-SEED_SPREAD = 3.9  # STS-B points between rtd's two pre-training seeds in the objectives report
 EVAL_CURVE_KEYS = ("step", "loss", "gen_loss", "disc_loss", "gen_accuracy", "disc_auc", "disc_accuracy")
 
 
-def milestone_budget(budget: objectives.Budget, multiple: float) -> objectives.Budget:
-    return dataclasses.replace(budget, name=f"x{multiple:g}", rtd_steps=round(budget.rtd_steps * multiple))
-
-
-def milestone_steps(budget: objectives.Budget, arm: str, multiple: float) -> int:
-    """The arm's steps at the milestone: rtd's, or those that spend rtd's FLOPs there."""
-    return objectives.arm_steps(milestone_budget(budget, multiple), arm)
-
-
-def total_steps(budget: objectives.Budget, arm: str) -> int:
-    return milestone_steps(budget, arm, MULTIPLES[-1])
-
-
-def milestone_compute(budget: objectives.Budget, arm: str, multiple: float) -> dict:
-    steps = milestone_steps(budget, arm, multiple)
-    per_step = objectives.arm_compute(milestone_budget(budget, multiple), arm)["flops_per_step"]
-    return {"steps": steps, "examples": steps * budget.train_batch_size, "pretrain_flops": per_step * steps,
-            "rtd_equivalent_examples": round(budget.rtd_steps * multiple) * budget.train_batch_size}
-
-
-@dataclasses.dataclass(frozen=True)
-class Milestone:
-    """One milestone of one arm, as `compare_objectives`' fine-tuning helpers take a run (by `name`)."""
-
-    arm: str
-    multiple: float
-
-    @property
-    def name(self) -> str:
-        return f"{self.arm}-x{self.multiple:g}"
-
-
 # --------------------------------------------------------------------------- work folder
-
-@dataclasses.dataclass(frozen=True)
-class Curve:
-    """One budget's curve: where its work folder and committed records are."""
-
-    budget: objectives.Budget
-    work_dir: Path
-    results_dir: Path
-
-    def arm_dir(self, arm: str) -> Path:
-        return self.work_dir / "arms" / arm
-
-    def model_dir(self, arm: str) -> Path:
-        return self.arm_dir(arm) / "pretrain"
-
-    def milestone_dir(self, milestone: Milestone) -> Path:
-        return self.arm_dir(milestone.arm) / "milestones" / f"x{milestone.multiple:g}"
-
-    def record_path(self, arm: str) -> Path:
-        return records_dir(self.results_dir, self.budget) / f"{arm}-pseed{PRETRAIN_SEED}.json"
-
-    def read_record(self, arm: str) -> dict:
-        path = self.record_path(arm)
-        return json.loads(path.read_text()) if path.exists() else {}
-
-
-def records_dir(results_dir: Path, budget: objectives.Budget) -> Path:
-    return Path(results_dir) / "efficiency_curve" / budget.name
-
 
 def build_eval_data(work_dir: Path) -> Path:
     """WikiText-2's validation text as a data_prep directory: the held-out set of the curve."""
     eval_dir = work_dir / "eval_data"
     if (eval_dir / "manifest.json").exists():
         return eval_dir
-    objectives.log(f"building the held-out shards in {eval_dir}")
+    runner.log(f"building the held-out shards in {eval_dir}")
     subprocess.run([sys.executable, "-m", "data_prep.build_pretraining_dataset", f"--input={WIKITEXT_VALID}",
-                    "--input_format=text", f"--vocab_file={objectives.EN_VOCAB}", f"--output_dir={eval_dir}",
+                    "--input_format=text", f"--vocab_file={protocol.EN_VOCAB}", f"--output_dir={eval_dir}",
                     "--max_seq_length=128", "--num_processes=1", "--num_shards=1"], check=True, cwd=ROOT)
     return eval_dir
 
@@ -140,18 +78,9 @@ def build_eval_data(work_dir: Path) -> Path:
 def pretrain_command(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stop_after: int) -> list[str]:
     """The objectives' pre-training command at 4× the budget, stopping at `stop_after`, with the held-out curve."""
     budget = milestone_budget(curve.budget, MULTIPLES[-1])
-    command = objectives.pretrain_command(budget, objectives.Run(arm, PRETRAIN_SEED), data_dir, curve.model_dir(arm))
+    command = runner.pretrain_command(budget, protocol.Run(arm, PRETRAIN_SEED), data_dir, curve.model_dir(arm))
     return command + [f"--stop_after_steps={stop_after}", f"--eval_data_dir={eval_dir}",
                       f"--eval_every_steps={EVAL_EVERY_STEPS}"]
-
-
-def checkpoint_step(model_dir: Path) -> int:
-    """The step of the newest checkpoint in the run (0 without one)."""
-    state = model_dir / "checkpoints" / "checkpoint"
-    if not state.exists():
-        return 0
-    first = state.read_text().splitlines()[0]  # model_checkpoint_path: "ckpt-N"
-    return int(first.rsplit("-", 1)[1].rstrip('"'))
 
 
 def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Path) -> bool:
@@ -167,15 +96,15 @@ def pretrain_to(curve: Curve, arm: str, steps: int, data_dir: Path, eval_dir: Pa
     start = checkpoint_step(model_dir)
     run_id(curve, arm)
     log_unlogged_piece(curve, arm, start)
-    objectives.log(f"[{arm}] pre-training from step {start} to {steps} of {total_steps(curve.budget, arm)}: "
+    runner.log(f"[{arm}] pre-training from step {start} to {steps} of {total_steps(curve.budget, arm)}: "
                    f"{' '.join(command[1:])}")
     started = time.time()
     with StopSignal() as stop, open(model_dir / "stdout.log", "a") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        objectives.watch_pretraining(process, model_dir, arm, steps, start, stop_reason=stop.reason, poll_seconds=1)
+        runner.watch_pretraining(process, model_dir, arm, steps, start, stop_reason=stop.reason, poll_seconds=1)
     if process.returncode != 0 and not stop.received:
         raise RuntimeError(f"[{arm}] pre-training failed (exit {process.returncode}); see {model_dir / 'stdout.log'}")
-    piece = {"from_step": start, "to_step": checkpoint_step(model_dir), "commit": git_commit(objectives.CODE_PATHS),
+    piece = {"from_step": start, "to_step": checkpoint_step(model_dir), "commit": git_commit(protocol.CODE_PATHS),
              "seconds": round(time.time() - started, 1), "date": time.strftime("%Y-%m-%d"), "machine": machine_line()}
     if stop.received:
         piece["stopped"] = "signal"
@@ -219,7 +148,7 @@ def log_unlogged_piece(curve: Curve, arm: str, start: int) -> None:
     """A piece killed before it could log itself (SIGKILL, a crash, a machine stopped) left a checkpoint past the
     last logged piece of this work folder (or past step 0 in a new one): log it as stopped there, its commit and
     duration unknown."""
-    pieces = objectives.read_jsonl(pieces_path(curve, arm))
+    pieces = workdir.read_jsonl(pieces_path(curve, arm))
     end = pieces[-1]["to_step"] if pieces else 0
     if start > end:
         checkpoint = curve.model_dir(arm) / "checkpoints" / "checkpoint"
@@ -267,10 +196,10 @@ def keep_milestone(curve: Curve, milestone: Milestone, steps: int) -> Path:
 def milestone_record(curve: Curve, milestone: Milestone, committed: dict) -> dict:
     """The milestone's compute and fine-tuning results; results the work folder lacks come from `committed`."""
     entry = {**committed, **milestone_compute(curve.budget, milestone.arm, milestone.multiple)}
-    finetune = objectives.collect_finetune(curve.budget, milestone, curve.work_dir)
+    finetune = collect_finetune(curve.budget, milestone, curve.work_dir)
     entry["finetune"] = {task: {**committed.get("finetune", {}).get(task, {}), **finetune.get(task, {})}
                          for task in sorted(set(finetune) | set(committed.get("finetune", {})))}
-    results = objectives.finished_results(curve.work_dir, milestone)
+    results = finished_results(curve.work_dir, milestone)
     if results:
         entry["finetune_commits"] = sorted({r.get("commit", "unknown") for r in results}
                                            | set(committed.get("finetune_commits", [])))
@@ -289,26 +218,26 @@ def write_record(curve: Curve, arm: str) -> Path:
     committed_milestones = committed.get("milestones", {})
     milestones = {f"{m:g}": milestone_record(curve, Milestone(arm, m), committed_milestones.get(f"{m:g}", {}))
                   for m in MULTIPLES}
-    invocations = _merge(committed.get("pretrain_invocations", []), objectives.read_jsonl(pieces_path(curve, arm)))
+    invocations = _merge(committed.get("pretrain_invocations", []), workdir.read_jsonl(pieces_path(curve, arm)))
     record = {
-        "arm": arm, "pretrain_seed": PRETRAIN_SEED, "budget": curve.budget.name, "hparams": objectives.ARMS[arm],
+        "arm": arm, "pretrain_seed": PRETRAIN_SEED, "budget": curve.budget.name, "hparams": protocol.ARMS[arm],
         "total_steps": total_steps(curve.budget, arm), "warmup_steps": curve.budget.warmup_steps,
         "train_batch_size": curve.budget.train_batch_size, "updated": time.strftime("%Y-%m-%d"),
         "machine": machine_line(), "milestones": milestones, "pretrain_invocations": invocations,
         "pretrain_commits": sorted({i["commit"] for i in invocations if "commit" in i}),
         **run_curves(committed, work_run(curve, arm), piece_bounds(invocations), curve.budget.save_checkpoints_steps),
     }
-    objectives.write_json_atomic(curve.record_path(arm), record)
+    workdir.write_json_atomic(curve.record_path(arm), record)
     return curve.record_path(arm)
 
 
 def work_run(curve: Curve, arm: str) -> dict:
     """The work folder's run: its id (None before its first piece) and its training and held-out curves."""
     model_dir = curve.model_dir(arm)
-    evals = objectives.read_jsonl(model_dir / "eval_log.jsonl")
+    evals = workdir.read_jsonl(model_dir / "eval_log.jsonl")
     run = run_id_path(curve, arm)
     return {"id": run.read_text().strip() if run.exists() else None,
-            "pretrain_curve": objectives.curve(objectives.read_train_log(model_dir)),
+            "pretrain_curve": committed_curve(workdir.read_train_log(model_dir)),
             "eval_curve": [{k: round(r[k], 6) if isinstance(r[k], float) else r[k] for k in EVAL_CURVE_KEYS
                             if k in r} for r in evals]}
 
@@ -361,19 +290,13 @@ def _merge(committed: list, work: list) -> list:
     return committed + [i for i in work if json.dumps(i, sort_keys=True) not in seen]
 
 
-def finetune_complete(budget: objectives.Budget, entry: dict, tasks=TUNING_TASKS) -> bool:
-    """Whether `entry` holds every seed at every learning rate of `budget`'s grid for each of `tasks`."""
-    return all(len(entry.get("finetune", {}).get(task, {}).get(f"{lr:g}", [])) == len(budget.seeds)
-               for task in tasks for lr in budget.learning_rates)
-
-
 # --------------------------------------------------------------------------- running an arm
 
 def run_arm(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stage: str, jobs: int) -> None:
     """Each milestone in turn: pre-train to it, keep it, fine-tune it. A milestone the record holds in
     full is skipped (the pre-training passes through it on the way to the next)."""
     budget = curve.budget
-    progress = objectives.Progress(len(MULTIPLES) * len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds),
+    progress = runner.Progress(len(MULTIPLES) * len(TUNING_TASKS) * len(budget.learning_rates) * len(budget.seeds),
                                    jobs)
     recorder = _Recorder(curve, arm)
     for multiple in MULTIPLES:
@@ -388,17 +311,17 @@ def run_arm(curve: Curve, arm: str, data_dir: Path, eval_dir: Path, stage: str, 
                                    f"kept; move {curve.arm_dir(arm)} aside to start the arm again")
             if not pretrain_to(curve, arm, steps, data_dir, eval_dir):
                 write_record(curve, arm)
-                objectives.log(f"[{arm}] stopped at step {checkpoint_step(curve.model_dir(arm))}; the record "
+                runner.log(f"[{arm}] stopped at step {checkpoint_step(curve.model_dir(arm))}; the record "
                                f"{curve.record_path(arm)} says so. Rerun the same command to resume there.")
                 raise SystemExit(128 + signal.SIGTERM)
             keep_milestone(curve, milestone, steps)
             write_record(curve, arm)
-            objectives.log(f"[{milestone.name}] kept at step {steps}; record {curve.record_path(arm)}")
+            runner.log(f"[{milestone.name}] kept at step {steps}; record {curve.record_path(arm)}")
         if stage == "pretrain":
             continue
         runs = [(milestone.name, task, lr, seed, recorder.finetune_fn(milestone, export, task, lr, seed))
                 for task in TUNING_TASKS for lr in budget.learning_rates for seed in budget.seeds]
-        objectives.run_all(runs, progress, jobs)
+        runner.run_all(runs, progress, jobs)
 
 
 class _Recorder:
@@ -412,7 +335,7 @@ class _Recorder:
 
     def finetune_fn(self, milestone: Milestone, export: Path, task: str, lr: float, seed: int):
         def fn(threads):
-            value = objectives.finetune(self.curve.budget, milestone, export, task, lr, seed, self.curve.work_dir,
+            value = runner.finetune(self.curve.budget, milestone, export, task, lr, seed, self.curve.work_dir,
                                         threads)
             with self.lock:
                 write_record(self.curve, self.arm)
@@ -437,30 +360,23 @@ def parse_args(argv=None):
     parser.add_argument("--results_dir", default=str(RESULTS_DIR),
                         help="where the records (efficiency_curve/<budget>/), the table, JSON and plot go")
     args = parser.parse_args(argv)
-    objectives.check_common_flags(parser, args, ARMS)
+    runner.check_common_flags(parser, args, ARMS)
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    budget = objectives.BUDGETS[args.budget]
+    budget = protocol.BUDGETS[args.budget]
     work_dir = Path(args.work_dir or Path.home() / ".cache" / "electra_tf" / "efficiency_curve" / budget.name)
     curve = Curve(budget, work_dir, Path(args.results_dir))
     if args.stage != "report":
-        if not objectives.GLUE.is_dir() or not objectives.ENWIKI.is_dir() or not WIKITEXT_VALID.exists():
-            sys.exit(f"efficiency_curve: error: the shared data folder {objectives.DATA} (glue/, pretrain/enwiki/, "
+        if not protocol.GLUE.is_dir() or not protocol.ENWIKI.is_dir() or not WIKITEXT_VALID.exists():
+            sys.exit(f"efficiency_curve: error: the shared data folder {protocol.DATA} (glue/, pretrain/enwiki/, "
                      "pretrain/wikitext-2/) is absent")
-        data_dir, eval_dir = objectives.build_data(work_dir), build_eval_data(work_dir)
+        data_dir, eval_dir = runner.build_data(work_dir), build_eval_data(work_dir)
         for arm in args.arms.split(","):
             run_arm(curve, arm, data_dir, eval_dir, args.stage, args.jobs)
-    report(curve)
-
-
-def report(curve: Curve) -> dict:
-    """The curve's report (`experiments.efficiency_report`, which imports this module: imported here)."""
-    from experiments import efficiency_report
-
-    return efficiency_report.report(curve)
+    efficiency_report.report(curve)
 
 
 if __name__ == "__main__":

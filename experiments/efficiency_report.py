@@ -26,24 +26,25 @@ from pathlib import Path
 from typing import Optional
 
 from electra_tf.text.manifest import write_text_atomic
-from experiments import compare_objectives as objectives
-from experiments import efficiency_curve as curve_run
+from experiments import efficiency_milestones as milestones
+from experiments.lib import protocol, runner, workdir
+from experiments.lib.records import chosen_lr, load_runs, runs_dir_of
 
-TASKS = curve_run.TUNING_TASKS  # STS-B, MRPC
+TASKS = milestones.TUNING_TASKS  # STS-B, MRPC
 RATIO_TASK = "STS-B"
 STEM = "efficiency_curve"
 
 
-def milestone_score(entry: dict, task: str, budget: Optional[objectives.Budget] = None) -> Optional[dict]:
+def milestone_score(entry: dict, task: str, budget: Optional[protocol.Budget] = None) -> Optional[dict]:
     """{"median", "seeds", "lr"} of a milestone's task at its chosen lr, or None before its grid is complete
     (with `budget`: every learning rate of its grid with all its seeds, for the selection task and `task`; the
     lr is chosen from the whole grid)."""
     finetune = entry.get("finetune", {})
-    if not finetune.get(objectives.SELECTION_TASK) or task not in finetune:
+    if not finetune.get(protocol.SELECTION_TASK) or task not in finetune:
         return None
-    if budget is not None and not curve_run.finetune_complete(budget, entry, {objectives.SELECTION_TASK, task}):
+    if budget is not None and not milestones.finetune_complete(budget, entry, {protocol.SELECTION_TASK, task}):
         return None
-    lr = f"{objectives.chosen_lr(finetune):g}"
+    lr = f"{chosen_lr(finetune):g}"
     seeds = finetune[task].get(lr, [])
     return {"median": statistics.median(seeds), "seeds": seeds, "lr": lr} if seeds else None
 
@@ -51,9 +52,9 @@ def milestone_score(entry: dict, task: str, budget: Optional[objectives.Budget] 
 def arm_points(record: dict, task: str) -> list[dict]:
     """The arm's scored milestones in compute order: multiple, FLOPs, examples and the score."""
     points = []
-    for multiple in curve_run.MULTIPLES:
+    for multiple in milestones.MULTIPLES:
         entry = record.get("milestones", {}).get(f"{multiple:g}")
-        score = milestone_score(entry, task, objectives.BUDGETS[record["budget"]]) if entry else None
+        score = milestone_score(entry, task, protocol.BUDGETS[record["budget"]]) if entry else None
         if score:
             points.append({"multiple": multiple, "pretrain_flops": entry["pretrain_flops"], "steps": entry["steps"],
                            "rtd_equivalent_examples": entry["rtd_equivalent_examples"], **score})
@@ -69,8 +70,8 @@ def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float, floor: Option
     if not rtd or not mlm:
         return {"reached": None, "why": "not every arm has a scored milestone yet"}
     target = mlm[-1]
-    if target["multiple"] != curve_run.MULTIPLES[-1]:
-        return {"reached": None, "why": f"mlm's {curve_run.MULTIPLES[-1]:g}× milestone is not scored yet"}
+    if target["multiple"] != milestones.MULTIPLES[-1]:
+        return {"reached": None, "why": f"mlm's {milestones.MULTIPLES[-1]:g}× milestone is not scored yet"}
     above = next((p for p in rtd if p["median"] > target["median"] + spread), None)
     context = {"clearly_above": above and {"multiple": above["multiple"], "median": above["median"],
                                            "ratio": target["pretrain_flops"] / above["pretrain_flops"]},
@@ -90,7 +91,7 @@ def compute_ratio(rtd: list[dict], mlm: list[dict], spread: float, floor: Option
 
 def decayed_comparison(objective_runs: list[dict], points: dict) -> dict:
     """Each arm's 192k milestone (mid-run, not decayed) beside the objectives runs decayed to zero at 192k
-    (`objective_runs`: `compare_objectives.load_runs`), per task: `{arm: {task: {"mid_run", "decayed":
+    (`objective_runs`: `experiments.lib.records.load_runs`), per task: `{arm: {task: {"mid_run", "decayed":
     {pre-training seed: median}, "mid_run_minus_decayed"}}}`, the difference against the run of this curve's seed
     (same data, order and initialisation; the other seeds show the pre-training-seed spread beside it)."""
     comparison = {}
@@ -99,11 +100,11 @@ def decayed_comparison(objective_runs: list[dict], points: dict) -> dict:
             milestone = next((p for p in arm_points_ if p["multiple"] == 1.0), None)
             decayed = {run["pretrain_seed"]: score["median"] for run in objective_runs
                        if run["arm"] == arm and (score := milestone_score(run, task))}
-            if milestone is None or curve_run.PRETRAIN_SEED not in decayed:
+            if milestone is None or milestones.PRETRAIN_SEED not in decayed:
                 continue
             comparison.setdefault(arm, {})[task] = {
                 "mid_run": milestone["median"], "decayed": decayed,
-                "mid_run_minus_decayed": milestone["median"] - decayed[curve_run.PRETRAIN_SEED]}
+                "mid_run_minus_decayed": milestone["median"] - decayed[milestones.PRETRAIN_SEED]}
     return comparison
 
 
@@ -112,9 +113,9 @@ def decayed_lines(comparison: dict) -> list[str]:
     for arm, tasks in comparison.items():
         for task, c in tasks.items():
             others = [f"{median:.1f} (pre-training seed {seed})" for seed, median in sorted(c["decayed"].items())
-                      if seed != curve_run.PRETRAIN_SEED]
+                      if seed != milestones.PRETRAIN_SEED]
             lines.append(f"- {arm} at 192k, {task}: {c['mid_run']:.1f} mid-run; decayed to zero at 192k in the objectives "
-                         f"experiment: {c['decayed'][curve_run.PRETRAIN_SEED]:.1f} (same data, seed and initialisation)"
+                         f"experiment: {c['decayed'][milestones.PRETRAIN_SEED]:.1f} (same data, seed and initialisation)"
                          + (", " + ", ".join(others) if others else "")
                          + f"; mid-run minus decayed {c['mid_run_minus_decayed']:+.1f}.")
     return lines
@@ -189,19 +190,19 @@ def replay_lines(progress: dict) -> list[str]:
 
 
 def build_results(results_dir: Path, budget_name: str = "cpu") -> dict:
-    records_dir = curve_run.records_dir(results_dir, objectives.BUDGETS[budget_name])
+    records_dir = milestones.records_dir(results_dir, protocol.BUDGETS[budget_name])
     records = {path.stem.split("-pseed")[0]: json.loads(path.read_text())
                for path in sorted(records_dir.glob("*.json"))} if records_dir.is_dir() else {}
-    objectives_dir = objectives.runs_dir_of(results_dir, objectives.BUDGETS[budget_name])
-    objective_runs = objectives.load_runs(objectives_dir) if objectives_dir.is_dir() else []
+    objectives_dir = runs_dir_of(results_dir, protocol.BUDGETS[budget_name])
+    objective_runs = load_runs(objectives_dir) if objectives_dir.is_dir() else []
     none = next((run for run in objective_runs if run["arm"] == "none" and run["pretrain_seed"] == 0), None)
     floor = {task: milestone_score(none, task) for task in TASKS} if none else {}
     points = {task: {arm: arm_points(record, task) for arm, record in records.items()} for task in TASKS}
     ratio_points = points[RATIO_TASK]
     return {
         "command": "python -m experiments.efficiency_curve --stage=report", "budget": budget_name,
-        "seed_spread": curve_run.SEED_SPREAD, "points": points, "floor": floor,
-        "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), curve_run.SEED_SPREAD,
+        "seed_spread": milestones.SEED_SPREAD, "points": points, "floor": floor,
+        "compute_ratio": compute_ratio(ratio_points.get("rtd", []), ratio_points.get("mlm", []), milestones.SEED_SPREAD,
                                        (floor.get(RATIO_TASK) or {}).get("median")),
         "decayed_192k": decayed_comparison(objective_runs, points),
         "progress": {arm: {"milestones_scored": len(ratio_points.get(arm, [])),
@@ -262,17 +263,17 @@ def markdown(results: dict) -> str:
              "whole run; each milestone is fine-tuned with the objectives protocol. Cells: the median over 3 fine-tuning "
              "seeds at the milestone's chosen learning rate (the seeds in brackets).", ""]
     for task in TASKS:
-        lines += [f"## {task}", "", "| arm | " + " | ".join(f"{m:g}× ({round(m * 192)}k)" for m in curve_run.MULTIPLES)
-                  + " |", "|---|" + "---|" * len(curve_run.MULTIPLES)]
+        lines += [f"## {task}", "", "| arm | " + " | ".join(f"{m:g}× ({round(m * 192)}k)" for m in milestones.MULTIPLES)
+                  + " |", "|---|" + "---|" * len(milestones.MULTIPLES)]
         for arm, arm_points_ in results["points"][task].items():
             by_multiple = {p["multiple"]: p for p in arm_points_}
-            lines.append(f"| {arm} | " + " | ".join(_cell(by_multiple.get(m)) for m in curve_run.MULTIPLES) + " |")
+            lines.append(f"| {arm} | " + " | ".join(_cell(by_multiple.get(m)) for m in milestones.MULTIPLES) + " |")
         floor = results["floor"].get(task)
         lines += ["", f"No pre-training (`none`, the floor): {_cell(floor)}.", ""]
     lines += [ratio_line(results["compute_ratio"]), ""]
     lines += decayed_lines(results["decayed_192k"])
     lines += ["", "Progress:", ""] + [
-        f"- {arm}: {p['milestones_scored']}/{len(curve_run.MULTIPLES)} milestones scored, pre-trained "
+        f"- {arm}: {p['milestones_scored']}/{len(milestones.MULTIPLES)} milestones scored, pre-trained "
         f"{p['steps_done']}/{p['total_steps']} steps in {_history_text(p['history'])} (commits "
         f"{', '.join(p['commits']) or '–'})." for arm, p in results["progress"].items()] + [""]
     replays = replay_lines(results["progress"])
@@ -286,7 +287,7 @@ def plot(results: dict, out_dir: Path) -> Optional[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        objectives.log("matplotlib is not installed (pip install -r requirements-bench.txt): no plot")
+        runner.log("matplotlib is not installed (pip install -r requirements-bench.txt): no plot")
         return None
     fig, axes = plt.subplots(1, len(TASKS), figsize=(5 * len(TASKS), 4))
     for ax, task in zip(axes, TASKS):
@@ -316,7 +317,7 @@ def report(curve) -> dict:
     results_dir = Path(curve.results_dir)
     results = build_results(results_dir, curve.budget.name)
     stem = STEM if curve.budget.name == "cpu" else f"{STEM}_{curve.budget.name}"
-    objectives.write_json_atomic(results_dir / f"{stem}.json", results)
+    workdir.write_json_atomic(results_dir / f"{stem}.json", results)
     page = markdown(results)
     write_text_atomic(str(results_dir / f"{stem}.md"), page)
     if curve.budget.name == "cpu":

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tools import check_docs_commands as checker
-from tools import render_docs
+from tools import docs_renderers, render_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def test_every_command_of_the_committed_docs_runs_or_says_why_not():
 
 
 def test_docstring_examples():
-    for module in (checker, render_docs):
+    for module in (checker, render_docs, docs_renderers):
         assert doctest.testmod(module).failed == 0
 
 

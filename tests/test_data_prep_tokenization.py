@@ -161,7 +161,7 @@ def test_real_vocab_matches_reference(vocab, corpus, limit):
 
 @pytest.mark.parametrize("lower,strip", [(True, True), (False, False), (True, False), (False, True)])
 def test_tf_normalisation_equals_python_normalisation(lower, strip):
-    from electra_tf.text.tokenization import normalize_text, normalize_tf
+    from electra_tf.text.normalization import normalize_text, normalize_tf
     texts = TRICKY_TEXTS + ["lone \ud800 surrogate", "Å̊ Ǆ ﬁ ẞ 𝔄"]
     got = [s.decode("utf-8") for s in normalize_tf(texts, lower, strip).numpy()]
     expected = [normalize_text(t.encode("utf-8", "ignore").decode("utf-8"), lower, strip) for t in texts]

@@ -1,4 +1,4 @@
-"""The `>>>` examples in the docstrings of every module of `electra_tf/` and `data_prep/` run.
+"""The `>>>` examples in the docstrings of every module of `electra_tf/`, `data_prep/` and `experiments/` run.
 
 One test per module, so a failure names it (plus the test helper `tests/parity.py`, which
 came from `electra_tf/convert/`). Examples run from the repository root (some read
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("electra_tf", "data_prep")
+PACKAGES = ("electra_tf", "data_prep", "experiments")
 TEST_HELPERS = ("parity",)  # tests/ is on sys.path under pytest
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

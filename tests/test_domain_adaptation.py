@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from experiments import compare_objectives as objectives
 from experiments import domain_adaptation as da
+from experiments import domain_adaptation_data as da_data
+from experiments import domain_adaptation_plan as da_plan
+from experiments import domain_adaptation_report as da_report
+from experiments.lib import protocol, runner, workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_VOCAB = ROOT / "tests" / "fixtures" / "hf_electra" / "discriminator" / "vocab.txt"
-CPU = da.PLANS["cpu"]
+CPU = da_plan.PLANS["cpu"]
 
 CONLL = """-DOCSTART- -X- -X- O
 
@@ -35,20 +38,20 @@ BRUSSELS NNP B-NP B-LOC
 def test_the_text_is_one_sentence_per_line_and_a_blank_line_at_each_docstart(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text(CONLL)
-    documents = da.conll_documents(path)
+    documents = da_data.conll_documents(path)
     assert documents == [[["EU", "rejects", "German"], ["Peter", "Blackburn"]], [["BRUSSELS", "1996-08-22"]]]
-    assert da.conll_text(documents) == "EU rejects German\nPeter Blackburn\n\nBRUSSELS 1996-08-22\n\n"
+    assert da_data.conll_text(documents) == "EU rejects German\nPeter Blackburn\n\nBRUSSELS 1996-08-22\n\n"
     path.write_text(CONLL.replace("-DOCSTART- -X- -X- O\n\n", ""))  # copies without the markers: one document
-    assert da.conll_documents(path) == [[["EU", "rejects", "German"], ["Peter", "Blackburn"],
+    assert da_data.conll_documents(path) == [[["EU", "rejects", "German"], ["Peter", "Blackburn"],
                                          ["BRUSSELS", "1996-08-22"]]]
 
 
 def test_the_plan_is_fixed_up_front_and_the_finetuning_is_the_objectives_protocol():
     assert (CPU.steps, CPU.train_batch_size, CPU.warmup_steps, CPU.added_words) == (1000, 128, 100, 500)
-    assert CPU.warmup_steps / CPU.steps == objectives.BUDGETS["cpu"].warmup_steps / objectives.BUDGETS["cpu"].rtd_steps
-    assert CPU.finetune.learning_rates == objectives.BUDGETS["cpu"].learning_rates == (1e-4, 3e-4)
+    assert CPU.warmup_steps / CPU.steps == protocol.BUDGETS["cpu"].warmup_steps / protocol.BUDGETS["cpu"].rtd_steps
+    assert CPU.finetune.learning_rates == protocol.BUDGETS["cpu"].learning_rates == (1e-4, 3e-4)
     assert CPU.finetune.seeds == (0, 1, 2) and CPU.finetune.finetune_max_train_steps is None
-    assert [(a.tapt, a.extended_vocab) for a in da.ARMS.values()] == [(False, False), (True, False), (True, True)]
+    assert [(a.tapt, a.extended_vocab) for a in da_plan.ARMS.values()] == [(False, False), (True, False), (True, True)]
 
 
 def test_the_pretraining_continues_from_the_start_export_with_the_plans_schedule():
@@ -61,14 +64,14 @@ def test_the_pretraining_continues_from_the_start_export_with_the_plans_schedule
 
 
 def test_the_finetuning_command_is_the_protocols_with_the_exports_vocab_and_test_predictions(tmp_path):
-    command = objectives.finetune_command(CPU.finetune, tmp_path / "export", "NER", 3e-4, 2, tmp_path / "out",
+    command = runner.finetune_command(CPU.finetune, tmp_path / "export", "NER", 3e-4, 2, tmp_path / "out",
                                           data_dir=tmp_path / "conll", vocab_file=tmp_path / "v.txt",
                                           extra_flags=("--do_predict",))
     assert {"--task=ner", f"--data_dir={tmp_path / 'conll'}", f"--vocab_file={tmp_path / 'v.txt'}",
             "--learning_rate=0.0003", "--seed=2", "--num_train_epochs=3", "--train_batch_size=32",
             f"--init_checkpoint={tmp_path / 'export'}", "--do_predict"} <= set(command)
-    default = objectives.finetune_command(CPU.finetune, None, "NER", 3e-4, 2, tmp_path / "out")
-    assert f"--data_dir={objectives.CONLL}" in default and f"--vocab_file={objectives.EN_VOCAB}" in default
+    default = runner.finetune_command(CPU.finetune, None, "NER", 3e-4, 2, tmp_path / "out")
+    assert f"--data_dir={protocol.CONLL}" in default and f"--vocab_file={protocol.EN_VOCAB}" in default
 
 
 def test_test_f1_is_conllevals_entity_f1_of_the_predictions_file(tmp_path):
@@ -81,7 +84,7 @@ def test_test_f1_is_conllevals_entity_f1_of_the_predictions_file(tmp_path):
 
 def record_with(runs: dict, arm="base", **extra) -> dict:
     """A record whose fine-tuning holds `runs` = {lr: [(dev, test) per seed]}."""
-    record = da.new_record(CPU, da.ARMS[arm])
+    record = da_plan.new_record(CPU, da_plan.ARMS[arm])
     record["finetune"] = {lr: {str(seed): {"dev_f1": dev, "test_f1": test} for seed, (dev, test) in enumerate(values)}
                           for lr, values in runs.items()}
     record.update(extra)
@@ -89,16 +92,16 @@ def record_with(runs: dict, arm="base", **extra) -> dict:
 
 
 def test_a_run_the_record_holds_is_not_redone_and_nothing_starts_after_the_deadline(tmp_path, monkeypatch):
-    records = da.Records(CPU, tmp_path)
+    records = da_plan.Records(CPU, tmp_path)
     done = record_with({"0.0001": [(60.0, 55.0)] * 3, "0.0003": [(61.0, 56.0)] * 2})
-    objectives.write_json_atomic(records.path("base"), done)
+    workdir.write_json_atomic(records.path("base"), done)
     started = []
-    monkeypatch.setattr(objectives, "run_all", lambda runs, progress, jobs: started.extend(r[2:4] for r in runs))
-    da.finetune_arm(CPU, da.ARMS["base"], tmp_path / "export", tmp_path / "work", tmp_path, records, None,
+    monkeypatch.setattr(runner, "run_all", lambda runs, progress, jobs: started.extend(r[2:4] for r in runs))
+    da.finetune_arm(CPU, da_plan.ARMS["base"], tmp_path / "export", tmp_path / "work", tmp_path, records, None,
                     da.Deadline(None), jobs=1)
     assert started == [(3e-4, 2)]  # the one seed the record lacks
     started.clear()
-    da.finetune_arm(CPU, da.ARMS["base"], tmp_path / "export", tmp_path / "work", tmp_path, records, None,
+    da.finetune_arm(CPU, da_plan.ARMS["base"], tmp_path / "export", tmp_path / "work", tmp_path, records, None,
                     da.Deadline(1e-9), jobs=1)
     assert started == []
 
@@ -107,7 +110,7 @@ def test_a_pretraining_past_the_deadline_is_stopped(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     started = time.time()
     deadline = da.Deadline(1e-9)
-    assert objectives.watch_pretraining(process, tmp_path, "tapt", CPU.steps, 0, stop_reason=deadline.stop_reason,
+    assert runner.watch_pretraining(process, tmp_path, "tapt", CPU.steps, 0, stop_reason=deadline.stop_reason,
                                         say=lambda line: None, poll_seconds=0.05) == "--max_minutes reached"
     assert process.returncode is not None and time.time() - started < 30
     assert da.Deadline(None).stop_reason() is None
@@ -115,17 +118,17 @@ def test_a_pretraining_past_the_deadline_is_stopped(tmp_path):
 
 def test_another_start_export_is_refused_in_one_line(tmp_path):
     recorded = {"path": "/a/x1", "step": 1500, "discriminator_sha256": "aaa"}
-    da.check_same_start(dict(recorded, path="/elsewhere/x1"), recorded, tmp_path / "tapt.json")  # same weights
+    da_data.check_same_start(dict(recorded, path="/elsewhere/x1"), recorded, tmp_path / "tapt.json")  # same weights
     with pytest.raises(SystemExit, match=r"--start_export=/b/x0.5 \(step 750\) is not the export .*tapt.json started "
                                          r"from \(/a/x1, step 1500\)"):
-        da.check_same_start({"path": "/b/x0.5", "step": 750, "discriminator_sha256": "bbb"}, recorded,
+        da_data.check_same_start({"path": "/b/x0.5", "step": 750, "discriminator_sha256": "bbb"}, recorded,
                             tmp_path / "tapt.json")
     with pytest.raises(SystemExit, match="--start_export=.*no electra_config.json and discriminator.weights.h5"):
-        da.export_identity(tmp_path / "missing")
+        da_data.export_identity(tmp_path / "missing")
 
 
 def test_the_report_is_built_from_the_records_alone(tmp_path):
-    records = da.records_dir(tmp_path, CPU)
+    records = da_plan.records_dir(tmp_path, CPU)
     records.mkdir(parents=True)
     start = {"path": "/x1", "step": 1500, "model_size": "mini", "discriminator_sha256": "ab" * 32}
     base = record_with({"0.0001": [(60.0, 50.0), (62.0, 52.0), (61.0, 51.0)],
@@ -139,7 +142,7 @@ def test_the_report_is_built_from_the_records_alone(tmp_path):
                             pretrain_plan={"steps": 1000})
     for record in (base, tapt, under_way):
         (records / f"{record['arm']}.json").write_text(json.dumps(record))
-    results = da.report(CPU, tmp_path)
+    results = da_report.report(CPU, tmp_path)
     by_arm = {a["arm"]: a for a in results["arms"]}
     assert by_arm["base"]["lr"] == "0.0003" and by_arm["tapt"]["lr"] == "0.0001"  # medians 66 > 61; 69 > 65
     assert by_arm["base"]["dev"] == {"median": 66.0, "seeds": [66.0, 67.0, 64.5], "spread": 2.5}
@@ -157,12 +160,12 @@ def test_the_report_is_built_from_the_records_alone(tmp_path):
 def test_an_arm_is_reported_only_once_its_whole_grid_is_in_the_record(tmp_path):
     """Runs are committed as they finish: three of six are shown as done, with no lr chosen and no F1 (a chosen lr
     from a half grid would read as a result)."""
-    records = da.records_dir(tmp_path, CPU)
+    records = da_plan.records_dir(tmp_path, CPU)
     records.mkdir(parents=True)
     base = record_with({"0.0001": [(60.0, 50.0), (62.0, 52.0), (61.0, 51.0)]}, vocab={"size": 30522, "added": 0},
                        data={"tokens_seen": 0})
     (records / "base.json").write_text(json.dumps(base))
-    (summary,) = da.report(CPU, tmp_path)["arms"]
+    (summary,) = da_report.report(CPU, tmp_path)["arms"]
     assert summary["runs"] == "3/6" and summary["lr"] is None and "dev" not in summary
     assert summary["grid"]["0.0001"]["median"] == 61.0  # the runs so far, in the grid table
     assert "| base | 0 | 0 | 30522 | – | – | – | 3/6 |" in (tmp_path / "domain_adaptation.md").read_text()
@@ -193,7 +196,7 @@ def write_conll(directory: Path, sentences: int, offset: int) -> None:
 def tiny_export(tmp_path: Path, conll_dir: Path) -> Path:
     """A tiny run_pretraining export (2 steps) with the conversion fixtures' 1000-token WordPiece vocab."""
     text = tmp_path / "pretrain.txt"
-    text.write_text(da.conll_text(da.conll_documents(conll_dir / "train.txt")))
+    text.write_text(da_data.conll_text(da_data.conll_documents(conll_dir / "train.txt")))
     subprocess.run([sys.executable, "-m", "data_prep.build_pretraining_dataset", f"--input={text}",
                     "--input_format=text", f"--vocab_file={HF_VOCAB}", f"--output_dir={tmp_path / 'shards'}",
                     "--max_seq_length=32", "--num_shards=1"], check=True, cwd=ROOT, capture_output=True)
@@ -214,8 +217,8 @@ def test_the_whole_pipeline_on_a_tiny_export_then_a_rerun_does_nothing(tmp_path)
              f"--results_dir={results_dir}"]
     da.main(flags + ["--stage=all"])
     records = {arm: json.loads((results_dir / "domain_adaptation_smoke" / f"{arm}.json").read_text())
-               for arm in da.ARMS}
-    start = da.export_identity(export)
+               for arm in da_plan.ARMS}
+    start = da_data.export_identity(export)
     for arm, record in records.items():
         assert record["start_export"] == start
         assert set(record["finetune"]) == {"0.0001", "0.0003"}
@@ -233,7 +236,7 @@ def test_the_whole_pipeline_on_a_tiny_export_then_a_rerun_does_nothing(tmp_path)
     da.main(flags + ["--stage=all"])
     after = {p: p.stat().st_mtime_ns for p in work_dir.rglob("*") if p.is_file()}
     assert after == before  # nothing ran again
-    again = {arm: json.loads((results_dir / "domain_adaptation_smoke" / f"{arm}.json").read_text()) for arm in da.ARMS}
+    again = {arm: json.loads((results_dir / "domain_adaptation_smoke" / f"{arm}.json").read_text()) for arm in da_plan.ARMS}
     assert [r["finetune"] for r in again.values()] == [r["finetune"] for r in records.values()]
     assert [r["pretrain_invocations"] for r in again.values()] == [r["pretrain_invocations"] for r in records.values()]
 
@@ -241,5 +244,5 @@ def test_the_whole_pipeline_on_a_tiny_export_then_a_rerun_does_nothing(tmp_path)
 
     shutil.rmtree(work_dir)  # the report reads the records alone
     results = da.main(flags + ["--stage=report"])
-    assert [a["arm"] for a in results["arms"]] == list(da.ARMS)
+    assert [a["arm"] for a in results["arms"]] == list(da_plan.ARMS)
     assert "| tapt_vocab | 2 |" in (results_dir / "domain_adaptation_smoke.md").read_text()

@@ -10,25 +10,26 @@ import time
 
 import pytest
 
-from experiments import compare_objectives as objectives
 from experiments import efficiency_curve as curve_run
+from experiments import efficiency_milestones as plan
 from experiments import efficiency_report as report
+from experiments.lib import protocol, runner, workdir
 
-CPU = objectives.BUDGETS["cpu"]
+CPU = protocol.BUDGETS["cpu"]
 
 
 def test_milestones_are_the_objectives_budget_times_the_multiples_at_equal_flops():
-    assert [curve_run.milestone_steps(CPU, "rtd", m) for m in curve_run.MULTIPLES] == [375, 750, 1500, 3000, 6000]
-    assert curve_run.milestone_steps(CPU, "mlm", 1.0) == objectives.arm_steps(CPU, "mlm")  # the objectives' mlm run
-    for multiple in curve_run.MULTIPLES:
-        rtd, mlm = (curve_run.milestone_compute(CPU, arm, multiple) for arm in ("rtd", "mlm"))
+    assert [plan.milestone_steps(CPU, "rtd", m) for m in plan.MULTIPLES] == [375, 750, 1500, 3000, 6000]
+    assert plan.milestone_steps(CPU, "mlm", 1.0) == protocol.arm_steps(CPU, "mlm")  # the objectives' mlm run
+    for multiple in plan.MULTIPLES:
+        rtd, mlm = (plan.milestone_compute(CPU, arm, multiple) for arm in ("rtd", "mlm"))
         per_step = mlm["pretrain_flops"] / mlm["steps"]
         assert rtd["pretrain_flops"] <= mlm["pretrain_flops"] < rtd["pretrain_flops"] + per_step  # one step at most
         assert rtd["rtd_equivalent_examples"] == mlm["rtd_equivalent_examples"] == round(192_000 * multiple)
 
 
 def test_a_kept_milestone_holds_the_export_and_checkpoint_of_its_step(tmp_path):
-    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    curve = plan.Curve(CPU, tmp_path / "work", tmp_path / "results")
     model_dir = curve.model_dir("rtd")
     (model_dir / "checkpoints").mkdir(parents=True)
     (model_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-375"\n')
@@ -36,14 +37,14 @@ def test_a_kept_milestone_holds_the_export_and_checkpoint_of_its_step(tmp_path):
         (model_dir / "checkpoints" / name).write_text(name)
     (model_dir / "export").mkdir()
     (model_dir / "export" / "electra_config.json").write_text(json.dumps({"step": 375}))
-    milestone = curve_run.Milestone("rtd", 0.25)
+    milestone = plan.Milestone("rtd", 0.25)
     export = curve_run.keep_milestone(curve, milestone, 375)
     assert json.loads((export / "electra_config.json").read_text())["step"] == 375
     kept = sorted(p.name for p in (curve.milestone_dir(milestone) / "checkpoint").iterdir())
     assert kept == ["checkpoint", "ckpt-375.data-00000-of-00001", "ckpt-375.index"]
     assert not (model_dir / "export").exists()  # the next piece of the run writes its own
     with pytest.raises(RuntimeError, match="holds no export and checkpoint at step 750"):
-        curve_run.keep_milestone(curve, curve_run.Milestone("rtd", 0.5), 750)
+        curve_run.keep_milestone(curve, plan.Milestone("rtd", 0.5), 750)
 
 
 def point(multiple, median):
@@ -51,8 +52,8 @@ def point(multiple, median):
 
 
 def test_the_compute_ratio_is_the_bracket_where_rtd_first_reaches_mlms_largest_score():
-    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (15, 18, 21, 25, 30))]
-    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (20, 24, 27, 33, 36))]
+    mlm = [point(m, s) for m, s in zip(plan.MULTIPLES, (15, 18, 21, 25, 30))]
+    rtd = [point(m, s) for m, s in zip(plan.MULTIPLES, (20, 24, 27, 33, 36))]
     ratio = report.compute_ratio(rtd, mlm, 3.9)
     assert ratio["reached"] == 1.0 and ratio["flops_bracket"] == [0.5e15, 1e15]  # 27 ≥ 30 − 3.9, 24 is not
     assert ratio["ratio_bracket"] == [4.0, 8.0]
@@ -66,8 +67,8 @@ def test_the_compute_ratio_is_the_bracket_where_rtd_first_reaches_mlms_largest_s
 def test_a_ratio_read_against_a_score_at_the_floor_says_so_and_where_rtd_clearly_passes_it():
     """mlm's 4× STS-B came out at the floor (19.5 against 18.1 unpre-trained): rtd's first milestone is "at" it
     only because both sit at the floor, so the line says that, and where rtd is above it by more than the spread."""
-    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (18.3, 19.9, 19.6, 21.1, 19.5))]
-    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (17.9, 29.9, 53.5, 66.6, 70.8))]
+    mlm = [point(m, s) for m, s in zip(plan.MULTIPLES, (18.3, 19.9, 19.6, 21.1, 19.5))]
+    rtd = [point(m, s) for m, s in zip(plan.MULTIPLES, (17.9, 29.9, 53.5, 66.6, 70.8))]
     ratio = report.compute_ratio(rtd, mlm, 3.9, floor=18.1)
     assert ratio["reached"] == 0.25 and ratio["ratio_bracket"] == [16.0, None]
     assert ratio["target_at_floor"] and ratio["clearly_above"] == {"multiple": 0.5, "median": 29.9, "ratio": 8.0}
@@ -78,7 +79,7 @@ def test_a_ratio_read_against_a_score_at_the_floor_says_so_and_where_rtd_clearly
     pretrained = report.compute_ratio(rtd, mlm[:-1] + [point(4.0, 40.0)], 3.9, floor=18.1)
     assert not pretrained["target_at_floor"] and pretrained["reached"] == 1.0
     assert pretrained["clearly_above"]["multiple"] == 1.0 and "floor" not in report.ratio_line(pretrained)
-    never = report.compute_ratio([point(m, 20.0) for m in curve_run.MULTIPLES], mlm, 3.9, floor=18.1)
+    never = report.compute_ratio([point(m, 20.0) for m in plan.MULTIPLES], mlm, 3.9, floor=18.1)
     assert never["clearly_above"] is None and "rtd is never above it by more than 3.9" in report.ratio_line(never)
     assert report.compute_ratio(rtd, mlm, 3.9)["target_at_floor"] is None  # no `none` record: not judged
 
@@ -86,8 +87,8 @@ def test_a_ratio_read_against_a_score_at_the_floor_says_so_and_where_rtd_clearly
 def test_no_ratio_is_read_before_mlms_largest_milestone_is_scored():
     """While mlm's run is under way its largest scored milestone is a smaller one: a bracket read against it would
     be printed as the ratio the issue asks for (against mlm's 4× score)."""
-    mlm = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (15, 18, 21, 25, 30))]
-    rtd = [point(m, s) for m, s in zip(curve_run.MULTIPLES, (20, 24, 27, 33, 36))]
+    mlm = [point(m, s) for m, s in zip(plan.MULTIPLES, (15, 18, 21, 25, 30))]
+    rtd = [point(m, s) for m, s in zip(plan.MULTIPLES, (20, 24, 27, 33, 36))]
     under_way = report.compute_ratio(rtd, mlm[:1], 3.9)
     assert under_way["reached"] is None and "4× milestone is not scored yet" in under_way["why"]
     assert report.ratio_line(under_way).startswith("Compute ratio: not read yet")
@@ -96,11 +97,11 @@ def test_no_ratio_is_read_before_mlms_largest_milestone_is_scored():
 def record(arm, scores):
     """A committed record whose milestones have STS-B and MRPC grids (the 1e-4 lr better)."""
     milestones = {}
-    for multiple, score in zip(curve_run.MULTIPLES, scores):
-        compute = curve_run.milestone_compute(CPU, arm, multiple)
+    for multiple, score in zip(plan.MULTIPLES, scores):
+        compute = plan.milestone_compute(CPU, arm, multiple)
         grid = {"0.0001": [score - 1, score, score + 1], "0.0003": [score - 5] * 3}
         milestones[f"{multiple:g}"] = {**compute, "finetune": {"STS-B": grid, "MRPC": grid}}
-    return {"arm": arm, "budget": CPU.name, "milestones": milestones, "total_steps": curve_run.total_steps(CPU, arm),
+    return {"arm": arm, "budget": CPU.name, "milestones": milestones, "total_steps": plan.total_steps(CPU, arm),
             "pretrain_curve": [{"step": 6000}], "pretrain_commits": ["abc1234"]}
 
 
@@ -118,7 +119,7 @@ def test_the_report_is_built_from_committed_records_alone(tmp_path):
     grid = {"0.0001": [36.0] * 3, "0.0003": [35.0] * 3}
     (decayed / "rtd-pseed1.json").write_text(json.dumps({"arm": "rtd", "pretrain_seed": 1,
                                                          "finetune": {"STS-B": grid, "MRPC": grid}}))
-    results = report.report(curve_run.Curve(CPU, tmp_path / "no_work_folder", tmp_path))
+    results = report.report(plan.Curve(CPU, tmp_path / "no_work_folder", tmp_path))
     assert results["compute_ratio"]["reached"] == 1.0
     assert results["decayed_192k"]["rtd"]["STS-B"] == {"mid_run": 27, "decayed": {0: 34.0, 1: 36.0},
                                                        "mid_run_minus_decayed": -7.0}
@@ -138,7 +139,7 @@ def test_a_milestone_is_scored_only_once_its_whole_grid_is_in_the_record():
     full = record("rtd", (20, 24, 27, 33, 36))
     partial = json.loads(json.dumps(full))
     partial["milestones"]["1"]["finetune"] = {"STS-B": {"0.0001": [51.3, 53.5]}}
-    assert [p["multiple"] for p in report.arm_points(full, "STS-B")] == list(curve_run.MULTIPLES)
+    assert [p["multiple"] for p in report.arm_points(full, "STS-B")] == list(plan.MULTIPLES)
     assert 1.0 not in [p["multiple"] for p in report.arm_points(partial, "STS-B")]
     partial["milestones"]["1"]["finetune"] = {"STS-B": full["milestones"]["1"]["finetune"]["STS-B"]}
     assert 1.0 in [p["multiple"] for p in report.arm_points(partial, "STS-B")]  # STS-B complete, MRPC to come
@@ -233,7 +234,7 @@ def fake_pretraining(tmp_path, monkeypatch):
 def sigterm_at_step(model_dir, step):
     """SIGTERM to this process (not the pre-training's) once the pre-training has logged `step`."""
     def send():
-        while not any(r["step"] >= step for r in objectives.read_train_log(model_dir)):
+        while not any(r["step"] >= step for r in workdir.read_train_log(model_dir)):
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(target=send, daemon=True).start()
@@ -244,29 +245,29 @@ def test_a_sigterm_stops_the_pretraining_at_a_checkpoint_logs_the_piece_and_the_
     """A sitting's end (SIGTERM) used to kill the orchestrator at once: the pre-training still checkpointed, but
     the piece went unlogged, so a record committed at the end of the sitting did not say where the run stood."""
     fake_pretraining(tmp_path, monkeypatch)
-    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    curve = plan.Curve(CPU, tmp_path / "work", tmp_path / "results")
     model_dir = curve.model_dir("mlm")
     sigterm_at_step(model_dir, 20)
     with pytest.raises(SystemExit) as stopped:
         curve_run.run_arm(curve, "mlm", tmp_path, tmp_path, stage="pretrain", jobs=1)
     assert stopped.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is the pre-training's alone
-    reached = curve_run.checkpoint_step(model_dir)
-    assert 20 <= reached < curve_run.milestone_steps(CPU, "mlm", 0.25)
+    reached = runner.checkpoint_step(model_dir)
+    assert 20 <= reached < plan.milestone_steps(CPU, "mlm", 0.25)
     record = curve.read_record("mlm")  # written on the stop, ready to commit
     [piece] = record["pretrain_invocations"]
     assert (piece["from_step"], piece["to_step"], piece["stopped"]) == (0, reached, "signal")
     assert record["pretrain_curve"][-1]["step"] <= reached and record["pretrain_run"]
 
     assert curve_run.pretrain_to(curve, "mlm", 60, tmp_path, tmp_path)  # the next run resumes at the stop
-    pieces = objectives.read_jsonl(curve_run.pieces_path(curve, "mlm"))
+    pieces = workdir.read_jsonl(curve_run.pieces_path(curve, "mlm"))
     assert [(p["from_step"], p["to_step"]) for p in pieces] == [(0, reached), (reached, 60)]
     assert "stopped" not in pieces[1] and report.run_history(pieces)["runs"] == [
         {"restarted_at": None, "resumed_after_a_cut_at": [reached], "logged_through_step": 60}]
 
 
 def test_a_piece_killed_before_it_logged_itself_is_logged_by_the_next_run(tmp_path):
-    curve = curve_run.Curve(CPU, tmp_path / "work", tmp_path / "results")
+    curve = plan.Curve(CPU, tmp_path / "work", tmp_path / "results")
     checkpoints = curve.model_dir("mlm") / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-150"\n')
@@ -274,7 +275,7 @@ def test_a_piece_killed_before_it_logged_itself_is_logged_by_the_next_run(tmp_pa
     curve_run.append_piece(curve, "mlm", {"from_step": 150, "to_step": 200})
     curve_run.log_unlogged_piece(curve, "mlm", 200)  # nothing unlogged: the run resumes where a piece ended
     curve_run.log_unlogged_piece(curve, "mlm", 275)
-    pieces = objectives.read_jsonl(curve_run.pieces_path(curve, "mlm"))
+    pieces = workdir.read_jsonl(curve_run.pieces_path(curve, "mlm"))
     assert [(p["from_step"], p["to_step"], p.get("stopped")) for p in pieces] == [
         (0, 150, "unlogged"), (150, 200, None), (200, 275, "unlogged")]
     assert "commit" not in pieces[0]  # unknown: pretrain_commits leave it out

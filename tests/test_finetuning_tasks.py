@@ -71,12 +71,14 @@ def test_span_tasks_keep_batches_long_enough_for_their_beam():
 
 
 # The modules that build, train, evaluate, export and run a model: they know tasks only through `Task`.
-RUN_MODULES = ("data", "evaluate", "export", "model", "predict", "prepare", "runner", "train")
+RUN_MODULES = ("data", "evaluate", "model", "predict", "prepare", "runner", "train")
+RUN_MODULE_PATHS = [PACKAGE_DIR / f"{module}.py" for module in RUN_MODULES] + [
+    ROOT / "electra_tf" / "serving" / "export.py"]
 
 
-@pytest.mark.parametrize("module", RUN_MODULES)
-def test_the_run_never_asks_for_a_task_kind(module):
-    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
+@pytest.mark.parametrize("path", RUN_MODULE_PATHS, ids=lambda path: path.stem)
+def test_the_run_never_asks_for_a_task_kind(path):
+    tree = ast.parse(path.read_text())
     assert not [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "kind"]
 
 
@@ -170,6 +172,16 @@ def test_the_run_takes_a_registered_custom_task(tmp_path, clean_registry):
     assert result["train_steps"] == 3 and "neg_mse" in result["final"]
     assert len(json.loads((tmp_path / "lengths.json").read_text())) == 12
     assert len(task.heads) == 1 and task.heads[0].built  # the run's model holds the task's own head
+
+
+def test_a_run_asked_for_a_saved_model_without_an_export_function_is_refused_before_training(tmp_path):
+    """Fine-tuning does not import serving: the caller hands the runner the export function."""
+    options = RunOptions(output_dir=str(tmp_path), learning_rate=1e-3, train_batch_size=4, eval_batch_size=4,
+                         num_train_epochs=1, warmup_fraction=0.0, weight_decay=0.0, layerwise_lr_decay=1.0,
+                         max_seq_length=16, export_saved_model=str(tmp_path / "serving"))
+    with pytest.raises(ValueError, match="export_saved_model is set but the run was given no export function"):
+        run_single(LengthTask(), None, None, None, options, None, str(tmp_path / "run"), {})
+    assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
 # --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Our modules' imports: no cycles (every module imports in isolation), and no module imports a higher level."""
+"""Our modules' imports: no cycles between modules nor between packages (every module imports in isolation), and
+no module imports a higher level. Covers the library, data_prep and the experiments."""
 
 import ast
 import pathlib
@@ -6,7 +7,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("electra_tf", "data_prep")
+PACKAGES = ("electra_tf", "data_prep", "experiments")
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -20,9 +21,14 @@ def our_modules() -> dict:
 
 def imported(path: pathlib.Path, name: str, modules) -> set:
     """Our modules that `path` imports, at any depth of its code (function-level imports count too)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imported_source(path.read_text(encoding="utf-8"), name, modules, is_package=path.name == "__init__.py")
+
+
+def imported_source(source: str, name: str, modules, is_package: bool = False) -> set:
+    """Our modules that the source of module `name` imports (see `imported`)."""
+    package = name if is_package else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -86,6 +92,46 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def package_of(module: str) -> str:
+    """The unit whose ties the package-cycle check reads: a package of the library (`electra_tf.serving`) or a
+    module directly in it (`electra_tf.config`), `data_prep`, the experiments' library (`experiments.lib`), or an
+    experiment's module (each experiment is its own unit)."""
+    parts = module.split(".")
+    if parts[0] == "electra_tf":
+        return ".".join(parts[:2])
+    if parts[0] == "experiments" and len(parts) > 2:
+        return ".".join(parts[:2])
+    return module if parts[0] == "experiments" else parts[0]
+
+
+def package_graph(graph: dict) -> dict:
+    """`graph` (module → the modules it imports) read between packages: package → the other packages it imports."""
+    packages = {}
+    for name, children in graph.items():
+        edges = packages.setdefault(package_of(name), set())
+        edges.update(package_of(child) for child in children if package_of(child) != package_of(name))
+    return packages
+
+
+def test_no_package_imports_another_that_imports_it():
+    """One direction between packages (serving imports fine-tuning, never the reverse), function-level imports
+    included: a lazy import does not hide a tie."""
+    cycle = find_cycle(package_graph(import_graph()))
+    assert cycle is None, "packages that import each other: " + " -> ".join(cycle)
+
+
+def test_the_package_graph_sees_a_tie_hidden_in_a_function():
+    graph = {"electra_tf.serving.tagging": {"electra_tf.finetuning.conll"},
+             "electra_tf.finetuning.export": {"electra_tf.serving.squad"},
+             "electra_tf.finetuning.conll": set(), "electra_tf.serving.squad": set()}
+    assert find_cycle(package_graph(graph)) == ["electra_tf.finetuning", "electra_tf.serving", "electra_tf.finetuning"]
+    assert package_of("experiments.lib.runner") == "experiments.lib"
+    assert package_of("experiments.efficiency_report") == "experiments.efficiency_report"
+    source = "def report():\n    from experiments import efficiency_report\n"
+    modules = {"experiments.efficiency_curve": None, "experiments.efficiency_report": None}
+    assert "experiments.efficiency_report" in imported_source(source, "experiments.efficiency_curve", modules)
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -110,13 +156,23 @@ LEVELS = {
     "electra_tf.ops": 1,  # the ops: reference (Keras ops) and XLA:CPU kernels, random bits, constants, replica sums
     "electra_tf.model": 2,  # layers, embeddings, transformer layer, encoder, heads, masking, pre-trainer, FLOPs
     "electra_tf.training": 3,  # loop, optimizer, distribution, pre-emption, input, run lock, the run itself
-    "electra_tf.finetuning": 4,
+    "electra_tf.finetuning": 4,  # tasks, the fine-tuning run; never serving (run_finetuning.py hands it the export)
     "electra_tf.convert": 4,
     "electra_tf.detect": 4,
-    "electra_tf.serving": 4,  # text-in SavedModels of fine-tuned models; finetuning.export writes them
-    "electra_tf.ask": 4,
-    "electra_tf.tag": 4,
+    "electra_tf.serving": 5,  # text-in SavedModels of fine-tuned models: imports fine-tuning's model, tasks, schemes
+    "electra_tf.ask": 6,  # the commands over serving's exports
+    "electra_tf.tag": 6,
     "data_prep": 4,  # command-line tools: may import electra_tf.text; nothing in electra_tf imports them
+    # The experiments: above the library; nothing in electra_tf or data_prep imports them.
+    "experiments.provenance": 7,  # a run's commit and machine
+    "experiments.lib": 8,  # what several experiments share: the protocol, the runner, the records
+    "experiments": 10,  # an experiment's script (its entry point); it may import its own level-9 modules
+    "experiments.objectives_report": 9,  # an experiment's report and plan: below its script, never importing it
+    "experiments.efficiency_milestones": 9,
+    "experiments.efficiency_report": 9,
+    "experiments.domain_adaptation_plan": 9,
+    "experiments.domain_adaptation_data": 9,
+    "experiments.domain_adaptation_report": 9,
 }
 # The package's __init__ (it imports nothing), matched exactly: as a prefix it would cover every module.
 EXACT_LEVELS = {"electra_tf": 0}
@@ -183,6 +239,20 @@ def test_the_library_does_not_import_data_prep():
              for child in sorted(children) if child == "data_prep" or child.startswith("data_prep.")]
     assert not found, "electra_tf imports the data_prep command-line package: " + ", ".join(
         f"{a} -> {b}" for a, b in found)
+
+
+def test_no_experiment_script_imports_another():
+    """Scripts (level 10) share code through experiments.lib, not through one another."""
+    graph = import_graph()
+    scripts = {name for name in graph if name.startswith("experiments.") and level_of(name) == LEVELS["experiments"]}
+    found = sorted((name, child) for name in scripts for child in graph[name] if child in scripts)
+    assert not found, "experiment scripts importing one another: " + ", ".join(f"{a} -> {b}" for a, b in found)
+
+
+def test_serving_sits_above_finetuning_and_the_experiments_above_the_library():
+    assert level_of("electra_tf.serving.export") > level_of("electra_tf.finetuning.runner")
+    assert level_of("experiments.efficiency_curve") > level_of("experiments.efficiency_report") \
+        > level_of("experiments.lib.runner") > level_of("electra_tf.serving.tagging")
 
 
 def test_the_level_checker_finds_an_upward_import():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import render_docs
+from tools import docs_renderers, render_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,4 +155,4 @@ def test_the_committed_docs_are_up_to_date(capsys):
 def test_every_renderer_is_used_by_a_page():
     used = {name for page in render_docs.pages(ROOT)
             for name, _, _ in render_docs.find_blocks((ROOT / page).read_text(encoding="utf-8"))}
-    assert used == set(render_docs.RENDERERS)
+    assert used == set(docs_renderers.RENDERERS)

@@ -69,7 +69,7 @@ def test_saved_model_predicts_like_the_keras_model_in_a_fresh_process(tmp_path, 
 
 
 def test_tasks_without_a_serving_export_are_refused(tmp_path):
-    from electra_tf.finetuning.export import export_serving
+    from electra_tf.serving.export import export_serving
     from electra_tf.finetuning.task import Task
     from electra_tf.options import RunOptions
 

@@ -147,7 +147,7 @@ def test_served_features_equal_the_training_features(tmp_path, segment_id):
 
 
 def test_the_run_exports_with_the_trained_segment_id(monkeypatch):
-    from electra_tf.finetuning import export
+    from electra_tf.serving import export
     from electra_tf.finetuning.registry import get_task
     from electra_tf.serving import tagging as serving_tagging
 

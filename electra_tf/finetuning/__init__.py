@@ -23,8 +23,8 @@ A run, by concern:
 * `train`: optimizer, schedule and the training loop;
 * `predict`: outputs with dynamic padding, prediction files;
 * `evaluate`: dev scores, best-evaluation tracking, which weights are reported;
-* `export`: the text-in SavedModel of a classifier;
-* `runner`: one seed (`run_single`) and several with their medians (`run_seeds`).
+* `runner`: one seed (`run_single`) and several with their medians (`run_seeds`); the SavedModel is written by
+  the export function its caller passes (`electra_tf.serving.export`: serving imports fine-tuning, not the reverse).
 
 The command-line entry point is `run_finetuning.py` at the repository root.
 """

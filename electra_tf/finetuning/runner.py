@@ -8,7 +8,8 @@ weights. Tasks are known only through the `task.Task` interface. `run_seeds`
 repeats it with seeds seed, seed+1, ... and writes `metrics.json` with every
 run and the median of each metric (the official README reports medians).
 A killed run resumes from its checkpoints and finished seeds are not trained
-again (`checkpointing`).
+again (`checkpointing`). The SavedModel is written by the `export` function the caller passes
+(`run_finetuning.py`: `electra_tf.serving.export.export_serving`): serving imports fine-tuning, never the reverse.
 
 Example:
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Callable, Optional
 
 import keras
 import numpy as np
@@ -35,12 +37,14 @@ from electra_tf.text.manifest import write_json_atomic
 from electra_tf.finetuning.data import padding_for
 from electra_tf.finetuning.evaluate import (FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
                                             selected_metrics)
-from electra_tf.finetuning.export import export_serving
 from electra_tf.finetuning.model import build_model
 from electra_tf.finetuning.predict import write_predictions
 from electra_tf.finetuning.task import Task
 from electra_tf.finetuning.train import ScalarWriter, train
 from electra_tf.options import RunOptions
+
+# (model, task, tokenizer, options, data_cache) → the SavedModel's path: `electra_tf.serving.export.export_serving`.
+Exporter = Callable[..., str]
 
 
 def _cached(cache: dict, key: str, fn):
@@ -50,14 +54,16 @@ def _cached(cache: dict, key: str, fn):
 
 
 def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
-               data_cache: dict) -> dict:
+               data_cache: dict, export: Optional[Exporter] = None) -> dict:
     """Trains/evaluates/predicts once with `options.seed`; returns a result dict.
 
     `data_cache` holds (or receives) the features: "train", "eval", "predict".
     The result's "final" holds the last evaluation's metrics, "best"/"best_step"
     the best one's, and "selected" those of the weights used for predictions
     ("selection": "final", or "best_epoch" with `options.select_best_epoch`).
+    `export` writes the SavedModel `options.export_saved_model` asks for (required then).
     """
+    check_exporter(options, export)
     os.makedirs(run_dir, exist_ok=True)
     options = dataclasses.replace(options, execution=finetuning_execution(options, strategy, config))
     keras.utils.set_random_seed(options.seed)
@@ -77,9 +83,16 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
             result["final"] = evaluate(model, context)
     if "final" in result:  # after --do_train=false, "final" scores the restored weights
         result["selected"] = selected_metrics(result)
-    result.update(_export_and_predict(model, tokenizer, context, data_cache))
+    result.update(_export_and_predict(model, tokenizer, context, data_cache, export))
     write_json_atomic(os.path.join(run_dir, "run_metrics.json"), result)
     return result
+
+
+def check_exporter(options: RunOptions, export: Optional[Exporter]) -> None:
+    """Before any training: a run asked for a SavedModel must have been given the function that writes one."""
+    if options.export_saved_model and export is None:
+        raise ValueError("export_saved_model is set but the run was given no export function "
+                         "(pass export=electra_tf.serving.export.export_serving)")
 
 
 def finetuning_execution(options: RunOptions, strategy, config):
@@ -102,11 +115,11 @@ def _train(model, config, features, context: EvalContext, tracker: BestTracker, 
     return result
 
 
-def _export_and_predict(model, tokenizer, context: EvalContext, data_cache: dict) -> dict:
+def _export_and_predict(model, tokenizer, context: EvalContext, data_cache: dict, export: Optional[Exporter]) -> dict:
     """The SavedModel and the prediction files the options ask for; returns the result's entries."""
     task, options, result = context.task, context.options, {}
     if options.export_saved_model:
-        result["saved_model"] = export_serving(model, task, tokenizer, options, data_cache)
+        result["saved_model"] = export(model, task, tokenizer, options, data_cache)
     if options.do_predict:
         predict_sets = _cached(data_cache, "predict", lambda: task.predict_sets(tokenizer, options.max_seq_length))
         result["predictions"] = write_predictions(model, task, predict_sets, options.eval_batch_size,
@@ -115,14 +128,14 @@ def _export_and_predict(model, tokenizer, context: EvalContext, data_cache: dict
 
 
 def _run_seed(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
-              data: dict, settings: dict) -> dict:
+              data: dict, settings: dict, export: Optional[Exporter]) -> dict:
     """One seed, resuming from its checkpoints; a seed whose training finished before is not trained again
     (only the predictions / SavedModel asked for are written from its weights)."""
     finished = checkpointing.finished_result(run_dir) if options.do_train else None
     if finished is None:
         if options.do_train:
             checkpointing.start_run(run_dir, settings)
-        result = run_single(task, config, encoder_fn, tokenizer, options, strategy, run_dir, data)
+        result = run_single(task, config, encoder_fn, tokenizer, options, strategy, run_dir, data, export)
         if options.do_train:
             checkpointing.finish_run(run_dir, result)
         return result
@@ -130,7 +143,7 @@ def _run_seed(task: Task, config, encoder_fn, tokenizer, options: RunOptions, st
     if not (options.do_predict or options.export_saved_model):
         return finished
     outputs = run_single(task, config, encoder_fn, tokenizer, checkpointing.options_without_training(options),
-                         strategy, run_dir, data)
+                         strategy, run_dir, data, export)
     result = {**finished, **{k: outputs[k] for k in ("predictions", "saved_model") if k in outputs}}
     write_json_atomic(os.path.join(run_dir, "run_metrics.json"), result)
     return result
@@ -169,8 +182,10 @@ def summarize(task: Task, runs: list[dict]) -> dict:
 
 
 def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunOptions, data: dict,
-              num_seeds: int = 1, init_checkpoint=None) -> dict:
-    """All seeds; writes `finetune_config.json` and `metrics.json` to `options.output_dir`, returns the latter."""
+              num_seeds: int = 1, init_checkpoint=None, export: Optional[Exporter] = None) -> dict:
+    """All seeds; writes `finetune_config.json` and `metrics.json` to `options.output_dir`, returns the latter.
+    `export`: as `run_single`'s."""
+    check_exporter(options, export)
     os.makedirs(options.output_dir, exist_ok=True)
     write_json_atomic(os.path.join(options.output_dir, "finetune_config.json"), {
         "task": task.name, "task_settings": task.training_settings(), "config": config.to_dict(),
@@ -182,7 +197,7 @@ def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunO
         run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)
         settings = checkpointing.run_settings(task.name, config, seeded, init_checkpoint, num_train,
                                               task.training_settings())
-        result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings)
+        result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings, export)
         logging.info("seed %d: %s", seeded.seed, json.dumps(result.get("selected", {})))
         runs.append(result)
     summary = summarize(task, runs)

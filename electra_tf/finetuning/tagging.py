@@ -58,9 +58,9 @@ from electra_tf.finetuning import conll, tagging_metrics
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.heads import TokenClassificationHead
 from electra_tf.finetuning.task import EvalSet, Task
-from electra_tf.serving.tagging import SEGMENT_ID_CHOICES
 from electra_tf.text.manifest import write_json_atomic
 
+SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model (serving's too)
 DEFAULT_SEGMENT_ID = 1  # the official `featurize`: `segment_ids = pad([1] * len(input_ids))`
 LABELS_FILE = "tagging_labels.json"
 

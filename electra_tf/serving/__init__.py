@@ -8,5 +8,8 @@ the graph (load them with TensorFlow and tensorflow-text only).
 * `classifier`: sentence (pair) classification and regression: text in, label or score out;
 * `squad`: SQuAD 1.1 / 2.0: question + context in, answer out (`python -m electra_tf.ask`);
 * `tagging`: NER, chunking, any CoNLL tags: text in, tags and entity spans out (`python -m electra_tf.tag`);
+* `export`: a fine-tuning task's SavedModel (`export_serving`, which `run_finetuning.py` hands the runner);
 * `loading`: the commands' loading of an export, with one-line errors.
+
+Serving depends on fine-tuning (its model, tasks and label schemes); fine-tuning never imports serving.
 """

@@ -29,11 +29,11 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
+from electra_tf.finetuning.tagging import SEGMENT_ID_CHOICES
 from electra_tf.serving.portable import serving_copy
 from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, write_archive
 
 INPUT_NAMES = ("text",)
-SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
 OUTSIDE, BEGIN, INSIDE, END, SINGLE = range(5)
 PREFIXES = {"B": BEGIN, "I": INSIDE, "E": END, "S": SINGLE}

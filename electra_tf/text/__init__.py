@@ -5,7 +5,9 @@ fine-tuning, detection and serving (which tokenise text themselves); it imports 
 `electra_tf`.
 
 * `tokenization`        - BERT-exact WordPiece tokenizer on tensorflow-text (`WordPieceTokenizer`),
-  vocab files (`read_vocab`, `validate_vocab`) and BERT's normalisation.
+  vocab files (`read_vocab`, `validate_vocab`).
+* `normalization`       - BERT's normalisation and word splitting, in Python and as TF ops, over character
+  classes built from `unicodedata`.
 * `reference_tokenizer` - the same in pure Python: the reference the fast path is tested against,
   and BERT's basic tokenizer for SQuAD's answer projection.
 * `manifest`            - `manifest.json` of a data directory (`load_manifest`, `validate_manifest`);

@@ -1,6 +1,6 @@
 """The serving export of a fine-tuned model: a SavedModel that takes raw text.
 
-`export_serving` writes the SavedModel of `electra_tf.serving`'s module for the task:
+`export_serving` writes the SavedModel of this package's module for the task:
 `classifier` (tokenisation in the graph; label probabilities and the label name out) for a
 sentence or sentence-pair classification or regression task, `squad` (question + context in,
 answer out) for SQuAD 1.1 / 2.0, `tagging` (text in, tags and entity spans out) for NER,
@@ -8,6 +8,7 @@ chunking and other CoNLL tagging; other tasks are refused by `Task.serving_label
 classifier reads one text or two follows the features it was trained (or evaluated) on. Each
 holds the serving signature only, traced from a float32 copy of the model with TensorFlow's standard
 ops (`electra_tf.serving.portable`), whatever execution options and precision trained it.
+`run_finetuning.py` hands `export_serving` to `finetuning.runner.run_seeds` (fine-tuning does not import serving).
 
 Example:
 
