@@ -206,8 +206,9 @@ def check_flags():
         raise UsageError("--output_dir is required")
     if FLAGS.num_seeds < 1:
         raise UsageError(f"--num_seeds must be >= 1, got {FLAGS.num_seeds}")
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false")
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_saved_model):
+        raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false and "
+                         "--export_saved_model is unset")
     for name in ("train_batch_size", "eval_batch_size", "max_train_steps", "save_checkpoints_steps"):
         value = getattr(FLAGS, name)
         if value is not None and value < 1:
@@ -264,7 +265,8 @@ def check_output_dir(task, config, options, data):
     from electra_tf.finetuning.runner import seed_options, seed_run_dir
 
     if not options.do_train:
-        return  # scoring / predicting with the weights there, whatever trained them
+        check_finetuned_weights(options)
+        return  # scoring / predicting / exporting with the weights there, whatever trained them
     num_train = len(data["train"]["input_ids"])
     for k in range(FLAGS.num_seeds):
         seeded = seed_options(options, k, FLAGS.num_seeds)
@@ -276,6 +278,21 @@ def check_output_dir(task, config, options, data):
                 task.name, config, seeded, FLAGS.init_checkpoint, num_train, task.training_settings()))
     if FLAGS.overwrite_output_dir:
         checkpointing.remove_run_state(options.output_dir, ("metrics.json", "finetune_config.json"))
+
+
+def check_finetuned_weights(options):
+    """--nodo_train with --export_saved_model: every seed's folder must hold fine-tuned weights (a serving
+    model with an untrained head answers at random). Scoring or predicting alone still runs (with a warning)."""
+    from electra_tf.finetuning.evaluate import BEST_WEIGHTS, FINAL_WEIGHTS
+    from electra_tf.finetuning.runner import seed_options, seed_run_dir
+
+    if not options.export_saved_model:
+        return
+    for k in range(FLAGS.num_seeds):
+        run_dir = seed_run_dir(options.output_dir, seed_options(options, k, FLAGS.num_seeds).seed, FLAGS.num_seeds)
+        if not any(os.path.isfile(os.path.join(run_dir, name)) for name in (FINAL_WEIGHTS, BEST_WEIGHTS)):
+            raise UsageError(f"--export_saved_model with --nodo_train: {run_dir} has no {FINAL_WEIGHTS} or "
+                             f"{BEST_WEIGHTS}; point --output_dir at the fine-tuning run to export")
 
 
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:
