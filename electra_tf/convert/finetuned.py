@@ -126,6 +126,7 @@ class FinetunedModel:
     vocab_file: Optional[str]
     max_seq_length: int
     labels: Optional[list] = None
+    segment_id: int = 0  # taggers: the token type id of every real token (`--tagging_segment_id`, default 1)
 
     @property
     def kind(self) -> str:
@@ -194,7 +195,8 @@ def load_finetuned(path: str) -> FinetunedModel:
         vocab_file = None  # moved since: --vocab_file names it
     return FinetunedModel(path=path, task=record.get("task", ""), config=config, head=spec, model=model,
                           vocab_file=vocab_file, max_seq_length=int(options.get("max_seq_length") or 128),
-                          labels=_labels(record.get("task", ""), path, spec, os.path.dirname(recorded)))
+                          labels=_labels(record.get("task", ""), path, spec, os.path.dirname(recorded)),
+                          segment_id=int(record.get("task_settings", {}).get("tagging_segment_id", 0)))
 
 
 def _build_model(config: ElectraConfig, spec: HeadSpec, weights: str):

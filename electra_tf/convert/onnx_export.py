@@ -81,6 +81,8 @@ def _description(finetuned, model, quantize: str, do_lower_case: bool) -> dict:
     return {"task": finetuned.task, "kind": finetuned.kind, "inputs": list(onnx_graph.INPUTS),
             "outputs": [o.name for o in model.graph.output], "labels": finetuned.labels,
             "max_seq_length": finetuned.max_seq_length, "do_lower_case": do_lower_case,
+            # A tagger was trained with this token type id on every real token (--tagging_segment_id).
+            **({"token_type_id": finetuned.segment_id} if finetuned.kind == "tagger" else {}),
             "opset": onnx_graph.OPSET, "quantized": INT8_MODEL_FILE if quantize == "int8" else None,
             "source": os.path.abspath(finetuned.path)}
 
