@@ -187,3 +187,27 @@ def test_a_fine_tuning_run_is_detected_and_refused_as_a_pre_trained_checkpoint(t
     assert api.detect_format(run) == "finetuned"
     with pytest.raises(ConversionError, match="a fine-tuned model .* --to=onnx or --to=hf"):
         api.read_config(run)
+
+
+@pytest.mark.data
+def test_onnx_equals_our_model_on_the_sst2_dev_set(tmp_path, shared_data):
+    """All 872 SST-2 dev sentences through our tokenizer (en_uncased), each batch of 64 cut to its longest: ONNX
+    Runtime's logits equal the Keras model's (a tiny model of random weights on the real vocabulary)."""
+    from bench import onnx_sst2
+    from electra_tf.convert.onnx_export import save_onnx
+    from electra_tf.text.tokenizers import load_tokenizer
+
+    glue, vocab = shared_data / "glue", shared_data / "vocab" / "en_uncased" / "vocab.txt"
+    if not (glue / "SST-2" / "dev.tsv").is_file() or not vocab.is_file():
+        pytest.skip("no SST-2 dev set or en_uncased vocab in the shared data")
+    tokens = vocab.read_text(encoding="utf-8").splitlines()
+    config = get_config("tiny", vocab_size=len(tokens), num_layers=2, hidden_size=32, embedding_size=16, num_heads=4,
+                        intermediate_size=48, max_position_embeddings=128, max_seq_length=128)
+    run = write_run(tmp_path / "run", "classifier", config, seed=7)
+    model = finetuned.load_finetuned(run)
+    paths = save_onnx(model, str(tmp_path / "onnx"), str(vocab))
+    features, labels = onnx_sst2.dev_features(load_tokenizer(str(vocab)), str(glue), 128)
+    result = onnx_sst2.parity_and_accuracy(model, {"onnx_fp32": onnx_sst2.session(paths["model"], 2)}, features, labels)
+    assert result["sentences"] == 872
+    assert result["max_abs_logit_difference"]["onnx_fp32_vs_keras"] <= 1e-4
+    assert result["accuracy"]["onnx_fp32"] == result["accuracy"]["keras"]
