@@ -12,7 +12,7 @@ the weights file, the names of the labels from the task where it fixes them) and
 * `encoder_weights()`: `{canonical name: array}` of the encoder (`names`, `[in, out]` kernels);
 * `head_weights()`: `{dense layer name: (kernel [in, out], bias)}` of the head.
 
-Example (from the repository root, with a tiny run written by the tests):
+Example (from the repository root):
 
 >>> is_finetuning_run("tests/fixtures/hf_electra")
 False

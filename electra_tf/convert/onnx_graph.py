@@ -26,7 +26,7 @@ Example:
 >>> from electra_tf.convert import names
 >>> from electra_tf.convert.finetuned import HeadSpec
 >>> config = get_config("tiny", vocab_size=30, num_layers=1, hidden_size=8, embedding_size=8, num_heads=2,
-...                     intermediate_size=16, max_position_embeddings=16)
+...                     intermediate_size=16, max_position_embeddings=16, max_seq_length=16)
 >>> rng = np.random.RandomState(0)
 >>> weights = {k: rng.normal(size=s).astype("float32") for k, s in
 ...            names.expected_shapes(config, ("discriminator",)).items()}
