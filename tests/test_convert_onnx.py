@@ -185,7 +185,7 @@ def test_a_fine_tuning_run_is_detected_and_refused_as_a_pre_trained_checkpoint(t
 
     run = write_run(tmp_path / "run", "tagger", tiny_config())
     assert api.detect_format(run) == "finetuned"
-    with pytest.raises(ConversionError, match="a fine-tuned model .* --to=onnx or --to=hf"):
+    with pytest.raises(ConversionError, match="a fine-tuned model .* --nodo_train .* --to=onnx or --to=hf"):
         api.read_config(run)
 
 

@@ -57,3 +57,14 @@ def test_nothing_to_do_names_the_export_flag(tmp_path, vocab_file, glue_dir):
     with pytest.raises(SystemExit) as raised:
         run_main(_common(tmp_path, vocab_file) + ["--task=SST-2", f"--data_dir={glue_dir}", *EXPORT_ALONE])
     assert "nothing to do" in str(raised.value.code) and "--export_saved_model is unset" in str(raised.value.code)
+
+
+def test_a_fine_tuning_run_as_init_checkpoint_says_how_to_export_it(tmp_path, vocab_file, glue_dir):
+    run_main(_common(tmp_path, vocab_file) + ["--task=SST-2", f"--data_dir={glue_dir}", "--max_train_steps=1",
+                                              "--nodo_eval"])
+    with pytest.raises(SystemExit) as raised:
+        run_main(_common(tmp_path, vocab_file, out="again") + [
+            "--task=SST-2", f"--data_dir={glue_dir}", f"--init_checkpoint={tmp_path / 'out'}"])
+    message = str(raised.value.code)
+    assert "--init_checkpoint" in message and "is a fine-tuned model" in message and "\n" not in message
+    assert "--nodo_train --nodo_eval --export_saved_model=DIR" in message

@@ -68,8 +68,9 @@ _NOT_FOREIGN = {
     "ours_checkpoint": "a training-run checkpoint of ours: use the run's export directory "
                        "(run_pretraining.py --export_only) or restore it with tf.train.Checkpoint",
     "keras_hub": "a keras-hub preset: an output format only",
-    "finetuned": "a fine-tuned model (a run_finetuning.py --output_dir): convert it with python -m "
-                 "electra_tf.convert --to=onnx or --to=hf",
+    "finetuned": "a fine-tuned model (a run_finetuning.py --output_dir), not a pre-trained checkpoint: export it "
+                 "with run_finetuning.py --output_dir=<it> --nodo_train --nodo_eval --export_saved_model=DIR, or "
+                 "convert it with python -m electra_tf.convert --to=onnx or --to=hf",
 }
 
 
