@@ -281,18 +281,21 @@ def check_output_dir(task, config, options, data):
 
 
 def check_finetuned_weights(options):
-    """--nodo_train with --export_saved_model: every seed's folder must hold fine-tuned weights (a serving
-    model with an untrained head answers at random). Scoring or predicting alone still runs (with a warning)."""
+    """--nodo_train with --export_saved_model: every seed's folder, or --init_checkpoint when it is a fine-tuning
+    run, must hold fine-tuned weights (a serving model with an untrained head answers at random). Scoring or
+    predicting alone still runs (with a warning)."""
     from electra_tf.finetuning.evaluate import BEST_WEIGHTS, FINAL_WEIGHTS
-    from electra_tf.finetuning.runner import seed_options, seed_run_dir
+    from electra_tf.finetuning.runner import finetuned_weights_dir, seed_options, seed_run_dir
 
     if not options.export_saved_model:
         return
     for k in range(FLAGS.num_seeds):
         run_dir = seed_run_dir(options.output_dir, seed_options(options, k, FLAGS.num_seeds).seed, FLAGS.num_seeds)
-        if not any(os.path.isfile(os.path.join(run_dir, name)) for name in (FINAL_WEIGHTS, BEST_WEIGHTS)):
-            raise UsageError(f"--export_saved_model with --nodo_train: {run_dir} has no {FINAL_WEIGHTS} or "
-                             f"{BEST_WEIGHTS}; point --output_dir at the fine-tuning run to export")
+        weights = finetuned_weights_dir(run_dir, FLAGS.init_checkpoint)
+        if not any(os.path.isfile(os.path.join(weights, name)) for name in (FINAL_WEIGHTS, BEST_WEIGHTS)):
+            raise UsageError(f"--export_saved_model with --nodo_train: no {FINAL_WEIGHTS} or {BEST_WEIGHTS} in "
+                             f"{run_dir} or --init_checkpoint; give the fine-tuning run as --init_checkpoint (or "
+                             "--output_dir) to export it")
 
 
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:

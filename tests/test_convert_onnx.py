@@ -180,13 +180,20 @@ def test_a_missing_onnx_package_names_the_requirements_file(tmp_path, monkeypatc
     assert not (tmp_path / "onnx").exists() and not (tmp_path / "onnx.partial").exists()
 
 
-def test_a_fine_tuning_run_is_detected_and_refused_as_a_pre_trained_checkpoint(tmp_path):
+def test_a_fine_tuning_run_is_detected_and_its_encoder_loads(tmp_path):
     from electra_tf.convert import api
 
-    run = write_run(tmp_path / "run", "tagger", tiny_config())
+    config = tiny_config()
+    run = write_run(tmp_path / "run", "tagger", config)
     assert api.detect_format(run) == "finetuned"
-    with pytest.raises(ConversionError, match="a fine-tuned model .* --nodo_train .* --to=onnx or --to=hf"):
-        api.read_config(run)
+    assert api.read_config(run) == (config, {}) and api.checkpoint_vocab(run) == os.path.join(run, "vocab.txt")
+    encoder, _, _ = api.load_encoder(run)
+    ids, mask, segments = batch()
+    model = finetuned.load_finetuned(run)
+    inputs = {"token_ids": ids, "padding_mask": mask, "segment_ids": segments}
+    np.testing.assert_allclose(encoder(inputs), model.model.encoder(inputs), atol=1e-6)
+    with pytest.raises(ConversionError, match="a fine-tuned model .* --init_checkpoint, convert it .* --to=onnx"):
+        api.load_any(run)
 
 
 @pytest.mark.data

@@ -68,9 +68,8 @@ _NOT_FOREIGN = {
     "ours_checkpoint": "a training-run checkpoint of ours: use the run's export directory "
                        "(run_pretraining.py --export_only) or restore it with tf.train.Checkpoint",
     "keras_hub": "a keras-hub preset: an output format only",
-    "finetuned": "a fine-tuned model (a run_finetuning.py --output_dir), not a pre-trained checkpoint: export it "
-                 "with run_finetuning.py --output_dir=<it> --nodo_train --nodo_eval --export_saved_model=DIR, or "
-                 "convert it with python -m electra_tf.convert --to=onnx or --to=hf",
+    "finetuned": "a fine-tuned model (a run_finetuning.py --output_dir): fine-tune from it or export it with "
+                 "run_finetuning.py --init_checkpoint, convert it with python -m electra_tf.convert --to=onnx or --to=hf",
 }
 
 
@@ -112,6 +111,8 @@ def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "di
     """
     if ours.is_export_dir(path):
         return ours.load_ours_encoder(path, config, name, execution)
+    if finetuned.is_finetuning_run(path):
+        return finetuned.load_finetuned_encoder(path, name, execution)
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
     encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name, execution=execution)
     encoder.build()
@@ -128,6 +129,8 @@ def read_config(path: str) -> tuple[ElectraConfig, dict]:
     """
     if ours.is_export_dir(path):
         return ours.read_ours_config(path)
+    if finetuned.is_finetuning_run(path):
+        return finetuned.read_finetuned_config(path), {}
     run_config = run_config_path(path)
     if run_config:
         return load_run_config(run_config), {}
@@ -139,6 +142,8 @@ def checkpoint_vocab(path: str) -> str | None:
     source_format = detect_format(path)
     if source_format == "ours":
         return ours.export_vocab(path)
+    if source_format == "finetuned":
+        return finetuned.recorded_vocab(path)
     if source_format not in ("hf", "official"):
         return None
     try:

@@ -177,14 +177,44 @@ def _labels(task: str, path: str, spec: HeadSpec, run_dir: str) -> Optional[list
     return labels if labels and len(labels) == spec.num_labels else None
 
 
-def load_finetuned(path: str) -> FinetunedModel:
-    """The fine-tuned model of run folder `path` (an `--output_dir`, or one seed's `seed_N/` in it)."""
+def _read_record(path: str) -> tuple[str, dict]:
+    """(path of the run's finetune_config.json, its content)."""
     recorded = config_file(path)
     if not os.path.isdir(path) or recorded is None:
         raise ConversionError(f"{path}: not a fine-tuning run (expected {CONFIG_FILE} and {FINAL_WEIGHTS} "
                               "of run_finetuning.py --output_dir)")
     with open(recorded, encoding="utf-8") as f:
-        record = json.load(f)
+        return recorded, json.load(f)
+
+
+def read_finetuned_config(path: str) -> ElectraConfig:
+    """The model config the fine-tuning run at `path` recorded."""
+    return ElectraConfig.from_dict(_read_record(path)[1]["config"])
+
+
+def recorded_vocab(path: str) -> Optional[str]:
+    """The vocabulary file the fine-tuning run at `path` recorded, if it is still there."""
+    vocab_file = _read_record(path)[1].get("vocab_file")
+    return vocab_file if vocab_file and os.path.isfile(vocab_file) else None
+
+
+def load_finetuned_encoder(path: str, name: str = "discriminator", execution=None):
+    """`(ElectraEncoder, ElectraConfig, vocab_file)`: the fine-tuned encoder of the run at `path` (`api.load_encoder`),
+    computing with `execution` (default: the portable options)."""
+    from electra_tf.model.encoder import ElectraEncoder
+
+    finetuned = load_finetuned(path)
+    encoder = ElectraEncoder.from_config_object(finetuned.config, "discriminator", name=name, execution=execution)
+    encoder.build()
+    variables = {**keras_model.embedding_variables(encoder.embeddings),
+                 **keras_model.encoder_variables(encoder, "discriminator")}
+    keras_model.assign_variables(variables, finetuned.encoder_weights())
+    return encoder, finetuned.config, finetuned.vocab_file
+
+
+def load_finetuned(path: str) -> FinetunedModel:
+    """The fine-tuned model of run folder `path` (an `--output_dir`, or one seed's `seed_N/` in it)."""
+    recorded, record = _read_record(path)
     config = ElectraConfig.from_dict(record["config"])
     options = record.get("options", {})
     weights = weights_file(path, bool(options.get("select_best_epoch")))
