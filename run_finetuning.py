@@ -10,6 +10,10 @@ Examples:
     python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --model_size=tiny \\
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/sst2 --max_train_steps=300
 
+    # Export a fine-tuned run alone (a checkpoint in, a SavedModel out):
+    python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --init_checkpoint=/tmp/sst2 \
+        --output_dir=/tmp/sst2_export --nodo_train --nodo_eval --export_saved_model=/tmp/sst2_export/saved_model
+
     # CoNLL-2003 NER (entity F1 by conlleval; chunking: --task=chunk; other columns: --task=tagging):
     python run_finetuning.py --task=ner --data_dir=../shared/data/conll2003 --model_size=tiny \\
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/ner --do_predict
@@ -122,7 +126,9 @@ flags.DEFINE_boolean("overwrite_output_dir", False, "Start over: remove the chec
                      "resuming it or refusing a changed command.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "
-                    "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/.")
+                    "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/. With "
+                    "--nodo_train --nodo_eval it is all the run does: the fine-tuned weights of --output_dir, else "
+                    "those of --init_checkpoint (a fine-tuning run's folder), are exported.")
 flags.DEFINE_string("train_file", None, "Replaces the task's train file.")
 flags.DEFINE_string("dev_file", None, "Replaces the task's (first) dev file.")
 flags.DEFINE_string("test_file", None, "Replaces the task's (first) test file.")
