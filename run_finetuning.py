@@ -10,6 +10,10 @@ Examples:
     python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --model_size=tiny \\
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/sst2 --max_train_steps=300
 
+    # Export a fine-tuned run alone (a checkpoint in, a SavedModel out):
+    python run_finetuning.py --task=SST-2 --data_dir=../shared/data/glue --init_checkpoint=/tmp/sst2 \
+        --output_dir=/tmp/sst2_export --nodo_train --nodo_eval --export_saved_model=/tmp/sst2_export/saved_model
+
     # CoNLL-2003 NER (entity F1 by conlleval; chunking: --task=chunk; other columns: --task=tagging):
     python run_finetuning.py --task=ner --data_dir=../shared/data/conll2003 --model_size=tiny \\
         --vocab_file=../shared/data/vocab/en_uncased/vocab.txt --output_dir=/tmp/ner --do_predict
@@ -122,7 +126,9 @@ flags.DEFINE_boolean("overwrite_output_dir", False, "Start over: remove the chec
                      "resuming it or refusing a changed command.")
 flags.DEFINE_string("export_saved_model", None, "Also write a TF SavedModel that takes raw text (text, "
                     "and text_b for pair tasks) and returns label probabilities and the label name "
-                    "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/.")
+                    "(tokenisation in the graph). With --num_seeds > 1, one per seed under seed_N/. With "
+                    "--nodo_train --nodo_eval it is all the run does: the fine-tuned weights of --output_dir, else "
+                    "those of --init_checkpoint (a fine-tuning run's folder), are exported.")
 flags.DEFINE_string("train_file", None, "Replaces the task's train file.")
 flags.DEFINE_string("dev_file", None, "Replaces the task's (first) dev file.")
 flags.DEFINE_string("test_file", None, "Replaces the task's (first) test file.")
@@ -206,8 +212,9 @@ def check_flags():
         raise UsageError("--output_dir is required")
     if FLAGS.num_seeds < 1:
         raise UsageError(f"--num_seeds must be >= 1, got {FLAGS.num_seeds}")
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false")
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_saved_model):
+        raise UsageError("nothing to do: --do_train, --do_eval and --do_predict are all false and "
+                         "--export_saved_model is unset")
     for name in ("train_batch_size", "eval_batch_size", "max_train_steps", "save_checkpoints_steps"):
         value = getattr(FLAGS, name)
         if value is not None and value < 1:
@@ -264,7 +271,8 @@ def check_output_dir(task, config, options, data):
     from electra_tf.finetuning.runner import seed_options, seed_run_dir
 
     if not options.do_train:
-        return  # scoring / predicting with the weights there, whatever trained them
+        check_finetuned_weights(options)
+        return  # scoring / predicting / exporting with the weights there, whatever trained them
     num_train = len(data["train"]["input_ids"])
     for k in range(FLAGS.num_seeds):
         seeded = seed_options(options, k, FLAGS.num_seeds)
@@ -276,6 +284,24 @@ def check_output_dir(task, config, options, data):
                 task.name, config, seeded, FLAGS.init_checkpoint, num_train, task.training_settings()))
     if FLAGS.overwrite_output_dir:
         checkpointing.remove_run_state(options.output_dir, ("metrics.json", "finetune_config.json"))
+
+
+def check_finetuned_weights(options):
+    """--nodo_train with --export_saved_model: every seed's folder, or --init_checkpoint when it is a fine-tuning
+    run, must hold fine-tuned weights (a serving model with an untrained head answers at random). Scoring or
+    predicting alone still runs (with a warning)."""
+    from electra_tf.finetuning.evaluate import BEST_WEIGHTS, FINAL_WEIGHTS
+    from electra_tf.finetuning.runner import finetuned_weights_dir, seed_options, seed_run_dir
+
+    if not options.export_saved_model:
+        return
+    for k in range(FLAGS.num_seeds):
+        run_dir = seed_run_dir(options.output_dir, seed_options(options, k, FLAGS.num_seeds).seed, FLAGS.num_seeds)
+        weights = finetuned_weights_dir(run_dir, FLAGS.init_checkpoint)
+        if not any(os.path.isfile(os.path.join(weights, name)) for name in (FINAL_WEIGHTS, BEST_WEIGHTS)):
+            raise UsageError(f"--export_saved_model with --nodo_train: no {FINAL_WEIGHTS} or {BEST_WEIGHTS} in "
+                             f"{run_dir} or --init_checkpoint; give the fine-tuning run as --init_checkpoint (or "
+                             "--output_dir) to export it")
 
 
 def run(task, config, encoder_fn, tokenizer, strategy, options, data) -> dict:

@@ -1,7 +1,8 @@
 """One entry point per use: detect a checkpoint's format and load it whatever it is.
 
 * `detect_format(path)` → "ours" (an export directory), "hf", "official",
-  "ours_checkpoint" (a TF2 training-run checkpoint of ours) or "keras_hub";
+  "ours_checkpoint" (a TF2 training-run checkpoint of ours), "keras_hub" or "finetuned"
+  (a `run_finetuning.py --output_dir`: `finetuned.load_finetuned`);
 * `load_any(path, config=None)` → `(ElectraConfig, ElectraPretrainer, vocab_file)`;
 * `load_encoder(path, config=None, name=...)` → `(ElectraEncoder, ElectraConfig,
   vocab_file)`: the encoder to fine-tune;
@@ -27,11 +28,11 @@ import json
 import os
 
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import foreign, hf, keras_model, official, ours, vocab
+from electra_tf.convert import finetuned, foreign, hf, keras_model, official, ours, vocab
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model.encoder import ElectraEncoder
 
-FORMATS = ("ours", "hf", "official", "ours_checkpoint", "keras_hub")
+FORMATS = ("ours", "hf", "official", "ours_checkpoint", "keras_hub", "finetuned")
 
 
 def is_keras_hub_preset(path: str) -> bool:
@@ -46,6 +47,8 @@ def detect_format(path: str) -> str:
     """The format of the checkpoint at `path` (one of `FORMATS`)."""
     if ours.is_export_dir(path):
         return "ours"
+    if finetuned.is_finetuning_run(path):  # before its checkpoints/ (a run still training) are seen
+        return "finetuned"
     if is_keras_hub_preset(path):
         return "keras_hub"
     if hf.is_hf_dir(path):
@@ -65,6 +68,8 @@ _NOT_FOREIGN = {
     "ours_checkpoint": "a training-run checkpoint of ours: use the run's export directory "
                        "(run_pretraining.py --export_only) or restore it with tf.train.Checkpoint",
     "keras_hub": "a keras-hub preset: an output format only",
+    "finetuned": "a fine-tuned model (a run_finetuning.py --output_dir): fine-tune from it or export it with "
+                 "run_finetuning.py --init_checkpoint, convert it with python -m electra_tf.convert --to=onnx or --to=hf",
 }
 
 
@@ -106,6 +111,8 @@ def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "di
     """
     if ours.is_export_dir(path):
         return ours.load_ours_encoder(path, config, name, execution)
+    if finetuned.is_finetuning_run(path):
+        return finetuned.load_finetuned_encoder(path, name, execution)
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
     encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name, execution=execution)
     encoder.build()
@@ -122,6 +129,8 @@ def read_config(path: str) -> tuple[ElectraConfig, dict]:
     """
     if ours.is_export_dir(path):
         return ours.read_ours_config(path)
+    if finetuned.is_finetuning_run(path):
+        return finetuned.read_finetuned_config(path), {}
     run_config = run_config_path(path)
     if run_config:
         return load_run_config(run_config), {}
@@ -133,6 +142,8 @@ def checkpoint_vocab(path: str) -> str | None:
     source_format = detect_format(path)
     if source_format == "ours":
         return ours.export_vocab(path)
+    if source_format == "finetuned":
+        return finetuned.recorded_vocab(path)
     if source_format not in ("hf", "official"):
         return None
     try:

@@ -5,6 +5,17 @@
         --vocab_file=electra_small/vocab.txt --output=hf_out/
     python -m electra_tf.convert --from=ours --to=keras_hub --input=runs/small/export --output=preset/
 
+A fine-tuned model (a `run_finetuning.py --output_dir`, or one seed's `seed_N/` in it) goes to ONNX or
+Hugging Face:
+
+    python -m electra_tf.convert --to=onnx --input=out/sst2 --output=onnx_sst2/ --quantize=int8
+    python -m electra_tf.convert --to=hf --input=out/ner --output=hf_ner/
+
+`--to=onnx` writes model.onnx (ids in, the head's outputs out; no PyTorch needed) with the tokenizer beside it,
+and with `--quantize=int8` also model.int8.onnx (ONNX Runtime's dynamic quantization); it needs
+requirements-onnx.txt. `--to=hf` writes ElectraForTokenClassification for a tagger; the other heads have no
+transformers class that computes them (see docs/conversion.md).
+
 `--from` defaults to auto-detection. Hugging Face inputs are one model
 directory (add the generator's with `--generator_input`) or a directory with
 `discriminator/` and `generator/`; `--to=hf` writes that layout.
@@ -25,7 +36,7 @@ import sys
 
 from absl import logging
 
-from electra_tf.convert import api, keras_model
+from electra_tf.convert import api, finetuned_export, keras_model, onnx_export
 from electra_tf.convert.config_json import read_config_json
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import save_hf
@@ -38,7 +49,7 @@ def parse_args(argv):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", default="auto", choices=("auto", "hf", "official", "ours"),
                         help="input format (default: detected)")
-    parser.add_argument("--to", dest="target", required=True, choices=("ours", "hf", "keras_hub"))
+    parser.add_argument("--to", dest="target", required=True, choices=("ours", "hf", "keras_hub", "onnx"))
     parser.add_argument("--input", required=True, help="checkpoint directory, or TF1 checkpoint prefix")
     parser.add_argument("--output", required=True, help="directory to write")
     parser.add_argument("--generator_input", help="Hugging Face generator directory (ElectraForMaskedLM)")
@@ -47,6 +58,8 @@ def parse_args(argv):
     parser.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True,
                         help="WordPiece tokenizer lower-cases (uncased vocabularies, as Google's ELECTRA); "
                              "a SentencePiece model normalises by itself")
+    parser.add_argument("--quantize", default="none", choices=onnx_export.QUANTIZATIONS,
+                        help="--to=onnx: also write model.int8.onnx, dynamically quantized (int8 weights)")
     return parser.parse_args(argv)
 
 
@@ -54,6 +67,13 @@ def convert(args) -> str:
     """Loads `args.input`, writes `args.output` in `args.target` format; returns a summary line."""
     overrides = read_config_json(args.config_json) if args.config_json else None
     source = api.detect_format(args.input) if args.source == "auto" else args.source
+    if source == "finetuned":
+        return finetuned_export.convert_finetuned(args)
+    if args.target == "onnx":
+        raise ConversionError(f"--to=onnx converts a fine-tuned model (a run_finetuning.py --output_dir); "
+                              f"{args.input} is a {source} pre-training checkpoint: fine-tune it first")
+    if args.quantize != "none":
+        raise ConversionError("--quantize applies to --to=onnx only")
     if source == "ours" and api.read_config(args.input)[0].objective == "electric":
         return _convert_discriminator_only(args, source)
     config, pretrainer, vocab = api.load_any(args.input, vocab_file=args.vocab_file, overrides=overrides,

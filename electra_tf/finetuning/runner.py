@@ -35,7 +35,7 @@ from electra_tf.training import distribution
 from electra_tf.finetuning import checkpointing
 from electra_tf.text.manifest import write_json_atomic
 from electra_tf.finetuning.data import padding_for
-from electra_tf.finetuning.evaluate import (FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
+from electra_tf.finetuning.evaluate import (BEST_WEIGHTS, FINAL_WEIGHTS, BestTracker, EvalContext, evaluate, restore_finetuned,
                                             selected_metrics)
 from electra_tf.finetuning.model import build_model
 from electra_tf.finetuning.predict import write_predictions
@@ -54,7 +54,7 @@ def _cached(cache: dict, key: str, fn):
 
 
 def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
-               data_cache: dict, export: Optional[Exporter] = None) -> dict:
+               data_cache: dict, export: Optional[Exporter] = None, init_checkpoint: str | None = None) -> dict:
     """Trains/evaluates/predicts once with `options.seed`; returns a result dict.
 
     `data_cache` holds (or receives) the features: "train", "eval", "predict".
@@ -78,7 +78,8 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
         features = _cached(data_cache, "train", lambda: task.train_features(tokenizer, seq))
         result.update(_train(model, config, features, context, tracker, writer))
     else:
-        result["selection"] = restore_finetuned(model, run_dir, options.select_best_epoch) or "final"
+        result["selection"] = restore_finetuned(model, finetuned_weights_dir(run_dir, init_checkpoint),
+                                                options.select_best_epoch) or "final"
         if eval_sets:
             result["final"] = evaluate(model, context)
     if "final" in result:  # after --do_train=false, "final" scores the restored weights
@@ -93,6 +94,15 @@ def check_exporter(options: RunOptions, export: Optional[Exporter]) -> None:
     if options.export_saved_model and export is None:
         raise ValueError("export_saved_model is set but the run was given no export function "
                          "(pass export=electra_tf.serving.export.export_serving)")
+
+
+def finetuned_weights_dir(run_dir: str, init_checkpoint: str | None = None) -> str:
+    """--do_train=false: where the fine-tuned weights are: the seed's folder when it holds them, else
+    `init_checkpoint` when that is a fine-tuning run's folder (a checkpoint in, a SavedModel or scores out)."""
+    for directory in (run_dir, init_checkpoint):
+        if directory and any(os.path.isfile(os.path.join(directory, name)) for name in (FINAL_WEIGHTS, BEST_WEIGHTS)):
+            return directory
+    return run_dir
 
 
 def finetuning_execution(options: RunOptions, strategy, config):
@@ -128,14 +138,15 @@ def _export_and_predict(model, tokenizer, context: EvalContext, data_cache: dict
 
 
 def _run_seed(task: Task, config, encoder_fn, tokenizer, options: RunOptions, strategy, run_dir: str,
-              data: dict, settings: dict, export: Optional[Exporter]) -> dict:
+              data: dict, settings: dict, export: Optional[Exporter], init_checkpoint: str | None = None) -> dict:
     """One seed, resuming from its checkpoints; a seed whose training finished before is not trained again
     (only the predictions / SavedModel asked for are written from its weights)."""
     finished = checkpointing.finished_result(run_dir) if options.do_train else None
     if finished is None:
         if options.do_train:
             checkpointing.start_run(run_dir, settings)
-        result = run_single(task, config, encoder_fn, tokenizer, options, strategy, run_dir, data, export)
+        result = run_single(task, config, encoder_fn, tokenizer, options, strategy, run_dir, data, export,
+                            init_checkpoint)
         if options.do_train:
             checkpointing.finish_run(run_dir, result)
         return result
@@ -197,7 +208,8 @@ def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunO
         run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)
         settings = checkpointing.run_settings(task.name, config, seeded, init_checkpoint, num_train,
                                               task.training_settings())
-        result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings, export)
+        result = _run_seed(task, config, encoder_fn, tokenizer, seeded, strategy, run_dir, data, settings, export,
+                           init_checkpoint)
         logging.info("seed %d: %s", seeded.seed, json.dumps(result.get("selected", {})))
         runs.append(result)
     summary = summarize(task, runs)

@@ -34,6 +34,18 @@ def takes_text_pairs(data_cache: dict) -> bool:
     return features is not None and bool(np.any(features["segment_ids"]))
 
 
+def _with_dev_features(data_cache: dict, task: Task, tokenizer, max_seq_length: int) -> dict:
+    """An export alone (--nodo_train --nodo_eval) has read no features: the dev set's tell one text from two."""
+    if data_cache.get("train") or data_cache.get("eval"):
+        return data_cache
+    try:
+        data_cache["eval"] = task.eval_sets(tokenizer, max_seq_length)
+    except FileNotFoundError as e:
+        raise ValueError(f"--export_saved_model: the dev set tells whether {task.name} reads one text or two; "
+                         f"it could not be read ({e}): set --data_dir") from None
+    return data_cache
+
+
 def export_serving(model, task: Task, tokenizer, options: RunOptions, data_cache: dict) -> str:
     """Writes the task's serving SavedModel to `options.export_saved_model`; returns its path."""
     from electra_tf.finetuning.squad.task import SquadTask
@@ -46,7 +58,7 @@ def export_serving(model, task: Task, tokenizer, options: RunOptions, data_cache
         return export_tagging(model, task, tokenizer, options)
 
     labels = task.serving_labels()
-    two_texts = takes_text_pairs(data_cache)
+    two_texts = takes_text_pairs(_with_dev_features(data_cache, task, tokenizer, options.max_seq_length))
     path = classifier.export_classifier(model, tokenizer, labels, options.max_seq_length, options.export_saved_model,
                                         two_texts)
     logging.info("Exported a serving SavedModel (%s) to %s", "text, text_b" if two_texts else "text", path)
