@@ -4,7 +4,7 @@
 SavedModel whose `serving_default` signature takes raw strings, `text` (and `text_b` for
 sentence-pair tasks), tokenises them in the graph and returns
 
-* `probabilities` `[batch, num_labels]` and `label` (the label name, a string) and `label_id`
+* `logits` and `probabilities` `[batch, num_labels]` and `label` (the label name, a string) and `label_id`
   for classification;
 * `score` `[batch]` for regression (STS-B).
 
@@ -82,7 +82,7 @@ class ClassifierServer(tf.Module):
             return {"score": outputs["predictions"]}
         probabilities = tf.nn.softmax(outputs["logits"], axis=-1)
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"probabilities": probabilities, "label_id": label_id,
+        return {"logits": outputs["logits"], "probabilities": probabilities, "label_id": label_id,
                 "label": tf.gather(self.label_names, label_id)}
 
 
