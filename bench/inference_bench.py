@@ -71,32 +71,47 @@ def cpu_name() -> str:
 
 
 def prepare(workdir: str, vocab_file: str) -> None:
+    """Our pre-training export (random weights), its HF conversion, a random head, then every served model."""
     import keras
 
     from electra_tf.config import get_config
-    from electra_tf.convert import load_encoder
     from electra_tf.convert.keras_model import build_pretrainer
     from electra_tf.convert.ours import save_ours
-    from electra_tf.finetuning.heads import ClassificationHead
-    from electra_tf.finetuning.model import FinetuningModel
-    from electra_tf.serving.classifier import export_classifier
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     os.makedirs(workdir, exist_ok=True)
     keras.utils.set_random_seed(SEED)
-    tokenizer = WordPieceTokenizer(vocab_file)
-    config = get_config("small", vocab_size=len(tokenizer.vocab))
+    config = get_config("small", vocab_size=len(WordPieceTokenizer(vocab_file).vocab))
     save_ours(build_pretrainer(config), os.path.join(workdir, "ours"), vocab_file, keras_hub=False)
     subprocess.run([sys.executable, "-m", "electra_tf.convert", "--to=hf", f"--input={workdir}/ours",
                     f"--output={workdir}/hf"], check=True, cwd=ROOT)
-    encoder, _, _ = load_encoder(os.path.join(workdir, "ours"))
-    model = FinetuningModel(encoder, ClassificationHead(NUM_LABELS, name="classification_head"))
-    model.build_all(MAX_SEQ_LENGTH)
+    model = finetuning_model(workdir)
     kernel, bias = (w.numpy() for w in model.head.dense.weights)
     np.savez(os.path.join(workdir, "head.npz"), kernel=kernel, bias=bias)
-    export_classifier(model, tokenizer, [str(i) for i in range(NUM_LABELS)], MAX_SEQ_LENGTH,
-                      os.path.join(workdir, "serving"), False)
+    export_ours(workdir, vocab_file)
     export_onnx(workdir)
+
+
+def finetuning_model(workdir: str):
+    from electra_tf.convert import load_encoder
+    from electra_tf.finetuning.heads import ClassificationHead
+    from electra_tf.finetuning.model import FinetuningModel
+
+    encoder, _, _ = load_encoder(os.path.join(workdir, "ours"))
+    model = FinetuningModel(encoder, ClassificationHead(NUM_LABELS, name="classification_head"))
+    return model.build_all(MAX_SEQ_LENGTH)
+
+
+def export_ours(workdir: str, vocab_file: str) -> None:
+    """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
+    from electra_tf.serving.classifier import export_classifier
+    from electra_tf.text.tokenization import WordPieceTokenizer
+
+    model = finetuning_model(workdir)
+    head = np.load(os.path.join(workdir, "head.npz"))
+    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    export_classifier(model, WordPieceTokenizer(vocab_file), [str(i) for i in range(NUM_LABELS)], MAX_SEQ_LENGTH,
+                      os.path.join(workdir, "serving"), False)
 
 
 def hf_classifier(workdir: str):
@@ -246,7 +261,7 @@ def commit() -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.inference_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", choices=("prepare", "run", "worker"), required=True)
+    parser.add_argument("--stage", choices=("prepare", "export_ours", "run", "worker"), required=True)
     parser.add_argument("--workdir", required=True, help="where prepare writes the three models")
     parser.add_argument("--system", choices=SYSTEMS, help="worker only")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="run: which systems, comma-separated")
@@ -258,6 +273,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file)
+        return 0
+    if args.stage == "export_ours":
+        export_ours(args.workdir, args.vocab_file)
         return 0
     sentences = read_sentences(args.sst2_dev)
     if args.stage == "worker":

@@ -29,7 +29,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import graph_tokenizer, write_archive
+from electra_tf.serving.text import graph_tokenizer, pad_to_longest, write_archive
 
 
 def _keep_first(tokens, lengths):
@@ -71,10 +71,7 @@ class ClassifierServer(tf.Module):
         budget = self.max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
         segments = truncate_longest_first(segments, budget)
         ids, segment_ids = tf_text.combine_segments(segments, self.cls_id, self.sep_id)
-        input_ids, input_mask = tf_text.pad_model_inputs(ids, self.max_seq_length, pad_value=self.pad_id)
-        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, self.max_seq_length, pad_value=0)
-        return {"input_ids": tf.cast(input_ids, tf.int32), "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+        return pad_to_longest(ids, segment_ids, self.pad_id)
 
     def predict(self, texts_a, texts_b=None):
         outputs = self.model(self.encode(texts_a, texts_b), training=False)

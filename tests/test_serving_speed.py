@@ -1,0 +1,40 @@
+"""Serving computes on each request's own length: the model's inputs are padded to the batch's longest row, not
+to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length` (≤ 1e-5), batch
+by batch whatever lengths a batch mixes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.finetuning.encoding import encode_pairs
+from test_serving_portable import SEQ, classifier  # noqa: F401 (the module-scoped export fixture)
+
+# Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
+TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
+BATCHES = [TEXTS[:1], TEXTS[:3], TEXTS[2:3], TEXTS, TEXTS[::-1]]
+
+
+def trained_logits(model, tokenizer, texts):
+    """What `run_finetuning` predicts: the trained model on inputs padded to max_seq_length."""
+    return model(encode_pairs(tokenizer, texts, None, SEQ), training=False)["logits"].numpy()
+
+
+@pytest.mark.parametrize("texts,length", [(TEXTS[:1], 4), (TEXTS[:3], 12), (TEXTS[2:3], 2), (TEXTS, SEQ)])
+def test_the_model_computes_on_the_batch_longest_row(classifier, texts, length):  # noqa: F811
+    model, tokenizer, _, server_class = classifier
+    server = server_class(model, tokenizer, ["neg", "neutral", "pos"], SEQ)
+    features = server.encode(tf.constant(texts))
+    assert {name: tuple(value.shape) for name, value in features.items()} == {
+        name: (len(texts), length) for name in ("input_ids", "input_mask", "segment_ids")}
+    expected = encode_pairs(tokenizer, texts, None, SEQ)
+    for name, value in features.items():  # the same rows as the Python path's, cut at the longest
+        np.testing.assert_array_equal(value.numpy(), expected[name][:, :length], err_msg=name)
+
+
+def test_served_logits_equal_the_trained_model_padded_to_max_seq_length(classifier):  # noqa: F811
+    model, tokenizer, path, _ = classifier
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    for texts in BATCHES:
+        logits = served(text=tf.constant(texts))["logits"].numpy()
+        np.testing.assert_allclose(logits, trained_logits(model, tokenizer, texts), atol=1e-5, rtol=0,
+                                   err_msg=repr(texts))
