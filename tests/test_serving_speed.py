@@ -2,6 +2,8 @@
 to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length` (≤ 1e-5), batch
 by batch whatever lengths a batch mixes."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -38,3 +40,25 @@ def test_served_logits_equal_the_trained_model_padded_to_max_seq_length(classifi
         logits = served(text=tf.constant(texts))["logits"].numpy()
         np.testing.assert_allclose(logits, trained_logits(model, tokenizer, texts), atol=1e-5, rtol=0,
                                    err_msg=repr(texts))
+
+
+def stored_values(path) -> int:
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    return sum(int(np.prod(shape)) for name, shape in reader.get_variable_to_shape_map().items()
+               if name != "_CHECKPOINTABLE_OBJECT_GRAPH")  # the object graph, not a weight
+
+
+def test_exports_store_each_weight_once(classifier):  # noqa: F811
+    """Loading restores every weight once (ExportArchive's `track(model)` stored each twice)."""
+    model, _, path, _ = classifier
+    assert stored_values(path) == sum(int(np.prod(w.shape)) for w in model.weights)
+
+
+def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811
+    """TF Serving's loader (a TF1 session) restores the variables the signature reads."""
+    model, tokenizer, path, _ = classifier
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta_graph.signature_def["serving_default"]
+        logits = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: TEXTS})
+    np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)

@@ -24,12 +24,11 @@ or `saved_model_cli run --dir exports/sst2 --tag_set serve --signature_def servi
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import graph_tokenizer, pad_to_longest, write_archive
+from electra_tf.serving.text import graph_tokenizer, pad_to_longest, serving_archive, write_archive
 
 
 def _keep_first(tokens, lengths):
@@ -88,11 +87,7 @@ def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: 
     directory renamed into place)."""
     server = ClassifierServer(serving_copy(model, max_seq_length), tokenizer, label_names, max_seq_length)
     text = tf.TensorSpec([None], tf.string, name="text")
-    # keras.export.ExportArchive tracks the variables the way TF Serving and saved_model_cli's
-    # TF1 session loader expect (a plain tf.saved_model.save of the module only loads in TF2).
-    archive = keras.export.ExportArchive()
-    archive.track(server.model)
-    archive.track(server.tokenizer)
+    archive = serving_archive(server.tokenizer)
     if two_texts:
         text_b = tf.TensorSpec([None], tf.string, name="text_b")
         archive.add_endpoint("serving_default", lambda text, text_b: server.predict(text, text_b), [text, text_b])

@@ -24,13 +24,12 @@ Load it with TensorFlow and tensorflow-text only, or print its entities with `py
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, serving_archive, write_archive
 
 INPUT_NAMES = ("text",)
 SEGMENT_ID_CHOICES = (0, 1)  # the segment id every token of a tagged sentence gets, fixed per model
@@ -217,8 +216,6 @@ def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, p
     renamed into place); `segment_id` is the one the model was trained with (no default, so an export cannot
     silently feed another)."""
     server = TaggingServer(serving_copy(model, max_seq_length), tokenizer, labels, scheme, max_seq_length, segment_id)
-    archive = keras.export.ExportArchive()
-    archive.track(server.model)
-    archive.track(server.tokenizer)
+    archive = serving_archive(server.tokenizer)
     archive.add_endpoint("serving_default", server.tag, [tf.TensorSpec([None], tf.string, name="text")])
     return write_archive(archive, path)

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 
+import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 (registers the ops a loaded SavedModel runs)
@@ -80,6 +81,19 @@ def pad_to_longest(ids, segment_ids, pad_id: int) -> dict:
 # Serving computes no gradient: the functions of the model's custom gradients (which TensorFlow saves by
 # default) stay out of the SavedModel.
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
+def serving_archive(tokenizer: GraphTokenizer):
+    """The `keras.export.ExportArchive` an export adds its endpoint to; it tracks the tokeniser's op (its vocabulary
+    or model proto) and, once the endpoint is added, the variables the endpoint reads.
+
+    ExportArchive stores the variables the way TF Serving's and saved_model_cli's TF1 session loader expect (a plain
+    `tf.saved_model.save` of the module loads in TF2 only). The model itself is not `track`ed: that would store
+    each weight a second time, as its Keras variable beside the captured `tf.Variable` (twice the bytes to
+    restore at load)."""
+    archive = keras.export.ExportArchive()
+    archive.track(tokenizer)
+    return archive
 
 
 def write_archive(archive, path: str) -> str:
