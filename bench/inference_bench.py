@@ -41,7 +41,10 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SYSTEMS = ("ours", "hf", "ort")
+SYSTEMS = ("ours", "ours_before", "hf", "ort")
+# `ours_before`: an export by an earlier commit, copied to WORKDIR/serving_before by hand (`--stage=export_ours`
+# at that commit, the directory renamed); the results name the commit.
+SERVING_DIRS = {"ours": "serving", "ours_before": "serving_before"}
 DEFAULT_SST2 = os.path.join(ROOT, "..", "shared", "data", "glue", "SST-2", "dev.tsv")
 DEFAULT_VOCAB = os.path.join(ROOT, "..", "shared", "data", "vocab", "en_uncased", "vocab.txt")
 MAX_SEQ_LENGTH = 128
@@ -147,12 +150,12 @@ def export_onnx(workdir: str) -> None:
 
 def load_system(system: str, workdir: str):
     """A function: list of sentences → logits `[n, labels]` (NumPy), with its libraries imported."""
-    if system == "ours":
+    if system in SERVING_DIRS:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401 (registers the tokenizer ops)
 
         def load():
-            signature = tf.saved_model.load(os.path.join(workdir, "serving")).signatures["serving_default"]
+            signature = tf.saved_model.load(os.path.join(workdir, SERVING_DIRS[system])).signatures["serving_default"]
             return lambda texts: signature(text=tf.constant(texts))["logits"].numpy()
         return load
     from transformers import AutoTokenizer
@@ -240,7 +243,7 @@ def summarise(rounds: list[list[dict]], systems) -> dict:
                    for i, a in enumerate(systems) for b in systems[i + 1:]}
     summary = {"systems": rows, "max_abs_logit_difference": differences,
                "compared_inputs": int(len(logits[systems[0]]))}
-    if {"ours", "ort", "hf"} <= set(systems):
+    if {"ours", "ort", "hf"} <= set(systems):  # the issue's goal and acceptance, as ratios
         summary["ratios"] = {
             "ours_over_ort_batch1_median": round(rows["ours"]["batch1_median_ms"]["median"]
                                                  / rows["ort"]["batch1_median_ms"]["median"], 2),
@@ -264,7 +267,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stage", choices=("prepare", "export_ours", "run", "worker"), required=True)
     parser.add_argument("--workdir", required=True, help="where prepare writes the three models")
     parser.add_argument("--system", choices=SYSTEMS, help="worker only")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="run: which systems, comma-separated")
+    parser.add_argument("--systems", default="ours,hf,ort", help="run: which systems, comma-separated")
+    parser.add_argument("--before", default="", help="run: what `ours_before` is (e.g. its commit), recorded")
     parser.add_argument("--vocab_file", default=DEFAULT_VOCAB)
     parser.add_argument("--sst2_dev", default=DEFAULT_SST2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -298,7 +302,8 @@ def main(argv=None) -> int:
     record = {"command": command, "commit": commit(), "date": datetime.date.today().isoformat(),
               "machine": cpu_name(), "model": "ELECTRA-Small, randomly initialised (seed 7), 2 labels",
               "data": f"SST-2 dev, {len(sentences)} sentences", "rounds": args.rounds, "requests": args.requests,
-              "max_seq_length": MAX_SEQ_LENGTH, **summary}
+              "max_seq_length": MAX_SEQ_LENGTH, **({"ours_before": args.before} if args.before else {}),
+              **summary}
     print(json.dumps({k: v for k, v in record.items()}, indent=1))
     if args.out:
         tmp = args.out + ".tmp"

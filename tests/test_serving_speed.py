@@ -7,9 +7,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from electra_tf.finetuning.encoding import encode_pairs
-from test_serving_portable import SEQ, classifier  # noqa: F401 (the module-scoped export fixture)
+from electra_tf.serving.text import python_whitespace
+from test_serving_portable import SEQ, TAGGING_TEXTS, classifier, tagger  # noqa: F401 (module-scoped exports)
 
 # Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
 TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
@@ -62,3 +64,23 @@ def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa:
         signature = meta_graph.signature_def["serving_default"]
         logits = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: TEXTS})
     np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+
+
+def padded_to(features, length):
+    return {name: np.pad(value.numpy(), [[0, 0], [0, length - value.shape[1]]]) for name, value in features.items()}
+
+
+@pytest.mark.parametrize("texts", [TAGGING_TEXTS, TAGGING_TEXTS + [" ".join(["paris"] * (SEQ + 8))]])
+def test_tagger_windows_are_padded_to_the_longest_with_the_outputs_of_max_seq_length(tagger, texts):  # noqa: F811
+    model, tokenizer, task, _, server_class = tagger
+    server = server_class(model, tokenizer, task.labels, task.scheme, SEQ, task.segment_id)
+    words, _, _ = tf_text.regex_split_with_offsets(tf.constant(texts), python_whitespace(), "")
+    is_first = tf.ragged.range(words.row_lengths()).flat_values == 0
+    features, _, _ = server.window_features(words.flat_values, is_first)
+    width = int(tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1)))
+    assert features["input_ids"].shape[1] == width  # the longest window's [CLS] pieces [SEP]
+    if len(texts) == len(TAGGING_TEXTS):
+        assert width < SEQ
+    logits = model(features, training=False)["logits"].numpy()
+    full = model(padded_to(features, SEQ), training=False)["logits"].numpy()  # pad_id and the mask are 0
+    np.testing.assert_allclose(logits, full[:, :width], atol=1e-5, rtol=0)

@@ -147,9 +147,11 @@ class TaggingServer(tf.Module):
 
     def _features(self, pieces, counts, window, position):
         """`[CLS] pieces [SEP]` rows of every window, the trained segment id on every real token; one
-        `[CLS] [SEP]` row where the batch has no word, so the model always sees a batch."""
+        `[CLS] [SEP]` row where the batch has no word, so the model always sees a batch. Rows are padded to the
+        longest window of the batch, not to max_seq_length (as `serving.text.pad_to_longest`)."""
         num_windows = tf.maximum(tf.reduce_max(tf.concat([[-1], window], 0)) + 1, 1)
         length = tf.math.unsorted_segment_sum(counts, window, num_windows)
+        width = tf.reduce_max(length) + 2
         rows = tf.range(num_windows)
         piece_rows = tf.repeat(window, counts)
         piece_cols = tf.repeat(position, counts) + tf.ragged.range(counts).flat_values
@@ -157,9 +159,8 @@ class TaggingServer(tf.Module):
                              tf.stack([piece_rows, piece_cols], 1)], 0)
         values = tf.concat([tf.fill([num_windows], self.cls_id), tf.fill([num_windows], self.sep_id),
                             pieces.flat_values], 0)
-        shape = tf.stack([num_windows, tf.constant(self.max_seq_length, tf.int64)])
-        ids = tf.tensor_scatter_nd_update(tf.fill(shape, self.pad_id), indices, values)
-        mask = tf.cast(tf.range(self.max_seq_length, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
+        ids = tf.tensor_scatter_nd_update(tf.fill(tf.stack([num_windows, width]), self.pad_id), indices, values)
+        mask = tf.cast(tf.range(width, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
         return {"input_ids": ids, "input_mask": mask, "segment_ids": mask * self.segment_id}
 
     # ---- outputs --------------------------------------------------------------------------------
