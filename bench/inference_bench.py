@@ -33,6 +33,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -297,14 +298,14 @@ def main(argv=None) -> int:
                                              f"{r['batch32_sentences_per_s']:.0f} s/s" for r in rounds[-1]),
               flush=True)
     summary = summarise(rounds, systems)
-    command = "python -m bench.inference_bench " + " ".join(a for a in (argv or sys.argv[1:])
-                                                            if not a.startswith("--out"))
+    command = "python -m bench.inference_bench " + shlex.join(a for a in (argv or sys.argv[1:])
+                                                              if not a.startswith("--out"))
     record = {"command": command, "commit": commit(), "date": datetime.date.today().isoformat(),
               "machine": cpu_name(), "model": "ELECTRA-Small, randomly initialised (seed 7), 2 labels",
               "data": f"SST-2 dev, {len(sentences)} sentences", "rounds": args.rounds, "requests": args.requests,
               "max_seq_length": MAX_SEQ_LENGTH, **({"ours_before": args.before} if args.before else {}),
               **summary}
-    print(json.dumps({k: v for k, v in record.items()}, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "systems"}, indent=1))
     if args.out:
         tmp = args.out + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -452,6 +452,8 @@ def inference_bench(ctx: Context) -> str:
             f"each system in a process of its own, medians [range over the rounds]. Batch 1: {data['requests']} "
             "requests of one sentence; batch 32: every sentence in batches of 32.")
     before = f" Before: {data['ours_before']}." if "ours_before" in data else ""
+    before += f" Ours: {data['ours_export']}." if "ours_export" in data else ""
+    before += f" Note: {data['note']}." if "note" in data else ""
     differences = ", ".join(f"{pair} {value:.1e}" for pair, value in data["max_abs_logit_difference"].items())
     r = data["ratios"]
     ours = data["systems"]["ours"]
