@@ -18,6 +18,8 @@ weights, so all three compute the same logits (the benchmark reports the largest
     python -m bench.inference_bench --stage=run --workdir=/tmp/inference_bench --rounds=3 \\
         --out=bench/results/inference-sst2-small.json
 
+`--systems=ours,ours_before,hf,ort --before="commit …"` adds an export of an earlier commit (see `SERVING_DIRS`).
+
 Each (round, system) is a fresh process (`--stage=worker`), the systems rotated within each round. A worker
 times: loading (after the imports) and the first request; batch 1 (`--requests` single sentences, the SST-2
 dev sentences in order, median and p90); batch 32 (all dev sentences in batches of 32, sentences/s); and
@@ -55,8 +57,11 @@ BATCH = 32
 
 
 def read_sentences(path: str) -> list[str]:
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except OSError as e:
+        raise SystemExit(f"--sst2_dev: cannot read {path} ({e.strerror}); it is GLUE's SST-2/dev.tsv") from None
     if not rows or rows[0][:1] != ["sentence"]:
         raise SystemExit(f"--sst2_dev: {path} is not SST-2's dev.tsv (expected a 'sentence' header)")
     return [row[0] for row in rows[1:]]
