@@ -4,7 +4,7 @@
 SavedModel whose `serving_default` signature takes raw strings, `text` (and `text_b` for
 sentence-pair tasks), tokenises them in the graph and returns
 
-* `probabilities` `[batch, num_labels]` and `label` (the label name, a string) and `label_id`
+* `logits` and `probabilities` `[batch, num_labels]` and `label` (the label name, a string) and `label_id`
   for classification;
 * `score` `[batch]` for regression (STS-B).
 
@@ -24,12 +24,11 @@ or `saved_model_cli run --dir exports/sst2 --tag_set serve --signature_def servi
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import graph_tokenizer, write_archive
+from electra_tf.serving.text import graph_tokenizer, pad_to_longest, serving_archive, write_archive
 
 
 def _keep_first(tokens, lengths):
@@ -71,10 +70,7 @@ class ClassifierServer(tf.Module):
         budget = self.max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
         segments = truncate_longest_first(segments, budget)
         ids, segment_ids = tf_text.combine_segments(segments, self.cls_id, self.sep_id)
-        input_ids, input_mask = tf_text.pad_model_inputs(ids, self.max_seq_length, pad_value=self.pad_id)
-        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, self.max_seq_length, pad_value=0)
-        return {"input_ids": tf.cast(input_ids, tf.int32), "input_mask": tf.cast(input_mask, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32)}
+        return pad_to_longest(ids, segment_ids, self.pad_id)
 
     def predict(self, texts_a, texts_b=None):
         outputs = self.model(self.encode(texts_a, texts_b), training=False)
@@ -82,7 +78,7 @@ class ClassifierServer(tf.Module):
             return {"score": outputs["predictions"]}
         probabilities = tf.nn.softmax(outputs["logits"], axis=-1)
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"probabilities": probabilities, "label_id": label_id,
+        return {"logits": outputs["logits"], "probabilities": probabilities, "label_id": label_id,
                 "label": tf.gather(self.label_names, label_id)}
 
 
@@ -91,11 +87,7 @@ def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: 
     directory renamed into place)."""
     server = ClassifierServer(serving_copy(model, max_seq_length), tokenizer, label_names, max_seq_length)
     text = tf.TensorSpec([None], tf.string, name="text")
-    # keras.export.ExportArchive tracks the variables the way TF Serving and saved_model_cli's
-    # TF1 session loader expect (a plain tf.saved_model.save of the module only loads in TF2).
-    archive = keras.export.ExportArchive()
-    archive.track(server.model)
-    archive.track(server.tokenizer)
+    archive = serving_archive(server.tokenizer)
     if two_texts:
         text_b = tf.TensorSpec([None], tf.string, name="text_b")
         archive.add_endpoint("serving_default", lambda text, text_b: server.predict(text, text_b), [text, text_b])

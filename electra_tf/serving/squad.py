@@ -28,13 +28,12 @@ from __future__ import annotations
 import dataclasses
 import unicodedata
 
-import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import char_offsets, graph_tokenizer, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, serving_archive, write_archive
 from electra_tf.text import tokenization
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -371,9 +370,7 @@ def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) ->
     server = SquadServer(serving_copy(model, settings.max_seq_length), tokenizer, settings)
     question = tf.TensorSpec([None], tf.string, name="question")
     context = tf.TensorSpec([None], tf.string, name="context")
-    archive = keras.export.ExportArchive()
-    archive.track(server.model)
-    archive.track(server.tokenizer)
+    archive = serving_archive(server.tokenizer)
     archive.add_endpoint("serving_default", lambda question, context: server.answer(question, context),
                          [question, context])
     return write_archive(archive, path)

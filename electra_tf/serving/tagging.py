@@ -24,14 +24,13 @@ Load it with TensorFlow and tensorflow-text only, or print its entities with `py
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.tagging import SEGMENT_ID_CHOICES
 from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, write_archive
+from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, serving_archive, write_archive
 
 INPUT_NAMES = ("text",)
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
@@ -148,9 +147,11 @@ class TaggingServer(tf.Module):
 
     def _features(self, pieces, counts, window, position):
         """`[CLS] pieces [SEP]` rows of every window, the trained segment id on every real token; one
-        `[CLS] [SEP]` row where the batch has no word, so the model always sees a batch."""
+        `[CLS] [SEP]` row where the batch has no word, so the model always sees a batch. Rows are padded to the
+        longest window of the batch, not to max_seq_length (as `serving.text.pad_to_longest`)."""
         num_windows = tf.maximum(tf.reduce_max(tf.concat([[-1], window], 0)) + 1, 1)
         length = tf.math.unsorted_segment_sum(counts, window, num_windows)
+        width = tf.reduce_max(length) + 2
         rows = tf.range(num_windows)
         piece_rows = tf.repeat(window, counts)
         piece_cols = tf.repeat(position, counts) + tf.ragged.range(counts).flat_values
@@ -158,9 +159,8 @@ class TaggingServer(tf.Module):
                              tf.stack([piece_rows, piece_cols], 1)], 0)
         values = tf.concat([tf.fill([num_windows], self.cls_id), tf.fill([num_windows], self.sep_id),
                             pieces.flat_values], 0)
-        shape = tf.stack([num_windows, tf.constant(self.max_seq_length, tf.int64)])
-        ids = tf.tensor_scatter_nd_update(tf.fill(shape, self.pad_id), indices, values)
-        mask = tf.cast(tf.range(self.max_seq_length, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
+        ids = tf.tensor_scatter_nd_update(tf.fill(tf.stack([num_windows, width]), self.pad_id), indices, values)
+        mask = tf.cast(tf.range(width, dtype=tf.int64)[None, :] <= (length + 1)[:, None], tf.int32)
         return {"input_ids": ids, "input_mask": mask, "segment_ids": mask * self.segment_id}
 
     # ---- outputs --------------------------------------------------------------------------------
@@ -217,8 +217,6 @@ def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, p
     renamed into place); `segment_id` is the one the model was trained with (no default, so an export cannot
     silently feed another)."""
     server = TaggingServer(serving_copy(model, max_seq_length), tokenizer, labels, scheme, max_seq_length, segment_id)
-    archive = keras.export.ExportArchive()
-    archive.track(server.model)
-    archive.track(server.tokenizer)
+    archive = serving_archive(server.tokenizer)
     archive.add_endpoint("serving_default", server.tag, [tf.TensorSpec([None], tf.string, name="text")])
     return write_archive(archive, path)

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 
+import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 (registers the ops a loaded SavedModel runs)
@@ -65,9 +66,34 @@ def char_offsets(texts, byte_offsets):
     return tf.searchsorted(char_bytes, byte_offsets.to_tensor(0), side="left", out_type=tf.int64)
 
 
+def pad_to_longest(ids, segment_ids, pad_id: int) -> dict:
+    """The model's inputs of ragged `[batch, tokens]` rows, padded to the batch's longest row (int32).
+
+    Not to `max_seq_length`: a request computes on its own length, as attention and the feed-forward cost grow
+    with the padded length (SST-2's sentences average ~25 tokens of 128). The outputs at the real positions do
+    not depend on the padding, which the mask hides from every key, so they equal the model's on any longer
+    padding (to float rounding; `tests/test_serving_speed.py` holds them to 1e-5)."""
+    return {"input_ids": tf.cast(ids.to_tensor(pad_id), tf.int32),
+            "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0), tf.int32),
+            "segment_ids": tf.cast(segment_ids.to_tensor(0), tf.int32)}
+
+
 # Serving computes no gradient: the functions of the model's custom gradients (which TensorFlow saves by
 # default) stay out of the SavedModel.
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
+def serving_archive(tokenizer: GraphTokenizer):
+    """The `keras.export.ExportArchive` an export adds its endpoint to; it tracks the tokeniser's op (its vocabulary
+    or model proto) and, once the endpoint is added, the variables the endpoint reads.
+
+    ExportArchive stores the variables the way TF Serving's and saved_model_cli's TF1 session loader expect (a plain
+    `tf.saved_model.save` of the module loads in TF2 only). The model itself is not `track`ed: that would store
+    each weight a second time, as its Keras variable beside the captured `tf.Variable` (twice the bytes to
+    restore at load)."""
+    archive = keras.export.ExportArchive()
+    archive.track(tokenizer)
+    return archive
 
 
 def write_archive(archive, path: str) -> str:

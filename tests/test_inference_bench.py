@@ -1,0 +1,57 @@
+"""bench/inference_bench.py's summary (medians, ranges, the ratios, the logit differences) and its docs table."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench import inference_bench
+from tools import render_docs
+
+
+def worker_result(system, batch1_ms, per_s, logits, load=1.0, first=0.5):
+    return {"system": system, "import_s": 2.0, "load_s": load, "first_request_s": first,
+            "batch1_median_ms": batch1_ms, "batch1_p90_ms": 2 * batch1_ms, "batch32_sentences_per_s": per_s,
+            "logits": logits}
+
+
+def tiny_rounds():
+    logits = np.array([[0.5, -1.0], [2.0, 0.25]])
+    return [[worker_result("ours", 10.0, 100.0, logits.tolist()),
+             worker_result("hf", 20.0, 80.0, (logits + [[0.0, 1e-3], [0.0, 0.0]]).tolist()),
+             worker_result("ort", 8.0, 120.0, (logits - 2e-3).tolist())],
+            [worker_result("hf", 30.0, 60.0, logits.tolist()), worker_result("ort", 6.0, 100.0, logits.tolist()),
+             worker_result("ours", 14.0, 110.0, logits.tolist(), load=3.0)]]
+
+
+def test_the_summary_takes_medians_over_rounds_and_compares_the_first_round_logits():
+    summary = inference_bench.summarise(tiny_rounds(), ["ours", "hf", "ort"])
+    ours = summary["systems"]["ours"]
+    assert ours["batch1_median_ms"] == {"median": 12.0, "min": 10.0, "max": 14.0, "runs": [10.0, 14.0]}
+    assert ours["load_s"]["median"] == 2.0
+    assert summary["ratios"] == {"ours_over_ort_batch1_median": round(12.0 / 7.0, 2),
+                                 "ours_over_ort_batch32_throughput": round(105.0 / 110.0, 2),
+                                 "ours_over_hf_batch32_throughput": round(105.0 / 70.0, 2)}
+    differences = summary["max_abs_logit_difference"]
+    np.testing.assert_allclose([differences["ours vs hf"], differences["ours vs ort"], differences["hf vs ort"]],
+                               [1e-3, 2e-3, 3e-3])
+    assert summary["compared_inputs"] == 2
+
+
+def test_the_docs_table_is_rendered_from_the_results(tmp_path):
+    record = {"command": "python -m bench.inference_bench --stage=run", "commit": "abc1234", "date": "2026-01-02",
+              "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small", "data": "SST-2 dev, 2 sentences",
+              "rounds": 2, "requests": 200, "ours_before": "commit 0000000",
+              **inference_bench.summarise(tiny_rounds(), ["ours", "hf", "ort"])}
+    path = tmp_path / render_docs.INFERENCE_RESULTS
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    page = "<!-- begin generated: inference_bench -->\n<!-- end generated: inference_bench -->\n"
+    out = render_docs.render_page(page, Path("docs/performance.md"), tmp_path)
+    assert "| our serving SavedModel | 12.0 [10.0–14.0] | 24.0 | 105.0 [100.0–110.0] | 2.00 s | 0.500 s |" in out
+    assert "| ONNX Runtime, HF fast tokenizer | 7.0 [6.0–8.0] |" in out
+    text = " ".join(out.split())
+    assert "[`bench/results/inference-sst2-small.json`](../bench/results/inference-sst2-small.json)" in text
+    assert "batch-1 median: 1.71 (goal ≤ 1, acceptance ≤ 1.5)" in text
+    assert "load + first request: 2.50 s (acceptance ≤ 0.5 s)" in text
+    assert "ours vs hf 1.0e-03" in text and "Before: commit 0000000." in text

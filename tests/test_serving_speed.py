@@ -1,0 +1,86 @@
+"""Serving computes on each request's own length: the model's inputs are padded to the batch's longest row, not
+to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length` (≤ 1e-5), batch
+by batch whatever lengths a batch mixes."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from electra_tf.finetuning.encoding import encode_pairs
+from electra_tf.serving.text import python_whitespace
+from test_serving_portable import SEQ, TAGGING_TEXTS, classifier, tagger  # noqa: F401 (module-scoped exports)
+
+# Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
+TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
+BATCHES = [TEXTS[:1], TEXTS[:3], TEXTS[2:3], TEXTS, TEXTS[::-1]]
+
+
+def trained_logits(model, tokenizer, texts):
+    """What `run_finetuning` predicts: the trained model on inputs padded to max_seq_length."""
+    return model(encode_pairs(tokenizer, texts, None, SEQ), training=False)["logits"].numpy()
+
+
+@pytest.mark.parametrize("texts,length", [(TEXTS[:1], 4), (TEXTS[:3], 12), (TEXTS[2:3], 2), (TEXTS, SEQ)])
+def test_the_model_computes_on_the_batch_longest_row(classifier, texts, length):  # noqa: F811
+    model, tokenizer, _, server_class = classifier
+    server = server_class(model, tokenizer, ["neg", "neutral", "pos"], SEQ)
+    features = server.encode(tf.constant(texts))
+    assert {name: tuple(value.shape) for name, value in features.items()} == {
+        name: (len(texts), length) for name in ("input_ids", "input_mask", "segment_ids")}
+    expected = encode_pairs(tokenizer, texts, None, SEQ)
+    for name, value in features.items():  # the same rows as the Python path's, cut at the longest
+        np.testing.assert_array_equal(value.numpy(), expected[name][:, :length], err_msg=name)
+
+
+def test_served_logits_equal_the_trained_model_padded_to_max_seq_length(classifier):  # noqa: F811
+    model, tokenizer, path, _ = classifier
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    for texts in BATCHES:
+        logits = served(text=tf.constant(texts))["logits"].numpy()
+        np.testing.assert_allclose(logits, trained_logits(model, tokenizer, texts), atol=1e-5, rtol=0,
+                                   err_msg=repr(texts))
+
+
+def stored_values(path) -> int:
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    return sum(int(np.prod(shape)) for name, shape in reader.get_variable_to_shape_map().items()
+               if name != "_CHECKPOINTABLE_OBJECT_GRAPH")  # the object graph, not a weight
+
+
+def test_exports_store_each_weight_once(classifier):  # noqa: F811
+    """Loading restores every weight once (ExportArchive's `track(model)` stored each twice)."""
+    model, _, path, _ = classifier
+    assert stored_values(path) == sum(int(np.prod(w.shape)) for w in model.weights)
+
+
+def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811
+    """TF Serving's loader (a TF1 session) restores the variables the signature reads."""
+    model, tokenizer, path, _ = classifier
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta_graph.signature_def["serving_default"]
+        logits = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: TEXTS})
+    np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+
+
+def padded_to(features, length):
+    return {name: np.pad(value.numpy(), [[0, 0], [0, length - value.shape[1]]]) for name, value in features.items()}
+
+
+@pytest.mark.parametrize("texts", [TAGGING_TEXTS, TAGGING_TEXTS + [" ".join(["paris"] * (SEQ + 8))]])
+def test_tagger_windows_are_padded_to_the_longest_with_the_outputs_of_max_seq_length(tagger, texts):  # noqa: F811
+    model, tokenizer, task, _, server_class = tagger
+    server = server_class(model, tokenizer, task.labels, task.scheme, SEQ, task.segment_id)
+    words, _, _ = tf_text.regex_split_with_offsets(tf.constant(texts), python_whitespace(), "")
+    is_first = tf.ragged.range(words.row_lengths()).flat_values == 0
+    features, _, _ = server.window_features(words.flat_values, is_first)
+    width = int(tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1)))
+    assert features["input_ids"].shape[1] == width  # the longest window's [CLS] pieces [SEP]
+    if len(texts) == len(TAGGING_TEXTS):
+        assert width < SEQ
+    logits = model(features, training=False)["logits"].numpy()
+    full = model(padded_to(features, SEQ), training=False)["logits"].numpy()  # pad_id and the mask are 0
+    np.testing.assert_allclose(logits, full[:, :width], atol=1e-5, rtol=0)
