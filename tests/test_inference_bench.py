@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import inference_bench
-from tools import render_docs
+from tools import docs_renderers, render_docs
 
 
 def worker_result(system, batch1_ms, per_s, logits, load=1.0, first=0.5):
@@ -43,7 +43,7 @@ def test_the_docs_table_is_rendered_from_the_results(tmp_path):
               "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small", "data": "SST-2 dev, 2 sentences",
               "rounds": 2, "requests": 200, "ours_before": "commit 0000000",
               **inference_bench.summarise(tiny_rounds(), ["ours", "hf", "ort"])}
-    path = tmp_path / render_docs.INFERENCE_RESULTS
+    path = tmp_path / docs_renderers.INFERENCE_RESULTS
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(record), encoding="utf-8")
     page = "<!-- begin generated: inference_bench -->\n<!-- end generated: inference_bench -->\n"
