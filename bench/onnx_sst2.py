@@ -139,7 +139,7 @@ def parse_args(argv):
 
 def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from electra_tf.convert.finetuned import load_finetuned
+    from electra_tf.finetuning.finetuned_run import load_finetuned
     from electra_tf.convert.onnx_export import save_onnx
     from electra_tf.text.tokenizers import load_tokenizer
 

@@ -10,6 +10,7 @@ import pytest
 from electra_tf.config import get_config
 from electra_tf.convert import cli, finetuned
 from electra_tf.convert.errors import ConversionError
+from electra_tf.finetuning import finetuned_run
 from test_finetuning_run import VOCAB as RUN_VOCAB, _common, glue_dir, run_main, vocab_file  # noqa: F401
 
 onnx = pytest.importorskip("onnx", reason="pip install -r requirements-onnx.txt")
@@ -58,7 +59,7 @@ def _random_model(config, spec, seed):
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.model.encoder import ElectraEncoder
 
-    model = FinetuningModel(ElectraEncoder.from_config_object(config), finetuned.build_head(spec, config))
+    model = FinetuningModel(ElectraEncoder.from_config_object(config), finetuned_run.build_head(spec, config))
     model.build_all(16)
     rng = np.random.RandomState(seed)
     for variable in model.weights:
@@ -93,7 +94,7 @@ def test_onnx_runtime_equals_our_model(tmp_path, kind, hidden_act):
     assert cli.main(["--to=onnx", f"--input={run}", f"--output={tmp_path / 'onnx'}"]) == 0
     ids, mask, segments = batch()
     got = onnx_outputs(tmp_path / "onnx" / "model.onnx", ids, mask, segments)
-    expected = finetuned.load_finetuned(run).outputs(ids, mask, segments)
+    expected = finetuned_run.load_finetuned(run).outputs(ids, mask, segments)
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         assert got[name].shape == value.shape, name
@@ -113,7 +114,7 @@ def test_a_projection_free_encoder_and_one_sequence_length(tmp_path):
     ids = np.array([[2, 7, 8, 9, 3]], np.int64)
     ones, zeros = np.ones_like(ids), np.zeros_like(ids)
     got = onnx_outputs(tmp_path / "onnx" / "model.onnx", ids, ones, zeros)["logits"]
-    np.testing.assert_allclose(got, finetuned.load_finetuned(run).outputs(ids, ones, zeros)["logits"], atol=1e-4)
+    np.testing.assert_allclose(got, finetuned_run.load_finetuned(run).outputs(ids, ones, zeros)["logits"], atol=1e-4)
 
 
 def test_a_real_run_converts_with_its_labels_and_an_int8_copy(tmp_path, vocab_file, glue_dir):
@@ -126,7 +127,7 @@ def test_a_real_run_converts_with_its_labels_and_an_int8_copy(tmp_path, vocab_fi
     described = json.loads((out / "onnx_config.json").read_text())
     assert (described["task"], described["kind"], described["labels"]) == ("SST-2", "classifier", ["0", "1"])
     ids, mask, segments = batch(vocab=len(RUN_VOCAB), length=10)
-    expected = finetuned.load_finetuned(str(tmp_path / "out")).outputs(ids, mask, segments)["logits"]
+    expected = finetuned_run.load_finetuned(str(tmp_path / "out")).outputs(ids, mask, segments)["logits"]
     np.testing.assert_allclose(onnx_outputs(out / "model.onnx", ids, mask, segments)["logits"], expected, atol=1e-4)
     int8 = onnx_outputs(out / "model.int8.onnx", ids, mask, segments)["logits"]
     assert int8.shape == expected.shape and np.all(np.isfinite(int8))
@@ -144,7 +145,7 @@ def test_tagger_to_hf_equals_transformers(tmp_path):
     with torch.no_grad():
         got = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                     token_type_ids=torch.tensor(segments)).logits.numpy()
-    expected = finetuned.load_finetuned(run).outputs(ids, mask, segments)["logits"]
+    expected = finetuned_run.load_finetuned(run).outputs(ids, mask, segments)["logits"]
     np.testing.assert_allclose(got, expected, atol=1e-5)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert tokenizer("w3 w4")["input_ids"] == [2, 8, 9, 3]
@@ -168,7 +169,7 @@ def test_what_onnx_does_not_take_is_one_line(tmp_path, capsys):
     assert "converts --to=onnx or --to=hf, not --to=ours" in capsys.readouterr().err
     os.remove(os.path.join(run, finetuned.FINAL_WEIGHTS))
     with pytest.raises(ConversionError, match="not a fine-tuning run|no final.weights.h5"):
-        finetuned.load_finetuned(run)
+        finetuned_run.load_finetuned(run)
 
 
 def test_a_missing_onnx_package_names_the_requirements_file(tmp_path, monkeypatch, capsys):
@@ -187,13 +188,26 @@ def test_a_fine_tuning_run_is_detected_and_its_encoder_loads(tmp_path):
     run = write_run(tmp_path / "run", "tagger", config)
     assert api.detect_format(run) == "finetuned"
     assert api.read_config(run) == (config, {}) and api.checkpoint_vocab(run) == os.path.join(run, "vocab.txt")
-    encoder, _, _ = api.load_encoder(run)
+    encoder, _, vocab = finetuned_run.load_finetuned_encoder(run)
+    assert vocab == os.path.join(run, "vocab.txt")
     ids, mask, segments = batch()
-    model = finetuned.load_finetuned(run)
+    model = finetuned_run.load_finetuned(run)
     inputs = {"token_ids": ids, "padding_mask": mask, "segment_ids": segments}
     np.testing.assert_allclose(encoder(inputs), model.model.encoder(inputs), atol=1e-6)
     with pytest.raises(ConversionError, match="a fine-tuned model .* --init_checkpoint, convert it .* --to=onnx"):
         api.load_any(run)
+
+
+def test_convert_loads_no_fine_tuned_encoder_and_says_which_function_does(tmp_path):
+    """`electra_tf.convert` does not import fine-tuning (which imports it): `load_encoder` names the loader."""
+    from electra_tf.convert import api
+
+    run = write_run(tmp_path / "run", "classifier", tiny_config())
+    with pytest.raises(ConversionError) as raised:
+        api.load_encoder(run)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"{run} is a fine-tuning run")
+    assert "electra_tf.finetuning.finetuned_run.load_finetuned_encoder" in message
 
 
 @pytest.mark.data
@@ -211,7 +225,7 @@ def test_onnx_equals_our_model_on_the_sst2_dev_set(tmp_path, shared_data):
     config = get_config("tiny", vocab_size=len(tokens), num_layers=2, hidden_size=32, embedding_size=16, num_heads=4,
                         intermediate_size=48, max_position_embeddings=128, max_seq_length=128)
     run = write_run(tmp_path / "run", "classifier", config, seed=7)
-    model = finetuned.load_finetuned(run)
+    model = finetuned_run.load_finetuned(run)
     paths = save_onnx(model, str(tmp_path / "onnx"), str(vocab))
     features, labels = onnx_sst2.dev_features(load_tokenizer(str(vocab)), str(glue), 128)
     result = onnx_sst2.parity_and_accuracy(model, {"onnx_fp32": onnx_sst2.session(paths["model"], 2)}, features, labels)

@@ -73,3 +73,36 @@ def test_a_fine_tuning_run_as_init_checkpoint_exports_alone(tmp_path, vocab_file
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
     np.testing.assert_allclose(_serve(export, {"text": texts})["probabilities"], expected, atol=1e-5)
+
+
+def test_the_encoder_factory_starts_from_a_fine_tuning_runs_encoder(tmp_path):
+    """`--init_checkpoint=<a fine-tuning run>`: prepare routes it to `finetuned_run.load_finetuned_encoder` (convert's
+    `load_encoder` refuses it, as convert does not import fine-tuning), so the encoder is the run's, weight for weight."""
+    import json
+    import os
+
+    from electra_tf.config import get_config
+    from electra_tf.convert import finetuned
+    from electra_tf.finetuning import finetuned_run
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.prepare import ModelOptions, encoder_factory
+    from electra_tf.model.encoder import ElectraEncoder
+
+    config = get_config("tiny", vocab_size=40, num_layers=1, hidden_size=16, embedding_size=8, num_heads=2,
+                        intermediate_size=24, max_position_embeddings=16, max_seq_length=16)
+    spec = finetuned.HeadSpec("classifier", num_labels=2)
+    model = FinetuningModel(ElectraEncoder.from_config_object(config), finetuned_run.build_head(spec, config))
+    model.build_all(16)
+    rng = np.random.RandomState(0)
+    for variable in model.weights:
+        variable.assign(rng.normal(scale=0.2, size=variable.shape).astype("float32"))
+    model.save_weights(os.path.join(tmp_path, finetuned.FINAL_WEIGHTS))
+    record = {"task": "SST-2", "config": config.to_dict(), "options": {"max_seq_length": 16}, "vocab_file": None}
+    (tmp_path / finetuned.CONFIG_FILE).write_text(json.dumps(record))
+
+    encoder = encoder_factory(config, ModelOptions(init_checkpoint=str(tmp_path)))()
+    # The same architecture creates its variables in the same order (their paths differ in the encoder's name).
+    expected, got = model.encoder.weights, encoder.weights
+    assert [v.shape for v in got] == [v.shape for v in expected] and len(got) > 10
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=theirs.path)

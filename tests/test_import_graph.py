@@ -92,12 +92,25 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# A library package's command-line modules (`python -m electra_tf.convert`: its `__main__` and the `cli` it runs).
+COMMAND_MODULES = ("cli", "__main__")
+
+
 def package_of(module: str) -> str:
     """The unit whose ties the package-cycle check reads: a package of the library (`electra_tf.serving`) or a
-    module directly in it (`electra_tf.config`), `data_prep`, the experiments' library (`experiments.lib`), or an
-    experiment's module (each experiment is its own unit)."""
+    module directly in it (`electra_tf.config`), a package's command line (`electra_tf.convert.cli`,
+    `electra_tf.convert.__main__`), `data_prep`, the experiments' library (`experiments.lib`), or an experiment's
+    module (each experiment is its own unit).
+
+    A command is an application above the library packages (as `electra_tf.ask` and `electra_tf.tag` are, level 6):
+    `python -m electra_tf.convert` may hand a fine-tuned run to serving, which imports fine-tuning, which imports
+    convert's library. So the command is a unit of its own, not part of its package: its ties do not count as its
+    package's, while a library module of the package importing its command (or what the command imports) still
+    closes a cycle."""
     parts = module.split(".")
     if parts[0] == "electra_tf":
+        if len(parts) == 3 and parts[2] in COMMAND_MODULES:
+            return module
         return ".".join(parts[:2])
     if parts[0] == "experiments" and len(parts) > 2:
         return ".".join(parts[:2])
@@ -132,6 +145,25 @@ def test_the_package_graph_sees_a_tie_hidden_in_a_function():
     assert "experiments.efficiency_report" in imported_source(source, "experiments.efficiency_curve", modules)
 
 
+def test_a_command_is_a_unit_above_its_package():
+    """Convert's command may reach fine-tuning through serving; convert's library modules may not."""
+    commands = {"electra_tf.convert.cli": {"electra_tf.serving.convert_finetuned", "electra_tf.convert.api"},
+                "electra_tf.serving.convert_finetuned": {"electra_tf.finetuning.finetuned_run"},
+                "electra_tf.finetuning.finetuned_run": {"electra_tf.convert.finetuned"},
+                "electra_tf.convert.api": {"electra_tf.convert.finetuned"}, "electra_tf.convert.finetuned": set()}
+    assert package_of("electra_tf.convert.cli") == "electra_tf.convert.cli"
+    assert package_of("electra_tf.detect.__main__") == "electra_tf.detect.__main__"
+    assert package_of("electra_tf.convert.api") == "electra_tf.convert"
+    assert find_cycle(package_graph(commands)) is None
+    # ... but a library module of the package may not: nor may it import its own command back.
+    library_tie = {**commands, "electra_tf.convert.api": {"electra_tf.serving.convert_finetuned"}}
+    assert find_cycle(package_graph(library_tie)) == [
+        "electra_tf.convert", "electra_tf.serving", "electra_tf.finetuning", "electra_tf.convert"]
+    command_back = {**commands, "electra_tf.convert.api": {"electra_tf.convert.cli"}}
+    assert find_cycle(package_graph(command_back)) == [
+        "electra_tf.convert", "electra_tf.convert.cli", "electra_tf.convert"]
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -158,6 +190,8 @@ LEVELS = {
     "electra_tf.training": 3,  # loop, optimizer, distribution, pre-emption, input, run lock, the run itself
     "electra_tf.finetuning": 4,  # tasks, the fine-tuning run; never serving (run_finetuning.py hands it the export)
     "electra_tf.convert": 4,
+    "electra_tf.convert.cli": 6,  # the command: converts a fine-tuning run through serving (convert_finetuned)
+    "electra_tf.convert.__main__": 6,
     "electra_tf.detect": 4,
     "electra_tf.serving": 5,  # text-in SavedModels of fine-tuned models: imports fine-tuning's model, tasks, schemes
     "electra_tf.ask": 6,  # the commands over serving's exports
@@ -258,5 +292,6 @@ def test_serving_sits_above_finetuning_and_the_experiments_above_the_library():
 def test_the_level_checker_finds_an_upward_import():
     graph = {"electra_tf.config": {"electra_tf.training.pretraining"}, "electra_tf.training.pretraining": {"electra_tf.config"}}
     assert upward_imports(graph) == [("electra_tf.config", 1, "electra_tf.training.pretraining", 3)]
-    assert level_of("electra_tf.convert.cli") == 4 and level_of("electra_tf") == 0
+    assert level_of("electra_tf.convert.cli") == 6 and level_of("electra_tf.convert.api") == 4
+    assert level_of("electra_tf") == 0
     assert level_of("electra_tf.unknown") is None

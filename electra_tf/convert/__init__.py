@@ -12,8 +12,9 @@ Python API (CLI: `python -m electra_tf.convert --help`):
 * `initialize_pretrainer(model, path)` for continued pre-training from a foreign checkpoint;
 * `load_hf_checkpoint`, `load_official_checkpoint`, `load_ours` per format;
 * `save_hf`, `save_keras_hub_preset`, `save_ours` to write;
-* `load_finetuned(run_dir)` → a fine-tuned model of `run_finetuning.py --output_dir`, and
-  `save_onnx(model, out_dir, vocab_file)` to write it as ONNX (`requirements-onnx.txt`).
+* `save_onnx(model, out_dir, vocab_file)` to write a fine-tuned model as ONNX (`requirements-onnx.txt`); the
+  model comes from `electra_tf.finetuning.finetuned_run.load_finetuned(run_dir)` (a `run_finetuning.py
+  --output_dir`), as this package does not import fine-tuning (fine-tuning imports it).
 
 Every mismatch raises `ConversionError` (a `ValueError`) naming the file and
 listing the missing, unexpected or wrongly shaped variables.
@@ -38,7 +39,7 @@ _EXPORTS = {
     "save_keras_hub_preset": "keras_hub_preset",
     "load_official_checkpoint": "official",
     "load_ours": "ours", "save_ours": "ours",
-    "load_finetuned": "finetuned", "save_onnx": "onnx_export",
+    "save_onnx": "onnx_export",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,10 +2,12 @@
 
 * `detect_format(path)` → "ours" (an export directory), "hf", "official",
   "ours_checkpoint" (a TF2 training-run checkpoint of ours), "keras_hub" or "finetuned"
-  (a `run_finetuning.py --output_dir`: `finetuned.load_finetuned`);
+  (a `run_finetuning.py --output_dir`, read by `finetuned`; its model is rebuilt by
+  `electra_tf.finetuning.finetuned_run`, as this package does not import fine-tuning);
 * `load_any(path, config=None)` → `(ElectraConfig, ElectraPretrainer, vocab_file)`;
 * `load_encoder(path, config=None, name=...)` → `(ElectraEncoder, ElectraConfig,
-  vocab_file)`: the encoder to fine-tune;
+  vocab_file)`: the encoder to fine-tune (of a pre-training checkpoint: a fine-tuning run's is
+  `finetuning.finetuned_run.load_finetuned_encoder`);
 * `read_config(path)` → `(ElectraConfig, recorded finetune_* fields)` without
   building a model (exports and run directories of ours: their JSON; Hugging
   Face and official checkpoints: tensor shapes and config files);
@@ -33,6 +35,10 @@ from electra_tf.convert.errors import ConversionError
 from electra_tf.model.encoder import ElectraEncoder
 
 FORMATS = ("ours", "hf", "official", "ours_checkpoint", "keras_hub", "finetuned")
+# Rebuilding a fine-tuned model needs the fine-tuning package, which imports this one: it loads the run's encoder.
+FINETUNED_ENCODER = ("{path} is a fine-tuning run: load its encoder with "
+                     "electra_tf.finetuning.finetuned_run.load_finetuned_encoder (or run_finetuning.py "
+                     "--init_checkpoint={path})")
 
 
 def is_keras_hub_preset(path: str) -> bool:
@@ -107,12 +113,13 @@ def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "di
     from `config` are logged) and `config`'s training fields are kept. Hugging
     Face / official checkpoints: `strict` refuses a `config` of another
     architecture, listing the mismatched variables. `execution`: how the encoder computes (resolved
-    `ExecutionOptions`; default: the portable ones).
+    `ExecutionOptions`; default: the portable ones). A fine-tuning run is refused in one line naming
+    `electra_tf.finetuning.finetuned_run.load_finetuned_encoder`, which loads it.
     """
     if ours.is_export_dir(path):
         return ours.load_ours_encoder(path, config, name, execution)
     if finetuned.is_finetuning_run(path):
-        return finetuned.load_finetuned_encoder(path, name, execution)
+        raise ConversionError(FINETUNED_ENCODER.format(path=path))
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
     encoder = ElectraEncoder.from_config_object(config, "discriminator", name=name, execution=execution)
     encoder.build()

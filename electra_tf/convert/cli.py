@@ -16,6 +16,10 @@ and with `--quantize=int8` also model.int8.onnx (ONNX Runtime's dynamic quantiza
 requirements-onnx.txt. `--to=hf` writes ElectraForTokenClassification for a tagger; the other heads have no
 transformers class that computes them (see docs/conversion.md).
 
+The command is an application over the library packages (as `electra_tf.ask` and `electra_tf.tag` are): a
+fine-tuning run is converted by `electra_tf.serving.convert_finetuned`, which rebuilds its model with the
+fine-tuning package; the library modules of `electra_tf.convert` never import it.
+
 `--from` defaults to auto-detection. Hugging Face inputs are one model
 directory (add the generator's with `--generator_input`) or a directory with
 `discriminator/` and `generator/`; `--to=hf` writes that layout.
@@ -36,12 +40,13 @@ import sys
 
 from absl import logging
 
-from electra_tf.convert import api, finetuned_export, keras_model, onnx_export
+from electra_tf.convert import api, keras_model, onnx_export
 from electra_tf.convert.config_json import read_config_json
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import save_hf
 from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
 from electra_tf.convert.ours import save_ours
+from electra_tf.serving import convert_finetuned
 
 
 def parse_args(argv):
@@ -68,7 +73,7 @@ def convert(args) -> str:
     overrides = read_config_json(args.config_json) if args.config_json else None
     source = api.detect_format(args.input) if args.source == "auto" else args.source
     if source == "finetuned":
-        return finetuned_export.convert_finetuned(args)
+        return convert_finetuned.convert_finetuned(args)
     if args.target == "onnx":
         raise ConversionError(f"--to=onnx converts a fine-tuned model (a run_finetuning.py --output_dir); "
                               f"{args.input} is a {source} pre-training checkpoint: fine-tune it first")

@@ -1,16 +1,14 @@
-"""A fine-tuned model of ours, read back from its `run_finetuning.py --output_dir`, as plain arrays.
+"""A fine-tuned model of ours, its `run_finetuning.py --output_dir`, read as files (no model is built here).
 
 A fine-tuning run writes `finetune_config.json` (task, model config, options, vocabulary) and the weights
 `final.weights.h5` (and `best.weights.h5` with `--select_best_epoch`) into its `--output_dir`; with
-`--num_seeds > 1` each seed's weights are in `seed_N/`, which is then the path to give. `load_finetuned(path)`
-rebuilds the model from those files alone (no data set, no task files: the head's kind and shape are read from
-the weights file, the names of the labels from the task where it fixes them) and returns a `FinetunedModel`:
-
-* `kind`: "classifier" (sentence or pair classification: `logits` `[B, labels]`), "regression" (STS-B:
-  `predictions` `[B]`), "tagger" (`logits` `[B, L, labels]`) or "squad" (`SpanHead`'s outputs);
-* `model`: the Keras `FinetuningModel` in float32 with TensorFlow's standard ops, the weights loaded;
-* `encoder_weights()`: `{canonical name: array}` of the encoder (`names`, `[in, out]` kernels);
-* `head_weights()`: `{dense layer name: (kernel [in, out], bias)}` of the head.
+`--num_seeds > 1` each seed's weights are in `seed_N/`, which is then the path to give. This module reads those
+files: whether a folder is such a run (`is_finetuning_run`), its record (`read_record`), model config
+(`read_finetuned_config`) and vocabulary (`recorded_vocab`), its weights file (`weights_file`) and the head's
+kind and sizes (`read_head_spec` → `HeadSpec`), for `api.detect_format`, `api.read_config`,
+`api.checkpoint_vocab` and the ONNX graph. Rebuilding the Keras model needs the fine-tuning package's heads and
+tasks, which import this package: that half is `electra_tf.finetuning.finetuned_run` (`load_finetuned`,
+`load_finetuned_encoder`), and the command line's conversion of a run is `electra_tf.serving.convert_finetuned`.
 
 Example (from the repository root):
 
@@ -26,10 +24,8 @@ import os
 from typing import Optional
 
 import h5py
-import numpy as np
 
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import keras_model, names
 from electra_tf.convert.errors import ConversionError
 
 CONFIG_FILE = "finetune_config.json"  # written by `finetuning.runner.run_seeds`
@@ -101,83 +97,7 @@ def read_head_spec(weights_path: str) -> HeadSpec:
                                     if "answerable_hidden" in head else 0))
 
 
-def build_head(spec: HeadSpec, config: ElectraConfig):
-    """The Keras head of `spec`, named as the task's `build_head` names it."""
-    from electra_tf.finetuning.heads import ClassificationHead, SpanHead, TokenClassificationHead
-
-    if spec.kind in ("classifier", "regression"):
-        return ClassificationHead(spec.num_labels, dropout_rate=config.dropout_rate, name="classification_head")
-    if spec.kind == "tagger":
-        return TokenClassificationHead(spec.num_labels, name="tagging_head")
-    return SpanHead(answerable=spec.answerable, answerable_hidden_size=spec.answerable_hidden_size or 512,
-                    joint_prediction=spec.joint_prediction, beam_size=config.squad_beam_size,
-                    joint_hidden_size=spec.joint_hidden_size or 512, hidden_act=config.hidden_act, name="span_head")
-
-
-@dataclasses.dataclass
-class FinetunedModel:
-    """A fine-tuned model read back from its run folder (see the module docstring)."""
-
-    path: str
-    task: str
-    config: ElectraConfig
-    head: HeadSpec
-    model: object  # finetuning.model.FinetuningModel
-    vocab_file: Optional[str]
-    max_seq_length: int
-    labels: Optional[list] = None
-    segment_id: int = 0  # taggers: the token type id of every real token (`--tagging_segment_id`, default 1)
-
-    @property
-    def kind(self) -> str:
-        return self.head.kind
-
-    def encoder_weights(self) -> dict:
-        """`{canonical key: float32 array}` of the encoder (embeddings, projection, layers)."""
-        encoder = self.model.encoder
-        variables = {**keras_model.embedding_variables(encoder.embeddings),
-                     **keras_model.encoder_variables(encoder, "discriminator")}
-        shapes = names.expected_shapes(self.config, ("discriminator",))
-        return {key: np.asarray(variable.numpy(), np.float32).reshape(shapes[key])
-                for key, variable in variables.items()}
-
-    def head_weights(self) -> dict:
-        """`{dense layer name: (kernel [in, out], bias)}` of the head, float32."""
-        head = self.model.head
-        layers = {"logits": head.dense} if self.kind != "squad" else {
-            name: getattr(head, name) for name in ("start_logits", "end_logits", "joint_hidden", "answerable_hidden",
-                                                   "answerable_logit") if hasattr(head, name)}
-        return {name: (np.asarray(layer.kernel.numpy(), np.float32), np.asarray(layer.bias.numpy(), np.float32))
-                for name, layer in layers.items()}
-
-    def outputs(self, input_ids, attention_mask, token_type_ids) -> dict:
-        """The Keras model's outputs (NumPy) for a batch of ids: what the converted models must equal."""
-        batch = {"input_ids": np.asarray(input_ids, np.int32), "input_mask": np.asarray(attention_mask, np.int32),
-                 "segment_ids": np.asarray(token_type_ids, np.int32)}
-        return {key: np.asarray(value) for key, value in self.model(batch, training=False).items()}
-
-
-def _labels(task: str, path: str, spec: HeadSpec, run_dir: str) -> Optional[list]:
-    """The label names where the run or the task fixes them (tagging: the run's file; GLUE: the task)."""
-    if spec.kind == "tagger":
-        for directory in (path, run_dir):
-            saved = os.path.join(directory, TAGGING_LABELS)
-            if os.path.isfile(saved):
-                with open(saved, encoding="utf-8") as f:
-                    return list(json.load(f)["labels"])
-        return None
-    if spec.kind != "classifier":
-        return None
-    from electra_tf.finetuning.glue import GLUE_SPECS
-    from electra_tf.finetuning.registry import get_task
-
-    if task not in GLUE_SPECS:
-        return None  # text_classification: its labels come from its data files
-    labels = get_task(task).serving_labels()
-    return labels if labels and len(labels) == spec.num_labels else None
-
-
-def _read_record(path: str) -> tuple[str, dict]:
+def read_record(path: str) -> tuple[str, dict]:
     """(path of the run's finetune_config.json, its content)."""
     recorded = config_file(path)
     if not os.path.isdir(path) or recorded is None:
@@ -189,56 +109,12 @@ def _read_record(path: str) -> tuple[str, dict]:
 
 def read_finetuned_config(path: str) -> ElectraConfig:
     """The model config the fine-tuning run at `path` recorded."""
-    return ElectraConfig.from_dict(_read_record(path)[1]["config"])
+    return ElectraConfig.from_dict(read_record(path)[1]["config"])
 
 
 def recorded_vocab(path: str) -> Optional[str]:
     """The vocabulary file the fine-tuning run at `path` recorded, if it is still there."""
-    vocab_file = _read_record(path)[1].get("vocab_file")
+    vocab_file = read_record(path)[1].get("vocab_file")
     return vocab_file if vocab_file and os.path.isfile(vocab_file) else None
 
 
-def load_finetuned_encoder(path: str, name: str = "discriminator", execution=None):
-    """`(ElectraEncoder, ElectraConfig, vocab_file)`: the fine-tuned encoder of the run at `path` (`api.load_encoder`),
-    computing with `execution` (default: the portable options)."""
-    from electra_tf.model.encoder import ElectraEncoder
-
-    finetuned = load_finetuned(path)
-    encoder = ElectraEncoder.from_config_object(finetuned.config, "discriminator", name=name, execution=execution)
-    encoder.build()
-    variables = {**keras_model.embedding_variables(encoder.embeddings),
-                 **keras_model.encoder_variables(encoder, "discriminator")}
-    keras_model.assign_variables(variables, finetuned.encoder_weights())
-    return encoder, finetuned.config, finetuned.vocab_file
-
-
-def load_finetuned(path: str) -> FinetunedModel:
-    """The fine-tuned model of run folder `path` (an `--output_dir`, or one seed's `seed_N/` in it)."""
-    recorded, record = _read_record(path)
-    config = ElectraConfig.from_dict(record["config"])
-    options = record.get("options", {})
-    weights = weights_file(path, bool(options.get("select_best_epoch")))
-    spec = read_head_spec(weights)
-    model = _build_model(config, spec, weights)
-    vocab_file = record.get("vocab_file")
-    if vocab_file and not os.path.isfile(vocab_file):
-        vocab_file = None  # moved since: --vocab_file names it
-    return FinetunedModel(path=path, task=record.get("task", ""), config=config, head=spec, model=model,
-                          vocab_file=vocab_file, max_seq_length=int(options.get("max_seq_length") or 128),
-                          labels=_labels(record.get("task", ""), path, spec, os.path.dirname(recorded)),
-                          segment_id=int(record.get("task_settings", {}).get("tagging_segment_id", 0)))
-
-
-def _build_model(config: ElectraConfig, spec: HeadSpec, weights: str):
-    """`FinetuningModel` of `config` + the head of `spec` in float32 with the portable ops, `weights` loaded."""
-    from electra_tf.finetuning.model import FinetuningModel
-    from electra_tf.model.encoder import ElectraEncoder
-
-    encoder = ElectraEncoder.from_config_object(config, "discriminator", dtype="float32")
-    model = FinetuningModel(encoder, build_head(spec, config), dtype="float32")
-    model.build_all(min(config.max_position_embeddings, max(16, config.squad_beam_size)))
-    try:
-        model.load_weights(weights)
-    except ValueError as e:
-        raise ConversionError(f"{weights}: does not fit the model of {CONFIG_FILE} ({e})") from None
-    return model

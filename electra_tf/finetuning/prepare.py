@@ -136,9 +136,14 @@ def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = N
     call (per seed), computing with the run's resolved execution options."""
     if not options.init_checkpoint:
         return new_encoder_fn(config)
-    from electra_tf.convert import api
+    from electra_tf.convert import api, finetuned
 
     def build(execution=None):
+        if finetuned.is_finetuning_run(options.init_checkpoint):
+            # A fine-tuned model's encoder: rebuilt here, as convert does not import fine-tuning's heads.
+            from electra_tf.finetuning.finetuned_run import load_finetuned_encoder
+
+            return load_finetuned_encoder(options.init_checkpoint, execution=execution)[0]
         encoder, _, _ = api.load_encoder(options.init_checkpoint, config, vocab_file=options.vocab_file or vocab_file,
                                          strict=False, execution=execution)
         return encoder

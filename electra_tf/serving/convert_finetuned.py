@@ -1,5 +1,9 @@
 """`python -m electra_tf.convert --input=<a fine-tuning run>`: the fine-tuned model to ONNX or Hugging Face.
 
+The command line (`electra_tf.convert.cli`) hands a fine-tuning run here: rebuilding its model needs the
+fine-tuning package (`electra_tf.finetuning.finetuned_run`), which the convert package must not import (fine-tuning
+imports convert to load pre-trained checkpoints); serving sits above both.
+
 * `--to=onnx`: every head (`onnx_export.save_onnx`);
 * `--to=hf`: a tagger as `ElectraForTokenClassification` (`save_token_classification_hf`): Hugging Face's head
   is ours, dropout then one linear map of every position. The other heads are refused in one line, as no
@@ -24,7 +28,7 @@ from absl import logging
 
 from electra_tf.convert import hf, onnx_export, tensor_io, vocab
 from electra_tf.convert.errors import ConversionError
-from electra_tf.convert.finetuned import FinetunedModel, load_finetuned
+from electra_tf.finetuning.finetuned_run import FinetunedModel, load_finetuned
 
 _SEQUENCE = ("transformers has no class for this sentence classifier: ElectraForSequenceClassification computes "
              "dense → GELU → dense on [CLS], ours one dense layer (GELU is not linear: no weights make them equal); "
