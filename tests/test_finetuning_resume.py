@@ -73,8 +73,8 @@ def test_resumed_after_a_crash_equals_uninterrupted(tmp_path, vocab_file, glue_d
     run_main(_common(tmp_path, vocab_file, "clean") + args)
     save = checkpointing.TrainingCheckpoints.save
 
-    def crash_after_step_7(self, step):  # step 9's checkpoint is written, the evaluation at 10 is lost
-        save(self, step)
+    def crash_after_step_7(self, step, batches):  # step 9's checkpoint is written, the evaluation at 10 is lost
+        save(self, step, batches)
         if step >= 7:
             raise Crash()
 
@@ -169,3 +169,40 @@ def test_sigkill_at_a_random_step_then_rerun_gives_the_same_metrics(tmp_path, vo
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Resuming fine-tuning from" in resumed.stderr
     _assert_same_run(tmp_path / "clean", tmp_path / "killed")
+
+
+def test_fp16_resume_after_skipped_steps_reads_the_batches_the_uninterrupted_run_read(tmp_path, vocab_file, glue_dir,
+                                                                                      monkeypatch):
+    """Issue #55: fp16 fine-tuning saved `optimizer.iterations` as the step and a resume skipped that many
+    batches, so after loss-scale overflows (a skipped step reads a batch but applies nothing) the resumed run
+    read batches again. A huge initial loss scale forces skipped steps; the resumed run must equal the
+    uninterrupted one."""
+    import keras
+
+    class HugeInitialScale(keras.optimizers.LossScaleOptimizer):
+        def __init__(self, inner_optimizer, **kwargs):
+            super().__init__(inner_optimizer, initial_scale=2.0 ** 24)
+
+    monkeypatch.setattr(keras.optimizers, "LossScaleOptimizer", HugeInitialScale)
+    args = [f"--data_dir={glue_dir}", "--task=SST-2", "--max_train_steps=6", "--save_checkpoints_steps=2",
+            "--mixed_precision=fp16", "--learning_rate=3e-3"]
+    save = checkpointing.TrainingCheckpoints.save
+    saved = []
+
+    def crash_after_step_4(self, step, batches):
+        save(self, step, batches)
+        saved.append((step, self.progress.batches))
+        if step >= 4:
+            raise Crash()
+
+    try:
+        run_main(_common(tmp_path, vocab_file, "clean") + args)
+        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_4)
+        with pytest.raises(Crash):
+            run_main(_common(tmp_path, vocab_file, "crashed") + args)
+        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", save)
+        assert saved[-1][0] == 4 and saved[-1][1] > 4, saved  # overflowed steps read batches, applied nothing
+        run_main(_common(tmp_path, vocab_file, "crashed") + args)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    _assert_same_run(tmp_path / "clean", tmp_path / "crashed")

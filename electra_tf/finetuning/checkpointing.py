@@ -130,18 +130,25 @@ def remove_run_state(run_dir: str, names=RUN_FILES):
 
 
 class TrainProgress(tf.train.experimental.PythonState):
-    """The batches consumed (the data position; the optimizer's counter can lag behind under fp16
-    loss scaling) and the best-evaluation tracking, saved inside each checkpoint."""
+    """The run's two counts and the best-evaluation tracking, saved inside each checkpoint: `step`, the
+    optimizer steps applied (the schedule's position), and `batches`, the batches consumed (the data
+    position). They differ under fp16: a step the loss scale skips reads its batch and applies nothing.
+
+    Checkpoints written before the two were told apart hold only "step", which was both; a resume from one
+    says in one line that an fp16 run's data position could not be checked (`legacy`)."""
 
     def __init__(self, tracker):
-        self.step, self.tracker = 0, tracker
+        self.step, self.batches, self.tracker = 0, 0, tracker
+        self.legacy = False  # restored from a checkpoint without "batches"
 
     def serialize(self):
-        return json.dumps({"step": self.step, "tracker": self.tracker.state()})
+        return json.dumps({"step": self.step, "batches": self.batches, "tracker": self.tracker.state()})
 
     def deserialize(self, string_value):
         content = json.loads(string_value.numpy() if hasattr(string_value, "numpy") else string_value)
         self.step = content["step"]
+        self.legacy = "batches" not in content
+        self.batches = content.get("batches", self.step)
         self.tracker.load_state(content["tracker"])
 
 
@@ -156,7 +163,8 @@ class TrainingCheckpoints:
                                                   max_to_keep=max_to_keep)
 
     def restore(self) -> int:
-        """Restores the newest readable checkpoint (past truncated ones); returns its step (0: none)."""
+        """Restores the newest readable checkpoint (past truncated ones); returns the batches it had consumed
+        (0: none; its optimizer step is the optimizer's `iterations`, restored with it)."""
         for path in reversed(self.manager.checkpoints):
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -164,15 +172,21 @@ class TrainingCheckpoints:
                 logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
                                 path, type(e).__name__, str(e).splitlines()[0][:200])
                 continue
-            logging.info("Resuming fine-tuning from %s at step %d", path, self.progress.step)
-            return self.progress.step
+            logging.info("Resuming fine-tuning from %s at step %d, %d batches consumed", path, self.progress.step,
+                         self.progress.batches)
+            if self.progress.legacy:
+                logging.warning("Checkpoint %s was written before checkpoints recorded the batches consumed apart "
+                                "from the optimizer steps: resuming at batch %d, which is exact unless the run "
+                                "skipped fp16 (loss-scale overflow) steps", path, self.progress.batches)
+            return self.progress.batches
         if self.manager.checkpoints:
             raise ValueError(f"no checkpoint in {self.manager.directory} can be read; use "
                              "--overwrite_output_dir to start over")
         return 0
 
-    def save(self, step: int):
-        self.progress.step = step
+    def save(self, step: int, batches: int):
+        """A checkpoint at optimizer step `step` (its number) after `batches` batches consumed."""
+        self.progress.step, self.progress.batches = step, batches
         self.manager.save(checkpoint_number=step)
         # Test hook: a pause after each checkpoint, so a test can SIGKILL the run mid-way.
         pause = float(os.environ.get("ELECTRA_TEST_PAUSE_AFTER_CHECKPOINT", "0") or 0)
