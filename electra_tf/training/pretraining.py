@@ -224,6 +224,9 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
     own_input = workers > 1 and options.input_sharding == "file" and not options.data_service
+    if options.phase2_from and options.train_text:  # as run_pretraining.py's --phase2 needs --data_dir
+        raise ValueError("--phase2 reads phase 2's shards in --data_dir, not --train_text: build them with python -m "
+                         "data_prep.build_pretraining_dataset at phase 2's --max_seq_length")
     if options.data_service:
         check_service_options(options)
     # Decided once, before anything is built or written; every layer and loop below takes it as is.
