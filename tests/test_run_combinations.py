@@ -23,6 +23,7 @@ from data_prep_testutil import TINY_VOCAB, write_text, write_vocab
 from electra_tf.convert import save_ours
 from electra_tf.convert.keras_model import build_pretrainer
 from electra_tf.options import ExecutionOptions, TrainOptions
+from electra_tf.text.manifest import sha256_file
 from electra_tf.training import pretraining, restore, run_record
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 from test_evaluation import add_eval_shards
@@ -167,3 +168,180 @@ def test_combination(source, start, data, service, tmp_path):
                          ids=[f"{s}-{t}" for s, t in CELLS if (s, t) not in PAIRWISE])
 def test_combination_whole_product(source, start, data, service, tmp_path):
     run_cell(source, start, data, service, tmp_path)
+
+
+# The starts that were silent or ended in a traceback on f0b01fb ---------------------------------------------
+
+def other_vocabulary_of_the_same_size(path, size=64):
+    """A vocabulary of `size` tokens with the same special tokens and other words (what build_vocab makes for
+    another domain at the checkpoint's size)."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"word{i}" for i in range(size - 5)]
+    with open(path, "w") as f:
+        f.write("\n".join(tokens) + "\n")
+    return path
+
+
+def test_init_checkpoint_onto_data_of_another_vocabulary_of_the_same_size_is_refused_before_anything_is_written(
+        data, tmp_path):
+    """It trained silently: equal sizes returned early, every embedding row now meaning another token."""
+    other = str(tmp_path / "domain")
+    manifest = write_shards(other, num_examples=16, num_shards=1, seq_length=SEQ)
+    other_vocabulary_of_the_same_size(manifest["vocab_file"])
+    with open(os.path.join(other, "manifest.json")) as f:
+        values = json.load(f)
+    values["vocab_sha256"] = sha256_file(manifest["vocab_file"])
+    with open(os.path.join(other, "manifest.json"), "w") as f:
+        json.dump(values, f)
+    model_dir = str(tmp_path / "run")
+    with pytest.raises(ValueError) as refused:
+        train(config_for(64), model_dir, data_dir=other, init_checkpoint=data["exports"]["shards"], eval_batches=0)
+    message = str(refused.value)
+    assert "\n" not in message
+    export_vocab = os.path.join(data["exports"]["shards"], "vocab.txt")
+    for named in (manifest["vocab_file"], values["vocab_sha256"], export_vocab,
+                  sha256_file(export_vocab), "its line 6 is 'word0'"):
+        assert named in message, message
+    assert not os.path.exists(os.path.join(model_dir, "run_config.json"))
+
+
+def test_run_pretraining_train_text_with_init_checkpoint_trains_and_applies_the_vocabulary_rule(data, tmp_path):
+    """--train_text with --init_checkpoint called load_manifest(None): a TypeError traceback."""
+    def cli(model_dir, vocab_file):
+        return subprocess.run(
+            [sys.executable, os.path.join(ROOT, "run_pretraining.py"), f"--train_text={data['corpus']}",
+             f"--vocab_file={vocab_file}", f"--init_checkpoint={data['exports']['text']}",
+             f"--model_dir={model_dir}", f"--max_seq_length={SEQ}", "--train_batch_size=4", "--num_train_steps=1",
+             "--num_warmup_steps=0", "--eval_batches=0", "--shuffle_buffer=4"],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+    model_dir = str(tmp_path / "continued")
+    result = cli(model_dir, data["text_vocab"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert os.path.isdir(os.path.join(model_dir, "export"))
+    other = other_vocabulary_of_the_same_size(str(tmp_path / "other.txt"), len(TINY_VOCAB))
+    refused = cli(str(tmp_path / "refused"), other)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"run_pretraining.py: error: --train_text's --vocab_file {other}'s vocabulary {other} "
+                           "(sha256 "), last
+    assert "Traceback" not in refused.stderr and not os.path.exists(str(tmp_path / "refused"))
+
+
+def phase1_record(model_dir, config, vocab_sha256):
+    """A phase-1 run directory as a run writes it (its record and a checkpoint), on data of `vocab_sha256`."""
+    os.makedirs(model_dir)
+    values = dict(config.to_dict(), training={"seed": 0, "shuffle_buffer": 8, "input_sharding": "batch",
+                                              "mixed_precision": "float32", "vocab_sha256": vocab_sha256})
+    with open(os.path.join(model_dir, "run_config.json"), "w") as f:
+        json.dump(values, f)
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), os.path.join(model_dir, "checkpoints"),
+                               max_to_keep=1).save(checkpoint_number=2)
+
+
+def test_phase2_on_data_of_another_vocabulary_than_phase1s_is_refused_in_one_line(data, tmp_path):
+    config = config_for(64)
+    phase1 = str(tmp_path / "phase1")
+    phase1_record(phase1, config, "f" * 64)  # phase 1 trained on another vocabulary of the same size
+    with pytest.raises(ValueError) as refused:
+        train(config.replace(max_seq_length=64, train_batch_size=4), restore.phase2_dir(phase1),
+              data_dir=data["shards64"], phase2_from=phase1, eval_batches=0)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("--phase2's --data_dir vocabulary ") and f"phase 1's vocabulary ({phase1})" in message
+    assert "f" * 64 in message and "build its shards with phase 1's vocabulary" in message
+    assert not os.path.exists(restore.phase2_dir(phase1))
+
+
+def test_a_retry_of_a_start_that_died_before_any_checkpoint_may_change_the_recipe(data, tmp_path, monkeypatch,
+                                                                                  caplog):
+    """The recipe was written before the first step: a start that died before any checkpoint (out of memory, a
+    wrong path) left a record that refused the retry with another batch size."""
+    model_dir = str(tmp_path / "run")
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("simulated: the model does not fit")
+
+    monkeypatch.setattr(pretraining, "build_model", out_of_memory)
+    with pytest.raises(MemoryError):
+        train(config_for(64), model_dir, data_dir=data["shards"], eval_batches=0)
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING):
+        history = train(config_for(64, train_batch_size=4, num_train_steps=1), model_dir, data_dir=data["shards"],
+                        eval_batches=0)
+    assert [h["step"] for h in history] == [1]
+    assert (f"--model_dir {model_dir}: the record of an earlier start that wrote no checkpoint is replaced "
+            "(train_batch_size: 8 -> 4; num_train_steps: 2 -> 1)") in caplog.text
+    with open(os.path.join(model_dir, "run_config.json")) as f:
+        assert json.load(f)["train_batch_size"] == 4
+    with pytest.raises(ValueError, match=r"train_batch_size \(--train_batch_size\): 4 there vs 8 now"):
+        train(config_for(64, num_train_steps=1), model_dir, data_dir=data["shards"], eval_batches=0)  # after one
+
+
+def test_a_resume_with_other_sampling_or_dropout_masks_says_what_now_differs_in_one_line(data, tmp_path, caplog):
+    """A resume that changed --sampling or --dropout_masks (or ran where `auto` resolves otherwise) was accepted
+    with no word: the record held only the micro-batches."""
+    model_dir = str(tmp_path / "run")
+    train(config_for(64), model_dir, data_dir=data["shards"], eval_batches=0, stop_after_steps=1)
+    recorded = ExecutionOptions().resolve({"CPU"})
+    other = dict(sampling="gumbel" if recorded.sampling != "gumbel" else "inverse_cdf",
+                 dropout_masks="keras" if recorded.dropout_masks != "keras" else "16bit",
+                 kernels="reference")  # the XLA:CPU kernels need 16-bit masks
+    with caplog.at_level(logging.WARNING):
+        history = train(config_for(64), model_dir, data_dir=data["shards"], eval_batches=0,
+                        execution=ExecutionOptions(**other))
+    assert [h["step"] for h in history] == [2]
+    lines = [r.getMessage() for r in caplog.records if "resumes with other execution choices" in r.getMessage()]
+    assert len(lines) == 1, caplog.text
+    for name in ("sampling", "dropout_masks"):
+        assert f"{name}: {getattr(recorded, name)} there vs {other[name]} now" in lines[0]
+    assert "the random stream or arithmetic now differs from the uninterrupted run's" in lines[0]
+
+
+# One owner of the run record ---------------------------------------------------------------------------------
+
+OWNER = os.path.join("electra_tf", "training", "run_record.py")
+RECORD_NAMES = {"RUN_OPTIONS_KEY", "RUN_RECORD_KEY", "load_run_config", "EXECUTION_KEY", "DATA_KEY",
+                "LEGACY_EXECUTION_FILE"}
+RECORD_STRINGS = {"vocab_sha256", "execution.json"}
+# Modules that write or read a data *manifest's* vocab_sha256 (not a run record's): text_input synthesises
+# --train_text's manifest; the vocabulary rule reads any manifest.
+MANIFEST_WRITERS = {os.path.join("electra_tf", "training", "text_input.py")}
+
+
+def python_files():
+    for folder in ("electra_tf/training", "electra_tf/finetuning"):
+        for dirpath, _, names in os.walk(os.path.join(ROOT, folder)):
+            yield from (os.path.join(dirpath, n) for n in names if n.endswith(".py"))
+    yield from (os.path.join(ROOT, n) for n in os.listdir(ROOT) if n.startswith("run_") and n.endswith(".py"))
+
+
+def record_reads(path) -> list:
+    """Where `path` names the run record's keys or readers, or the recorded vocabulary digest."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    found = []
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in RECORD_NAMES:
+            found.append(f"{name} (line {node.lineno})")
+        if isinstance(node, ast.Attribute) and node.attr == "run_record" and getattr(node.value, "id", "") in (
+                "convert_api", "api"):  # convert.api's reader of a record's parts (not this module's name)
+            found.append(f"convert_api.run_record (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and any(alias.name in RECORD_NAMES for alias in node.names):
+            found.append(f"import (line {node.lineno})")
+        if isinstance(node, ast.Constant) and node.value in RECORD_STRINGS:
+            found.append(f"{node.value!r} (line {node.lineno})")
+    return found
+
+
+def test_only_the_owner_reads_the_recorded_recipe_and_vocabulary():
+    offenders = {}
+    for path in python_files():
+        relative = os.path.relpath(path, ROOT)
+        if relative == OWNER or relative in MANIFEST_WRITERS:
+            continue
+        found = record_reads(path)
+        if found:
+            offenders[relative] = found
+    assert offenders == {}, offenders
+    assert record_reads(os.path.join(ROOT, OWNER))  # the check sees what it looks for

@@ -234,8 +234,6 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     phase1 = None
     if options.phase2_from:  # checked before anything is written
         phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
-    if chief or own_input:
-        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     text = text_input.checked_source(options, config) if options.train_text else None
     if text is not None:
         manifest = text_input.synthesized_manifest(text)
@@ -250,6 +248,8 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
     check_data_against_start(options, manifest, text is not None)
+    if chief or own_input:  # the first thing written into model_dir: every check above is done
+        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     run_record.check_start(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
                            options=run_record.recipe_options(options, manifest),
                            data=run_record.data_identity(options, manifest),
