@@ -264,6 +264,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     hparams = parse_hparams(FLAGS.hparams)
     if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
         hparams = {"vocab_size": demo_vocab_size, **hparams}
+    elif data_dir and not FLAGS.phase2 and not FLAGS.init_checkpoint:  # (those take the vocabulary of their start)
+        hparams = {"vocab_size": data_vocab_size(data_dir, hparams), **hparams}
     flag_values = dict(num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
                        train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
                        max_seq_length=max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer)
@@ -321,6 +323,17 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     history = pretraining.train(config, options, strategy)
     if distribution.is_chief(strategy):
         summarize(history, model_dir)
+
+
+def data_vocab_size(data_dir, hparams) -> int:
+    """The model's vocab_size for --data_dir: its manifest's, unless --hparams sets one (a size that differs
+    from the data's is then refused in one line by the manifest check, before anything is written)."""
+    from electra_tf.text.manifest import load_manifest
+
+    size = load_manifest(data_dir)["vocab_size"]
+    if "vocab_size" not in hparams:
+        logging.info("vocab_size %d: from --data_dir %s's manifest.json (--hparams may set it)", size, data_dir)
+    return size
 
 
 def data_manifest(data_dir, config):

@@ -224,7 +224,8 @@ def test_run_pretraining_train_text_with_init_checkpoint_trains_and_applies_the_
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(f"run_pretraining.py: error: --train_text's --vocab_file {other}'s vocabulary {other} "
                            "(sha256 "), last
-    assert "Traceback" not in refused.stderr and not os.path.exists(str(tmp_path / "refused"))
+    assert "Traceback" not in refused.stderr
+    assert not os.path.exists(str(tmp_path / "refused" / "run_config.json"))  # (only run.lock: the lock comes first)
 
 
 def phase1_record(model_dir, config, vocab_sha256):
@@ -345,3 +346,32 @@ def test_only_the_owner_reads_the_recorded_recipe_and_vocabulary():
             offenders[relative] = found
     assert offenders == {}, offenders
     assert record_reads(os.path.join(ROOT, OWNER))  # the check sees what it looks for
+
+
+# Newcomer friction ---------------------------------------------------------------------------------------------
+
+def test_the_model_takes_the_vocabulary_size_of_the_datas_manifest_unless_hparams_sets_one(data, tmp_path):
+    """`--data_dir` with a 64-token vocabulary was refused until --hparams repeated the manifest's vocab_size."""
+    architecture = {k: v for k, v in config_for(64).to_dict().items() if k in (
+        "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "generator_hidden_size",
+        "generator_num_heads", "generator_intermediate_size", "generator_num_layers", "max_position_embeddings")}
+
+    def cli(model_dir, hparams):
+        return subprocess.run(
+            [sys.executable, os.path.join(ROOT, "run_pretraining.py"), "--model_size=tiny",
+             f"--data_dir={data['shards']}", f"--model_dir={model_dir}", f"--hparams={json.dumps(hparams)}",
+             f"--max_seq_length={SEQ}", "--train_batch_size=4", "--num_train_steps=1", "--num_warmup_steps=0",
+             "--eval_batches=0"],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+    model_dir = str(tmp_path / "run")
+    result = cli(model_dir, architecture)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"vocab_size 64: from --data_dir {data['shards']}'s manifest.json" in result.stderr
+    with open(os.path.join(model_dir, "run_config.json")) as f:
+        assert json.load(f)["vocab_size"] == 64
+    refused = cli(str(tmp_path / "refused"), dict(architecture, vocab_size=80))
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_pretraining.py: error: data in ") and "has vocab_size=64" in last, last
+    assert "expects vocab_size=80" in last and not os.path.exists(str(tmp_path / "refused" / "run_config.json"))
