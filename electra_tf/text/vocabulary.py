@@ -2,8 +2,9 @@
 
 Two vocabularies (a tokenizer file, a recorded sha256, or both) compare as
 
-- `SAME`: the same tokens in the same order (files whose bytes differ without changing a token, such as a final
-  newline, are the same vocabulary), or where a side has no file, the same sha256;
+- `SAME`: the same tokens in the same order (WordPiece files whose bytes differ without changing a token, such as
+  a final newline, are the same vocabulary), or where a side has no file or is a SentencePiece model, the same
+  sha256 (the recorded one where a side has it);
 - `EXTENSION`: the newer one keeps every old token at its id and appends tokens after them (what
   `python -m data_prep.extend_vocab` writes; WordPiece only, and only where the caller allows it);
 - otherwise refused: ValueError, one line naming both files and both digests and the first line that differs.
@@ -77,15 +78,16 @@ class Vocabulary:
 def check_vocabulary(old: Vocabulary, new: Vocabulary, allow_extension: bool = True, hint: str = "") -> str:
     """`SAME`, `EXTENSION` (only with `allow_extension`) or `UNCHECKED` for vocabulary `new` against `old` (see
     the module docstring); ValueError (one line naming both files and digests, then `hint`) otherwise."""
-    if old.on_disk and new.on_disk:
+    if old.on_disk and new.on_disk and not (is_sentencepiece(old.path) or is_sentencepiece(new.path)):
         return _compare_tokens(old, new, allow_extension, hint)
+    # A side not on disk, or a SentencePiece model (whose normaliser and scores decide the ids as much as its
+    # pieces): the digests decide.
     old_digest, new_digest = old.digest, new.digest
     if old_digest is None or new_digest is None:
         return UNCHECKED
     if old_digest == new_digest:
         return SAME
-    raise ValueError(_refusal(old, new, "another vocabulary (the digests differ; the tokens cannot be compared "
-                                        "where a file is not on disk)", hint))
+    raise ValueError(_refusal(old, new, "another vocabulary (the digests differ)", hint))
 
 
 def _compare_tokens(old: Vocabulary, new: Vocabulary, allow_extension: bool, hint: str) -> str:
