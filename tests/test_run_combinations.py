@@ -27,6 +27,7 @@ from electra_tf.text.manifest import sha256_file
 from electra_tf.training import pretraining, restore, run_record
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 from test_evaluation import add_eval_shards
+from test_finetuning_run import glue_dir, vocab_file  # noqa: F401 (fixtures)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, BATCH = 32, 8
@@ -169,6 +170,56 @@ def test_combination(source, start, data, service, tmp_path):
 def test_combination_whole_product(source, start, data, service, tmp_path):
     run_cell(source, start, data, service, tmp_path)
 
+
+
+# Fine-tuning: {fresh, resume} x {fp32, fp16}, evaluating on a dev set smaller than one evaluation batch ---------
+
+FINETUNING_CELLS = [(start, precision) for start in ("fresh", "resume") for precision in ("fp32", "fp16")]
+FINETUNING_PAIRWISE = [("fresh", "fp32"), ("resume", "fp16")]
+
+
+def run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
+    import keras
+
+    from electra_tf.finetuning import checkpointing
+    from test_finetuning_resume import Crash, _assert_same_run
+    from test_finetuning_run import _common, run_main
+
+    # SST-2: 40 training examples, batch 4; its dev set's 10 examples are fewer than one evaluation batch of 16.
+    args = [f"--data_dir={glue_dir}", "--task=SST-2", "--max_train_steps=4", "--save_checkpoints_steps=2",
+            f"--mixed_precision={precision}", "--eval_batch_size=16"]
+    try:
+        run_main(_common(tmp_path, vocab_file, "clean") + args)
+        if start == "resume":
+            save = checkpointing.TrainingCheckpoints.save
+
+            def crash_after_step_2(self, step, batches):
+                save(self, step, batches)
+                if step >= 2:
+                    raise Crash()
+
+            monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_2)
+            with pytest.raises(Crash):
+                run_main(_common(tmp_path, vocab_file, "resumed") + args)
+            monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", save)
+            run_main(_common(tmp_path, vocab_file, "resumed") + args)
+            _assert_same_run(tmp_path / "clean", tmp_path / "resumed")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    metrics = json.loads((tmp_path / "clean" / "metrics.json").read_text())
+    assert metrics["runs"][0]["train_steps"] == 4 and "accuracy" in metrics["median"]
+
+
+@pytest.mark.parametrize("start, precision", FINETUNING_PAIRWISE, ids=[f"{s}-{p}" for s, p in FINETUNING_PAIRWISE])
+def test_finetuning_combination(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
+    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start, precision", [c for c in FINETUNING_CELLS if c not in FINETUNING_PAIRWISE],
+                         ids=[f"{s}-{p}" for s, p in FINETUNING_CELLS if (s, p) not in FINETUNING_PAIRWISE])
+def test_finetuning_combination_whole_product(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
+    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch)
 
 # The starts that were silent or ended in a traceback on f0b01fb ---------------------------------------------
 
