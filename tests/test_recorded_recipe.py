@@ -251,3 +251,25 @@ def test_phase2_cli_without_hparams_keeps_phase1s_objective_options(tmp_path):
     config, _ = json.JSONDecoder().raw_decode(logged)
     assert (config["disallow_correct"], config["disc_weight"]) == (True, 30)
     assert (config["max_seq_length"], config["train_batch_size"], config["num_train_steps"]) == (64, 4, 3)
+
+
+def test_a_run_folder_with_execution_json_resumes_with_its_micro_batches_and_one_note(stopped_run, tmp_path, caplog):
+    """Folders written before the one record kept the micro-batches in execution.json: still read, and the
+    execution choices they did not record are named as unchecked, once, then recorded."""
+    old = read_run_config(stopped_run["path"])
+    del old["training"]["execution"]
+    model_dir = tmp_path / "old_run"
+    model_dir.mkdir()
+    (model_dir / "run_config.json").write_text(json.dumps(old))
+    (model_dir / run_record.LEGACY_EXECUTION_FILE).write_text(json.dumps({"gradient_accumulation_steps": 3}))
+    assert run_record.recorded_micro_batches(str(model_dir)) is None  # no checkpoint yet: a retry chooses again
+    fake_checkpoint(str(model_dir))
+    assert run_record.recorded_micro_batches(str(model_dir)) == 3
+    execution = dict(read_run_config(stopped_run["path"])["training"]["execution"], gradient_accumulation_steps=3)
+    caplog.set_level(logging.WARNING)
+    run_record.check_start(str(model_dir), small(), options=stopped_run["options"], execution=execution)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"--model_dir {model_dir} was written before runs recorded their execution choices: this resume cannot "
+        "check them (recorded from now on)"]
+    assert read_run_config(model_dir / "run_config.json")["training"]["execution"] == execution
+    assert run_record.recorded_micro_batches(str(model_dir)) == 3
