@@ -1,6 +1,7 @@
 """Fine-tuning resumes after a crash: same batches, same weights, same metrics.json; finished seeds are
 not trained again; a changed command is refused."""
 
+import dataclasses
 import itertools
 import json
 import os
@@ -206,3 +207,30 @@ def test_fp16_resume_after_skipped_steps_reads_the_batches_the_uninterrupted_run
     finally:
         keras.mixed_precision.set_global_policy("float32")
     _assert_same_run(tmp_path / "clean", tmp_path / "crashed")
+
+
+def test_a_resume_with_other_execution_choices_is_named_in_one_line_and_older_folders_resume(tmp_path, caplog):
+    """The execution choices (resolved) are recorded beside the settings: a resume that changes them goes on,
+    with one warning naming each; a folder recorded before them resumes without one."""
+    import logging
+
+    from electra_tf.options import ExecutionOptions
+
+    run_dir = str(tmp_path / "run")
+    recorded = dataclasses.asdict(ExecutionOptions(dropout_masks="16bit").resolve({"CPU"}))
+    settings = {"task": "SST-2", "learning_rate": 1e-3, checkpointing.EXECUTION: recorded}
+    checkpointing.start_run(run_dir, settings)
+    os.makedirs(os.path.join(run_dir, checkpointing.CHECKPOINT_DIR))  # a checkpoint was written: a resume
+    other = dict(recorded, dropout_masks="keras", kernels="reference")
+    caplog.set_level(logging.WARNING)
+    checkpointing.check_settings(run_dir, dict(settings, **{checkpointing.EXECUTION: other}))
+    lines = [r.getMessage() for r in caplog.records if "other execution choices" in r.getMessage()]
+    assert len(lines) == 1 and "dropout_masks: 16bit there vs keras now" in lines[0], lines
+    assert "kernels: xla_cpu there vs reference now" in lines[0]
+    with pytest.raises(ValueError, match="learning_rate: 0.001 there vs 0.002 now"):  # the settings still refuse
+        checkpointing.check_settings(run_dir, dict(settings, learning_rate=2e-3))
+    older = {k: v for k, v in settings.items() if k != checkpointing.EXECUTION}
+    checkpointing.start_run(str(tmp_path / "older"), older)
+    caplog.clear()
+    checkpointing.check_settings(str(tmp_path / "older"), settings)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -33,6 +33,7 @@ from absl import logging
 from electra_tf.options import RunOptions
 from electra_tf.text.manifest import write_json_atomic
 from electra_tf.training.pretraining import rng_states
+from electra_tf.training.run_record import note_execution_changes
 
 CHECKPOINT_DIR = "checkpoints"
 SETTINGS = "run_settings.json"
@@ -46,6 +47,7 @@ RUN_FILES = (CHECKPOINT_DIR, SETTINGS, TRAIN_RESULT, "run_metrics.json", "final.
 TRAINING_OPTIONS = ("learning_rate", "train_batch_size", "num_train_epochs", "warmup_fraction", "weight_decay",
                     "layerwise_lr_decay", "max_seq_length", "seed", "official_layerwise_lr_bug", "max_train_steps",
                     "select_best_epoch", "dynamic_padding", "length_bucketing", "mixed_precision")
+EXECUTION = "execution"  # the resolved execution choices, beside the settings (named on change, not refused)
 # Config values the options above already hold (the flags override them), so a change is named once.
 CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_epochs", "finetune_warmup_fraction",
                      "finetune_weight_decay", "finetune_layerwise_lr_decay", "finetune_official_layerwise_lr_bug")
@@ -54,8 +56,11 @@ CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_
 def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None,
                  task_settings=None) -> dict:
     """What identifies a fine-tuning run: task, model, initial weights, data size, training options and the
-    task's own options that shape the weights (`Task.training_settings()`)."""
+    task's own options that shape the weights (`Task.training_settings()`); and, under `EXECUTION`, the resolved
+    execution choices where `options.execution` is resolved (a resume that changes them is named in one line)."""
     settings = {"task": task_name, "init_checkpoint": init_checkpoint, "train_examples": num_train_examples}
+    if options.execution.resolved:
+        settings[EXECUTION] = dataclasses.asdict(options.execution)
     settings.update(task_settings or {})
     settings.update({name: getattr(options, name) for name in TRAINING_OPTIONS})
     model = {k: v for k, v in config.to_dict().items() if k not in CONFIG_AS_OPTIONS}
@@ -90,11 +95,16 @@ def check_settings(run_dir: str, settings: dict):
                              "--output_dir or --overwrite_output_dir")
         return
     with open(path) as f:
-        diff = differing_settings(json.load(f), settings)
+        stored = json.load(f)
+    # The execution choices change the random streams or arithmetic, not what is trained: named, not refused.
+    recorded, execution = stored.pop(EXECUTION, None), settings.get(EXECUTION)
+    diff = differing_settings(stored, {name: value for name, value in settings.items() if name != EXECUTION})
     if diff:
         raise ValueError(f"--output_dir: {run_dir} holds a fine-tuning run with other settings "
                          f"({'; '.join(diff)}); re-run with the same flags to resume, or use a new --output_dir "
                          "or --overwrite_output_dir")
+    if recorded is not None and execution is not None and os.path.isdir(os.path.join(run_dir, CHECKPOINT_DIR)):
+        note_execution_changes(f"--output_dir {run_dir}", recorded, execution)
 
 
 def start_run(run_dir: str, settings: dict):

@@ -211,12 +211,18 @@ def _note_execution_changes(model_dir: str, stored: dict, execution: dict) -> No
             logging.warning("--model_dir %s was written before runs recorded their execution choices: this resume "
                             "cannot check them (recorded from now on)", model_dir)
         return
-    # Micro-batches: `distribution.choose_micro_batches` keeps the recorded count and says so where it cannot.
+    note_execution_changes(f"--model_dir {model_dir}", recorded, execution)
+
+
+def note_execution_changes(where: str, recorded: dict, execution: dict) -> None:
+    """One warning naming each execution choice of this start (`execution`) that differs from the recorded one
+    (`recorded`) of the run at `where` (a flag and folder); none where nothing differs. Micro-batches are left out:
+    `distribution.choose_micro_batches` keeps the recorded count and says so where it cannot."""
     differs = {name: (recorded.get(name), value) for name, value in execution.items()
                if name != "gradient_accumulation_steps" and recorded.get(name, value) != value}
     if differs:
-        logging.warning("--model_dir %s resumes with other execution choices (%s): the random stream or arithmetic "
-                        "now differs from the uninterrupted run's (exact only with the recorded choices)", model_dir,
+        logging.warning("%s resumes with other execution choices (%s): the random stream or arithmetic now differs "
+                        "from the uninterrupted run's (exact only with the recorded choices)", where,
                         "; ".join(f"{name}: {old} there vs {new} now" for name, (old, new) in differs.items()))
 
 
