@@ -311,7 +311,9 @@ def whole_words_table(config, manifest: dict):
     if not vocab_file or not os.path.isfile(vocab_file):
         raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
                          f"{vocab_file!r} is not there: rebuild the data or restore that file")
-    if vocab_differs_from_record(manifest, vocab_file):
-        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
-                         f"(sha256 differs from the manifest's)")
+    try:  # the vocabulary rule: the file must be the one the data was built with
+        check_tokenizer(manifest, "the manifest's folder", vocab_file)
+    except ValueError as e:
+        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with ({e})") \
+            from None
     return masking.read_continuation_table(vocab_file)
