@@ -264,6 +264,8 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
     hparams = parse_hparams(FLAGS.hparams)
     if demo_vocab_size is not None:  # the demo's vocabulary, unless --hparams names one
         hparams = {"vocab_size": demo_vocab_size, **hparams}
+    elif data_dir and not FLAGS.phase2 and not FLAGS.init_checkpoint:  # (those take the vocabulary of their start)
+        hparams = {"vocab_size": data_vocab_size(data_dir, hparams), **hparams}
     flag_values = dict(num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps,
                        train_batch_size=FLAGS.train_batch_size, learning_rate=FLAGS.learning_rate,
                        max_seq_length=max_seq_length, objective=FLAGS.objective, optimizer=FLAGS.optimizer)
@@ -275,15 +277,15 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
         from electra_tf.config import merge_architecture
         from electra_tf.convert import read_config
         from electra_tf.convert.api import checkpoint_vocab
-        from electra_tf.text.manifest import load_manifest
         from electra_tf.training import vocab_extension
 
         config = merge_architecture(read_config(FLAGS.init_checkpoint)[0], config,
                                     FLAGS.init_checkpoint)
-        # The data's vocabulary decides the rows: the checkpoint's, or an extension of it (new rows at init).
+        # The data's vocabulary decides the rows: the checkpoint's, or an extension of it (new rows at init);
+        # another vocabulary is refused here, before anything is written.
+        manifest, name = data_manifest(data_dir, config)
         vocab_size = vocab_extension.data_vocab_size(FLAGS.init_checkpoint, config.vocab_size,
-                                                     checkpoint_vocab(FLAGS.init_checkpoint),
-                                                     load_manifest(data_dir), data_dir)
+                                                     checkpoint_vocab(FLAGS.init_checkpoint), manifest, name)
         config = config.replace(vocab_size=vocab_size)
     phase1_dir = model_dir if FLAGS.phase2 else None
     if FLAGS.phase2:
@@ -323,6 +325,30 @@ def train_or_export(strategy, model_size, data_dir, model_dir, demo_vocab_size, 
         summarize(history, model_dir)
 
 
+def data_vocab_size(data_dir, hparams) -> int:
+    """The model's vocab_size for --data_dir: its manifest's, unless --hparams sets one (a size that differs
+    from the data's is then refused in one line by the manifest check, before anything is written)."""
+    from electra_tf.text.manifest import load_manifest
+
+    size = load_manifest(data_dir)["vocab_size"]
+    if "vocab_size" not in hparams:
+        logging.info("vocab_size %d: from --data_dir %s's manifest.json (--hparams may set it)", size, data_dir)
+    return size
+
+
+def data_manifest(data_dir, config):
+    """`(manifest, name)` of the run's data before the model is known: --data_dir's manifest, or for
+    --train_text the one `text_input` synthesises from --vocab_file; `name` names it in messages."""
+    if FLAGS.train_text:
+        from electra_tf.training.text_input import TextSource, synthesized_manifest
+
+        source = TextSource((), FLAGS.vocab_file, config.max_seq_length)
+        return synthesized_manifest(source), f"--train_text's --vocab_file {FLAGS.vocab_file}"
+    from electra_tf.text.manifest import load_manifest
+
+    return load_manifest(data_dir), f"--data_dir {data_dir}"
+
+
 def eval_every_steps(demo: bool):
     """--eval_every_steps; unset in the demo, often enough to draw a curve."""
     if FLAGS.eval_every_steps is None and demo:
@@ -332,13 +358,10 @@ def eval_every_steps(demo: bool):
 
 def evaluate_run(data_dir, model_dir):
     """--do_eval: the run's own config (stored in --model_dir) on the held-out data; nothing is trained."""
-    from electra_tf.convert import api as convert_api
-    from electra_tf.training import distribution, evaluation
+    from electra_tf.training import distribution, evaluation, run_record
     from electra_tf.training.input_pipeline import load_checked_manifest
 
-    if not convert_api.run_config_path(model_dir):
-        raise ValueError(f"--do_eval: --model_dir {model_dir} holds no pre-training run (no run config)")
-    config = convert_api.load_run_config(convert_api.run_config_path(model_dir))
+    config = run_record.recorded_config(model_dir, "--do_eval: --model_dir", "train there first")
     manifest = load_checked_manifest(data_dir, config)
     source = evaluation.resolve_source(FLAGS.eval_data_dir, data_dir, manifest, config)
     if source is None:

@@ -28,16 +28,17 @@ the surplus lowest-count pieces are dropped.  Inputs: the builder's formats (tex
 byte fallback on, ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0-4 (pad and unk
 as such, the other three as CONTROL symbols, so the text "[MASK]" in the input
 never becomes the mask id), no BOS/EOS, lower-casing in the model's normalizer
-(``nmt_nfkc_cf``) when ``--do_lower_case``.  It writes ``<output>.model`` and
-``<output>.vocab`` (piece and score per line), each atomically; one thread and
-a fixed seed make it deterministic for a fixed input.
+(``nmt_nfkc_cf``) when ``--do_lower_case``.  It writes ``x.model`` and
+``x.vocab`` (piece and score per line) for ``--output=x.model`` or ``--output=x``,
+each atomically; one thread and a fixed seed make it deterministic for a fixed
+input.
 
 Example:
 
     python -m data_prep.build_vocab --input=../shared/data/pretrain/enwiki/AA/wiki_0[0-3] \
         --vocab_size=8000 --output=/tmp/vocab.txt
     python -m data_prep.build_vocab --model_type=unigram --input=../shared/data/pretrain/enwiki/AA/wiki_00 \
-        --vocab_size=8000 --output=/tmp/sp_en     # writes /tmp/sp_en.model and /tmp/sp_en.vocab
+        --vocab_size=8000 --output=/tmp/sp_en.model   # writes /tmp/sp_en.model and /tmp/sp_en.vocab
 """
 
 from __future__ import annotations
@@ -211,7 +212,8 @@ def sentencepiece_trainer_args(model_type: str, vocab_size: int, do_lower_case: 
 def train_sentencepiece(paragraphs: Iterable[str], output: str, model_type: str = "unigram",
                         vocab_size: int = 30522, do_lower_case: bool = True,
                         character_coverage: float = 0.9995) -> bytes:
-    """Train on ``paragraphs``; write ``<output>.model`` and ``<output>.vocab`` atomically."""
+    """Train on ``paragraphs``; write ``<prefix>.model`` and ``<prefix>.vocab`` atomically (``prefix``:
+    ``output`` less a final ``.model``, `sentencepiece_prefix`)."""
     import io
     import sentencepiece as spm
     proto = io.BytesIO()
@@ -227,10 +229,21 @@ def train_sentencepiece(paragraphs: Iterable[str], output: str, model_type: str 
     processor = spm.SentencePieceProcessor(model_proto=model)
     vocab_lines = [f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}"
                    for i in range(processor.get_piece_size())]
-    os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
-    write_bytes_atomic(output + ".model", model)
-    write_text_atomic(output + ".vocab", "\n".join(vocab_lines) + "\n")
+    prefix = sentencepiece_prefix(output)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)) or ".", exist_ok=True)
+    write_bytes_atomic(prefix + ".model", model)
+    write_text_atomic(prefix + ".vocab", "\n".join(vocab_lines) + "\n")
     return model
+
+
+def sentencepiece_prefix(output: str) -> str:
+    """The prefix of a SentencePiece model's two files: ``--output=x.model`` names the model itself (x.model and
+    x.vocab), any other ``--output`` is the prefix (``--output=sp`` writes sp.model and sp.vocab).
+
+    >>> sentencepiece_prefix("out/x.model"), sentencepiece_prefix("out/sp_en")
+    ('out/x', 'out/sp_en')
+    """
+    return output[:-len(".model")] if output.endswith(".model") else output
 
 
 def build_sentencepiece(inputs: str, output: str, model_type: str, vocab_size: int = 30522,
@@ -247,8 +260,9 @@ def build_sentencepiece(inputs: str, output: str, model_type: str, vocab_size: i
                   for p in batch if p.strip())
     model = train_sentencepiece(paragraphs, output, model_type, vocab_size, do_lower_case,
                                 character_coverage)
-    log(f"read {stats.bytes_read / 1e6:.1f} MB; wrote {output}.model ({len(model):,} bytes) and "
-        f"{output}.vocab in {time.time() - start:.1f} s")
+    prefix = sentencepiece_prefix(output)
+    log(f"read {stats.bytes_read / 1e6:.1f} MB; wrote {prefix}.model ({len(model):,} bytes) and "
+        f"{prefix}.vocab in {time.time() - start:.1f} s")
     return model
 
 
@@ -258,8 +272,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """Register the command-line flags (only when run as a program)."""
     flags.DEFINE_string("input", None, "Comma-separated input files, globs or directories.")
-    flags.DEFINE_string("output", None, "Vocab file to write (unigram/bpe: the prefix of "
-                        "<output>.model and <output>.vocab).")
+    flags.DEFINE_string("output", None, "Vocab file to write (unigram/bpe: the model file x.model, beside "
+                        "which x.vocab is written, or a prefix x of x.model and x.vocab).")
     flags.DEFINE_enum("model_type", "wordpiece", list(MODEL_TYPES),
                       "wordpiece: BERT vocab file; unigram/bpe: SentencePiece model.")
     flags.DEFINE_integer("vocab_size", 30522, "Exact number of tokens in the output.")

@@ -89,3 +89,11 @@ def mirrored_cpus():
     """MirroredStrategy over the two logical CPUs of tests/conftest.py, with no collective ops: another test's
     MirroredStrategy in the same process would clash on their instance keys."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def fake_checkpoint(model_dir, step=1):
+    """A checkpoint at `step` in run directory `model_dir` (a variable only): what a record check sees of a run
+    that has taken `step` steps."""
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)),
+                                         os.path.join(model_dir, "checkpoints"), max_to_keep=1)
+    return manager.save(checkpoint_number=step)

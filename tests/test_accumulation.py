@@ -71,15 +71,15 @@ def test_a_resume_reuses_the_micro_batches_the_run_chose_from_memory(data_dir, t
     model_dir = tmp_path / "run"
     monkeypatch.setattr(cost, "micro_batches_to_fit", lambda config, batch, budget: 2)
     run(config, data_dir, str(model_dir), stop_after_steps=1, export=False)
-    assert json.loads((model_dir / "execution.json").read_text()) == {"gradient_accumulation_steps": 2}
+    assert json.loads((model_dir / "run_config.json").read_text())["training"]["execution"]["gradient_accumulation_steps"] == 2
     monkeypatch.setattr(cost, "micro_batches_to_fit", lambda config, batch, budget: 1)  # more memory now
     with caplog.at_level(logging.INFO):
         run(config, data_dir, str(model_dir), stop_after_steps=2, export=False)
-    assert json.loads((model_dir / "execution.json").read_text()) == {"gradient_accumulation_steps": 2}
+    assert json.loads((model_dir / "run_config.json").read_text())["training"]["execution"]["gradient_accumulation_steps"] == 2
     assert "as the run chose at its start" in caplog.text and "this run recorded" not in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         run(config, data_dir, str(model_dir), export=False, execution=micro_batches(4))
     assert "resuming with 4 micro-batch(es) per replica batch (--gradient_accumulation_steps) instead of the 2 " \
            "this run recorded" in caplog.text
-    assert json.loads((model_dir / "execution.json").read_text()) == {"gradient_accumulation_steps": 4}
+    assert json.loads((model_dir / "run_config.json").read_text())["training"]["execution"]["gradient_accumulation_steps"] == 4

@@ -14,12 +14,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from pretrain_testutil import tiny_config, write_shards
+from pretrain_testutil import fake_checkpoint, tiny_config, write_shards
 from test_preemption import cli_args, logged_steps, quiet_env
 
 from electra_tf.options import TrainOptions
 from electra_tf.text.manifest import load_manifest
-from electra_tf.training import data_service, input_pipeline, pretraining, restore
+from electra_tf.training import data_service, input_pipeline, pretraining, restore, run_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 90
@@ -302,13 +302,15 @@ def test_the_recipe_accepts_another_service_address_but_not_another_vocabulary(t
 
     def recipe(address, vocabulary=manifest):
         options = TrainOptions(data_dir="shards", model_dir=model_dir, data_service=address)
-        return restore.recipe_options(options, vocabulary)
+        return run_record.recipe_options(options, vocabulary)
 
-    restore.check_run_config(model_dir, config, options=recipe("grpc://a:5050"))
-    restore.check_run_config(model_dir, config, options=recipe("grpc://b:6060"))
-    restore.check_run_config(model_dir, config, options=recipe(None))
-    with pytest.raises(ValueError, match="vocab_sha256"):
-        restore.check_run_config(model_dir, config, options=recipe("grpc://a:5050", {"vocab_sha256": "b" * 64}))
+    run_record.check_start(model_dir, config, options=recipe("grpc://a:5050"))
+    fake_checkpoint(model_dir)  # a resume: the record binds
+    run_record.check_start(model_dir, config, options=recipe("grpc://b:6060"))
+    run_record.check_start(model_dir, config, options=recipe(None))
+    with pytest.raises(ValueError, match=f"sha256 {'b' * 64}.* is not the vocabulary --model_dir .* recorded .*"
+                                         f"sha256 {'a' * 64}"):
+        run_record.check_start(model_dir, config, options=recipe("grpc://a:5050", {"vocab_sha256": "b" * 64}))
     with open(os.path.join(model_dir, "run_config.json")) as f:
         assert "grpc://" not in f.read()
 

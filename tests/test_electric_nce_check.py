@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.model.networks import pretrainer_from_config
-from electra_tf.training import evaluation, restore
+from electra_tf.training import evaluation, run_record
 from experiments import electric_nce_check
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards
 
@@ -43,7 +43,7 @@ def electric_run(tmp_path_factory):
     write_shards(data_dir, num_examples=32, num_shards=2)
     model_dir = str(tmp_path_factory.mktemp("electric"))
     config = tiny_config(objective="electric", num_layers=1, generator_num_layers=1)
-    restore.check_run_config(model_dir, config)
+    run_record.check_start(model_dir, config)
     model = pretrainer_from_config(config, special_token_ids=SPECIAL_IDS).build_all()
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), os.path.join(model_dir, "checkpoints"), 1)
     manager.save(checkpoint_number=2)

@@ -66,7 +66,8 @@ def test_an_init_checkpoint_whose_vocab_disagrees_with_vocab_file(tmp_path, voca
     args = [a for a in _common(tmp_path, vocab_file) if not a.startswith("--vocab_file")]
     text = fails(tmp_path, args + ["--task=SST-2", f"--data_dir={glue_dir}", f"--init_checkpoint={export_dir}",
                                    f"--vocab_file={other}"])
-    assert f"--vocab_file: {other} line 8 is 'great' but the vocab of --init_checkpoint" in text
+    assert f"--vocab_file {other} (sha256 " in text and f"is not the tokenizer of --init_checkpoint {export_dir} " in text
+    assert "its line 8 is 'great' there but" in text
     shorter = tmp_path / "short_vocab.txt"
     shorter.write_text("\n".join(VOCAB[:-1]) + "\n")
     text = fails(tmp_path, args + ["--task=SST-2", f"--data_dir={glue_dir}", f"--init_checkpoint={export_dir}",

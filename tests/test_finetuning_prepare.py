@@ -49,7 +49,9 @@ def test_vocab_checks(tmp_path):
     theirs.write_text(special + "dog\n")
     with pytest.raises(UsageError, match="has 6 tokens but --init_checkpoint's embeddings have 7 rows"):
         prepare.check_vocab_matches_checkpoint(str(mine), str(theirs), 6, 7)
-    with pytest.raises(UsageError, match="line 6 is 'cat' but the vocab of --init_checkpoint .* has 'dog' there"):
+    with pytest.raises(UsageError, match=f"^--vocab_file {mine} \\(sha256 [0-9a-f]{{64}}\\) is not the tokenizer of "
+                                         f"--init_checkpoint {theirs} \\(sha256 [0-9a-f]{{64}}\\): its line 6 is "
+                                         "'cat' there but 'dog'"):
         prepare.check_vocab_matches_checkpoint(str(mine), str(theirs), 6, 6)
     prepare.check_vocab_matches_checkpoint(str(mine), str(mine), 6, 6)
     with pytest.raises(UsageError, match=r"^--vocab_file is required$"):

@@ -1,6 +1,7 @@
 """Fine-tuning resumes after a crash: same batches, same weights, same metrics.json; finished seeds are
 not trained again; a changed command is refused."""
 
+import dataclasses
 import itertools
 import json
 import os
@@ -73,8 +74,8 @@ def test_resumed_after_a_crash_equals_uninterrupted(tmp_path, vocab_file, glue_d
     run_main(_common(tmp_path, vocab_file, "clean") + args)
     save = checkpointing.TrainingCheckpoints.save
 
-    def crash_after_step_7(self, step):  # step 9's checkpoint is written, the evaluation at 10 is lost
-        save(self, step)
+    def crash_after_step_7(self, step, batches):  # step 9's checkpoint is written, the evaluation at 10 is lost
+        save(self, step, batches)
         if step >= 7:
             raise Crash()
 
@@ -169,3 +170,67 @@ def test_sigkill_at_a_random_step_then_rerun_gives_the_same_metrics(tmp_path, vo
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Resuming fine-tuning from" in resumed.stderr
     _assert_same_run(tmp_path / "clean", tmp_path / "killed")
+
+
+def test_fp16_resume_after_skipped_steps_reads_the_batches_the_uninterrupted_run_read(tmp_path, vocab_file, glue_dir,
+                                                                                      monkeypatch):
+    """Issue #55: fp16 fine-tuning saved `optimizer.iterations` as the step and a resume skipped that many
+    batches, so after loss-scale overflows (a skipped step reads a batch but applies nothing) the resumed run
+    read batches again. A huge initial loss scale forces skipped steps; the resumed run must equal the
+    uninterrupted one."""
+    import keras
+
+    class HugeInitialScale(keras.optimizers.LossScaleOptimizer):
+        def __init__(self, inner_optimizer, **kwargs):
+            super().__init__(inner_optimizer, initial_scale=2.0 ** 24)
+
+    monkeypatch.setattr(keras.optimizers, "LossScaleOptimizer", HugeInitialScale)
+    args = [f"--data_dir={glue_dir}", "--task=SST-2", "--max_train_steps=6", "--save_checkpoints_steps=2",
+            "--mixed_precision=fp16", "--learning_rate=3e-3"]
+    save = checkpointing.TrainingCheckpoints.save
+    saved = []
+
+    def crash_after_step_4(self, step, batches):
+        save(self, step, batches)
+        saved.append((step, self.progress.batches))
+        if step >= 4:
+            raise Crash()
+
+    try:
+        run_main(_common(tmp_path, vocab_file, "clean") + args)
+        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_4)
+        with pytest.raises(Crash):
+            run_main(_common(tmp_path, vocab_file, "crashed") + args)
+        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", save)
+        assert saved[-1][0] == 4 and saved[-1][1] > 4, saved  # overflowed steps read batches, applied nothing
+        run_main(_common(tmp_path, vocab_file, "crashed") + args)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    _assert_same_run(tmp_path / "clean", tmp_path / "crashed")
+
+
+def test_a_resume_with_other_execution_choices_is_named_in_one_line_and_older_folders_resume(tmp_path, caplog):
+    """The execution choices (resolved) are recorded beside the settings: a resume that changes them goes on,
+    with one warning naming each; a folder recorded before them resumes without one."""
+    import logging
+
+    from electra_tf.options import ExecutionOptions
+
+    run_dir = str(tmp_path / "run")
+    recorded = dataclasses.asdict(ExecutionOptions(dropout_masks="16bit").resolve({"CPU"}))
+    settings = {"task": "SST-2", "learning_rate": 1e-3, checkpointing.EXECUTION: recorded}
+    checkpointing.start_run(run_dir, settings)
+    os.makedirs(os.path.join(run_dir, checkpointing.CHECKPOINT_DIR))  # a checkpoint was written: a resume
+    other = dict(recorded, dropout_masks="keras", kernels="reference")
+    caplog.set_level(logging.WARNING)
+    checkpointing.check_settings(run_dir, dict(settings, **{checkpointing.EXECUTION: other}))
+    lines = [r.getMessage() for r in caplog.records if "other execution choices" in r.getMessage()]
+    assert len(lines) == 1 and "dropout_masks: 16bit there vs keras now" in lines[0], lines
+    assert "kernels: xla_cpu there vs reference now" in lines[0]
+    with pytest.raises(ValueError, match="learning_rate: 0.001 there vs 0.002 now"):  # the settings still refuse
+        checkpointing.check_settings(run_dir, dict(settings, learning_rate=2e-3))
+    older = {k: v for k, v in settings.items() if k != checkpointing.EXECUTION}
+    checkpointing.start_run(str(tmp_path / "older"), older)
+    caplog.clear()
+    checkpointing.check_settings(str(tmp_path / "older"), settings)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -124,8 +124,7 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         assert "Input of worker 0/2: all 3 shard(s); rows 0-3 of every global batch of 8" in err0
         assert "Input of worker 1/2: all 3 shard(s); rows 4-7 of every global batch of 8" in err1
         # Only the chief wrote; the non-chief's temporary checkpoints are gone.
-        assert sorted(os.listdir(model_dir)) == ["checkpoints", "execution.json", "run_config.json", "train",
-                                                 "train_log.jsonl"]
+        assert sorted(os.listdir(model_dir)) == ["checkpoints", "run_config.json", "train", "train_log.jsonl"]
         assert len(os.listdir(os.path.join(model_dir, "train"))) == 1  # one TensorBoard event file
         assert os.listdir(tmp_path / "tmp1") == []
         assert "Checkpoints:" in out0 and "Checkpoints:" not in out1

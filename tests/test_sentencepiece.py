@@ -135,6 +135,13 @@ def test_training_is_deterministic(corpus, tmp_path, model_type):
     assert tokenizer.tokenize_to_ragged(TEXTS).to_list() == tokenizer.tokenize(TEXTS)
 
 
+def test_an_output_ending_in_model_names_the_model_file_not_a_prefix(corpus, tmp_path):
+    """Issue #55: `build_vocab --model_type=unigram --output=x.model` wrote x.model.model."""
+    model = build_sentencepiece(str(corpus), str(tmp_path / "x.model"), "unigram", vocab_size=360)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.model", "x.vocab"]
+    assert (tmp_path / "x.model").read_bytes() == model
+
+
 def test_bad_model_files_give_one_line_naming_file_and_token(tmp_path, corpus):
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(  # spm's defaults: <unk> <s> </s>, no [PAD]/[CLS]/...

@@ -187,10 +187,10 @@ def test_manifest_records_the_tokenizer_and_training_refuses_another(corpus, mod
     with pytest.raises(ValueError) as error:
         input_pipeline.load_checked_manifest(str(tmp_path / "shards"), config)
     message = str(error.value)
-    assert "\n" not in message and f"{model} has sha256 {hashlib.sha256(other).hexdigest()}" in message
-    assert f"the manifest records {manifest['vocab_sha256']}" in message
+    assert "\n" not in message and f"{model} (sha256 {hashlib.sha256(other).hexdigest()})" in message
+    assert f"the tokenizer its manifest.json records (no file) (sha256 {manifest['vocab_sha256']})" in message
     assert message.startswith(f"data in {tmp_path / 'shards'} was built with a different tokenizer: ")
-    assert message.endswith(": rebuild the data or pass the tokenizer it was built with")
+    assert message.endswith("; rebuild the data or pass the tokenizer it was built with")
     # ... and data_prep's plan for the same flags is another build (the fingerprint holds the file's sha256).
     assert make_plan(BuildOptions(inputs=str(corpus), output_dir=str(tmp_path / "shards"), vocab_file=model,
                                   max_seq_length=SEQ, num_shards=1, short_seq_prob=0.0,

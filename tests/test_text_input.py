@@ -350,15 +350,16 @@ def test_checked_source_refuses_a_vocab_size_mismatch(corpus):
 
 def test_a_resume_with_other_text_is_refused_in_one_line(corpus, tmp_path):
     from electra_tf.options import TrainOptions
-    from electra_tf.training import restore
-    from pretrain_testutil import tiny_config
+    from electra_tf.training import run_record
+    from pretrain_testutil import fake_checkpoint, tiny_config
 
     config = tiny_config(vocab_size=len(TINY_VOCAB), max_seq_length=SEQ)
     model_dir = str(tmp_path / "run")
     options = TrainOptions(data_dir=None, model_dir=model_dir, train_text=corpus["plain"], vocab_file=corpus["vocab"])
     first = text_input.synthesized_manifest(text_input.checked_source(options, config))
-    restore.check_run_config(model_dir, config, options=restore.recipe_options(options, first))
+    run_record.check_start(model_dir, config, options=run_record.recipe_options(options, first))
+    fake_checkpoint(model_dir)  # a resume: the record binds
     other = TrainOptions(data_dir=None, model_dir=model_dir, train_text=corpus["wiki"], vocab_file=corpus["vocab"])
     second = text_input.synthesized_manifest(text_input.checked_source(other, config))
     with pytest.raises(ValueError, match=r"train_text \(--train_text\): .*wiki_00"):
-        restore.check_run_config(model_dir, config, options=restore.recipe_options(other, second))
+        run_record.check_start(model_dir, config, options=run_record.recipe_options(other, second))

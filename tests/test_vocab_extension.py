@@ -99,22 +99,47 @@ def test_a_vocabulary_that_reorders_the_checkpoints_is_refused(vocabs, tmp_path)
     reordered = tmp_path / "reordered.txt"
     reordered.write_text("\n".join([OLD[1], OLD[0]] + OLD[2:] + list(NEW)) + "\n")
     model = pretrainer_from_config(config.replace(vocab_size=70), special_token_ids=SPECIAL_IDS).build_all()
-    with pytest.raises(ValueError, match=f"{reordered} does not extend {tmp_path}/export/vocab.txt: its line 1 is "
-                                         "'\\[UNK\\]' there but '\\[PAD\\]'"):
+    with pytest.raises(ValueError, match=f"{reordered} \\(sha256 {sha256_file(str(reordered))}\\) is not "
+                                         f"--init_checkpoint .*{tmp_path}/export/vocab.txt \\(sha256 [0-9a-f]{{64}}\\): "
+                                         "its line 1 is '\\[UNK\\]' there but '\\[PAD\\]'"):
         restore.initialize_from(model, str(tmp_path / "export"), str(reordered))
 
 
 def test_the_datas_vocabulary_decides_the_rows_or_is_refused(vocabs, tmp_path):
     old_vocab, new_vocab = vocabs
     manifest = {"vocab_size": 70, "vocab_file": new_vocab, "vocab_sha256": sha256_file(new_vocab)}
-    assert vocab_extension.data_vocab_size("ckpt", 64, old_vocab, manifest, "data") == 70
-    assert vocab_extension.data_vocab_size("ckpt", 70, None, manifest, "data") == 70  # the checkpoint's size
+    assert vocab_extension.data_vocab_size("ckpt", 64, old_vocab, manifest, "--data_dir data") == 70
+    assert vocab_extension.data_vocab_size("ckpt", 70, None, manifest, "--data_dir data") == 70  # the checkpoint's size
     with pytest.raises(ValueError, match="--data_dir data's vocabulary has 70 tokens .* but --init_checkpoint ckpt "
                                          "has 80 .*: a vocabulary may only grow"):
-        vocab_extension.data_vocab_size("ckpt", 80, old_vocab, manifest, "data")
+        vocab_extension.data_vocab_size("ckpt", 80, old_vocab, manifest, "--data_dir data")
     with pytest.raises(ValueError, match="--init_checkpoint ckpt holds no vocab.txt to compare with"):
-        vocab_extension.data_vocab_size("ckpt", 64, None, manifest, "data")
+        vocab_extension.data_vocab_size("ckpt", 64, None, manifest, "--data_dir data")
     with pytest.raises(ValueError, match=f"{new_vocab} is not the vocab the data was built with"):
-        vocab_extension.data_vocab_size("ckpt", 64, old_vocab, dict(manifest, vocab_sha256="0" * 64), "data")
+        vocab_extension.data_vocab_size("ckpt", 64, old_vocab, dict(manifest, vocab_sha256="0" * 64),
+                                        "--data_dir data")
     with pytest.raises(ValueError, match="is not on disk"):
-        vocab_extension.data_vocab_size("ckpt", 64, old_vocab, dict(manifest, vocab_file=str(tmp_path / "x")), "data")
+        vocab_extension.data_vocab_size("ckpt", 64, old_vocab, dict(manifest, vocab_file=str(tmp_path / "x")),
+                                        "--data_dir data")
+
+
+def test_another_vocabulary_of_the_checkpoints_size_is_refused_naming_both_files_and_digests(vocabs, tmp_path, caplog):
+    """Issue #55: equal sizes returned early, so data built with another vocabulary of the checkpoint's size
+    trained silently, every embedding row now standing for another token."""
+    old_vocab, _ = vocabs
+    other = tmp_path / "domain_vocab.txt"  # 64 tokens, the same specials, other words
+    other.write_text("\n".join(OLD[:5] + [f"w{i}" for i in range(59)]) + "\n")
+    manifest = {"vocab_size": 64, "vocab_file": str(other), "vocab_sha256": sha256_file(str(other))}
+    with pytest.raises(ValueError) as refused:
+        vocab_extension.data_vocab_size("ckpt", 64, old_vocab, manifest, "--data_dir data")
+    message = str(refused.value)
+    assert "\n" not in message
+    for named in (str(other), sha256_file(str(other)), old_vocab, sha256_file(old_vocab), "its line 6 is 'w0'"):
+        assert named in message
+    copy = tmp_path / "copy.txt"  # the same tokens, other bytes (no final newline): the same vocabulary
+    copy.write_text("\n".join(OLD))
+    same = {"vocab_size": 64, "vocab_file": str(copy), "vocab_sha256": sha256_file(str(copy))}
+    assert vocab_extension.data_vocab_size("ckpt", 64, old_vocab, same, "--data_dir data") == 64
+    with caplog.at_level(logging.WARNING):  # a checkpoint without a vocabulary file: one line, it goes on
+        assert vocab_extension.data_vocab_size("ckpt", 64, None, same, "--data_dir data") == 64
+    assert "could not be compared with --init_checkpoint ckpt's" in caplog.text

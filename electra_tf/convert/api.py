@@ -176,7 +176,7 @@ def run_config_path(model_dir: str) -> str | None:
 # Facts of the run kept beside its config (where a phase-2 run started): not hyper-parameters.
 RUN_RECORD_KEY = "phase"
 # The run's options that belong to its recipe beside the config (seed, data order, precision, vocabulary:
-# `training.restore.recipe_options`); run folders written before they were recorded lack them.
+# `training.run_record.recipe_options`); run folders written before they were recorded lack them.
 RUN_OPTIONS_KEY = "training"
 
 

@@ -33,6 +33,7 @@ from absl import logging
 from electra_tf.options import RunOptions
 from electra_tf.text.manifest import write_json_atomic
 from electra_tf.training.pretraining import rng_states
+from electra_tf.training.run_record import note_execution_changes
 
 CHECKPOINT_DIR = "checkpoints"
 SETTINGS = "run_settings.json"
@@ -46,6 +47,7 @@ RUN_FILES = (CHECKPOINT_DIR, SETTINGS, TRAIN_RESULT, "run_metrics.json", "final.
 TRAINING_OPTIONS = ("learning_rate", "train_batch_size", "num_train_epochs", "warmup_fraction", "weight_decay",
                     "layerwise_lr_decay", "max_seq_length", "seed", "official_layerwise_lr_bug", "max_train_steps",
                     "select_best_epoch", "dynamic_padding", "length_bucketing", "mixed_precision")
+EXECUTION = "execution"  # the resolved execution choices, beside the settings (named on change, not refused)
 # Config values the options above already hold (the flags override them), so a change is named once.
 CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_epochs", "finetune_warmup_fraction",
                      "finetune_weight_decay", "finetune_layerwise_lr_decay", "finetune_official_layerwise_lr_bug")
@@ -54,8 +56,11 @@ CONFIG_AS_OPTIONS = ("finetune_learning_rate", "finetune_batch_size", "finetune_
 def run_settings(task_name: str, config, options: RunOptions, init_checkpoint=None, num_train_examples=None,
                  task_settings=None) -> dict:
     """What identifies a fine-tuning run: task, model, initial weights, data size, training options and the
-    task's own options that shape the weights (`Task.training_settings()`)."""
+    task's own options that shape the weights (`Task.training_settings()`); and, under `EXECUTION`, the resolved
+    execution choices where `options.execution` is resolved (a resume that changes them is named in one line)."""
     settings = {"task": task_name, "init_checkpoint": init_checkpoint, "train_examples": num_train_examples}
+    if options.execution.resolved:
+        settings[EXECUTION] = dataclasses.asdict(options.execution)
     settings.update(task_settings or {})
     settings.update({name: getattr(options, name) for name in TRAINING_OPTIONS})
     model = {k: v for k, v in config.to_dict().items() if k not in CONFIG_AS_OPTIONS}
@@ -90,11 +95,16 @@ def check_settings(run_dir: str, settings: dict):
                              "--output_dir or --overwrite_output_dir")
         return
     with open(path) as f:
-        diff = differing_settings(json.load(f), settings)
+        stored = json.load(f)
+    # The execution choices change the random streams or arithmetic, not what is trained: named, not refused.
+    recorded, execution = stored.pop(EXECUTION, None), settings.get(EXECUTION)
+    diff = differing_settings(stored, {name: value for name, value in settings.items() if name != EXECUTION})
     if diff:
         raise ValueError(f"--output_dir: {run_dir} holds a fine-tuning run with other settings "
                          f"({'; '.join(diff)}); re-run with the same flags to resume, or use a new --output_dir "
                          "or --overwrite_output_dir")
+    if recorded is not None and execution is not None and os.path.isdir(os.path.join(run_dir, CHECKPOINT_DIR)):
+        note_execution_changes(f"--output_dir {run_dir}", recorded, execution)
 
 
 def start_run(run_dir: str, settings: dict):
@@ -130,18 +140,25 @@ def remove_run_state(run_dir: str, names=RUN_FILES):
 
 
 class TrainProgress(tf.train.experimental.PythonState):
-    """The batches consumed (the data position; the optimizer's counter can lag behind under fp16
-    loss scaling) and the best-evaluation tracking, saved inside each checkpoint."""
+    """The run's two counts and the best-evaluation tracking, saved inside each checkpoint: `step`, the
+    optimizer steps applied (the schedule's position), and `batches`, the batches consumed (the data
+    position). They differ under fp16: a step the loss scale skips reads its batch and applies nothing.
+
+    Checkpoints written before the two were told apart hold only "step", which was both; a resume from one
+    says in one line that an fp16 run's data position could not be checked (`legacy`)."""
 
     def __init__(self, tracker):
-        self.step, self.tracker = 0, tracker
+        self.step, self.batches, self.tracker = 0, 0, tracker
+        self.legacy = False  # restored from a checkpoint without "batches"
 
     def serialize(self):
-        return json.dumps({"step": self.step, "tracker": self.tracker.state()})
+        return json.dumps({"step": self.step, "batches": self.batches, "tracker": self.tracker.state()})
 
     def deserialize(self, string_value):
         content = json.loads(string_value.numpy() if hasattr(string_value, "numpy") else string_value)
         self.step = content["step"]
+        self.legacy = "batches" not in content
+        self.batches = content.get("batches", self.step)
         self.tracker.load_state(content["tracker"])
 
 
@@ -156,7 +173,8 @@ class TrainingCheckpoints:
                                                   max_to_keep=max_to_keep)
 
     def restore(self) -> int:
-        """Restores the newest readable checkpoint (past truncated ones); returns its step (0: none)."""
+        """Restores the newest readable checkpoint (past truncated ones); returns the batches it had consumed
+        (0: none; its optimizer step is the optimizer's `iterations`, restored with it)."""
         for path in reversed(self.manager.checkpoints):
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -164,15 +182,21 @@ class TrainingCheckpoints:
                 logging.warning("Checkpoint %s cannot be read (%s: %s); falling back to the previous one",
                                 path, type(e).__name__, str(e).splitlines()[0][:200])
                 continue
-            logging.info("Resuming fine-tuning from %s at step %d", path, self.progress.step)
-            return self.progress.step
+            logging.info("Resuming fine-tuning from %s at step %d, %d batches consumed", path, self.progress.step,
+                         self.progress.batches)
+            if self.progress.legacy:
+                logging.warning("Checkpoint %s was written before checkpoints recorded the batches consumed apart "
+                                "from the optimizer steps: resuming at batch %d, which is exact unless the run "
+                                "skipped fp16 (loss-scale overflow) steps", path, self.progress.batches)
+            return self.progress.batches
         if self.manager.checkpoints:
             raise ValueError(f"no checkpoint in {self.manager.directory} can be read; use "
                              "--overwrite_output_dir to start over")
         return 0
 
-    def save(self, step: int):
-        self.progress.step = step
+    def save(self, step: int, batches: int):
+        """A checkpoint at optimizer step `step` (its number) after `batches` batches consumed."""
+        self.progress.step, self.progress.batches = step, batches
         self.manager.save(checkpoint_number=step)
         # Test hook: a pause after each checkpoint, so a test can SIGKILL the run mid-way.
         pause = float(os.environ.get("ELECTRA_TEST_PAUSE_AFTER_CHECKPOINT", "0") or 0)

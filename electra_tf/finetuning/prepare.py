@@ -35,8 +35,8 @@ from electra_tf.finetuning.errors import UsageError
 from electra_tf.finetuning.model import new_encoder_fn
 from electra_tf.finetuning.task import Task
 from electra_tf.options import RunOptions
-from electra_tf.text.tokenization import read_vocab
-from electra_tf.text.tokenizers import is_sentencepiece, load_tokenizer, tokenizer_sha256
+from electra_tf.text.tokenizers import load_tokenizer
+from electra_tf.text.vocabulary import Vocabulary, check_vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,43 +160,24 @@ def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
     return ours.read_export_metadata(init_checkpoint).get(ours.VOCAB_SHA256)
 
 
-def _first_differing_line(vocab_file, checkpoint_vocab):
-    """Two WordPiece vocabs: (line number, mine, theirs) of the first token that differs, or None."""
-    mine, theirs = read_vocab(vocab_file), read_vocab(checkpoint_vocab)
-    differs = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
-    return None if differs is None else (differs + 1, mine[differs], theirs[differs])
-
-
 def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows,
                                    recorded_sha256: Optional[str] = None, init_checkpoint: Optional[str] = None):
-    """`vocab_file` must be the checkpoint's tokenizer: other ids would index the wrong embeddings.
-
-    Two WordPiece vocabs are compared token by token (the ids are the lines; the message names the first line
-    that differs, and bytes that change no token, such as a final newline, pass). Otherwise (a SentencePiece
-    model, mixed kinds, or no tokenizer file beside the checkpoint) the `tokenizers.tokenizer_sha256` of
-    `vocab_file` must equal the checkpoint's: the `recorded_sha256` of its config where it has one (an export's
-    tokenizer file was checked against it by `api.checkpoint_vocab`), else its file's: two models of the same
-    size give different ids to the same text.
-    """
+    """`vocab_file` must be the checkpoint's tokenizer: other ids would index the wrong embeddings. The
+    vocabulary rule (`text.vocabulary.check_vocabulary`, no extension: the encoder's rows are the checkpoint's):
+    two WordPiece vocabs token by token (bytes that change no token, such as a final newline, pass); otherwise
+    (a SentencePiece model, mixed kinds, or no tokenizer file beside the checkpoint) the sha256 of `vocab_file`
+    against the checkpoint's, the `recorded_sha256` of its config where it has one. Refused with a UsageError
+    naming both files and digests."""
     if vocab_size != embedding_rows:
         raise UsageError(f"--vocab_file: {vocab_file} has {vocab_size} tokens but --init_checkpoint's "
                          f"embeddings have {embedding_rows} rows; use the checkpoint's own vocab")
-    if checkpoint_vocab and not is_sentencepiece(vocab_file) and not is_sentencepiece(checkpoint_vocab):
-        differs = _first_differing_line(vocab_file, checkpoint_vocab)
-        if differs is not None:
-            raise UsageError(f"--vocab_file: {vocab_file} line {differs[0]} is {differs[1]!r} but the vocab of "
-                             f"--init_checkpoint ({checkpoint_vocab}) has {differs[2]!r} there")
-        return  # the same tokens in the same order: the same ids, whatever else differs in the bytes
-    if recorded_sha256:
-        theirs, where = recorded_sha256, checkpoint_vocab or f"the vocab_sha256 its config records in {init_checkpoint}"
-    elif checkpoint_vocab:
-        theirs, where = tokenizer_sha256(checkpoint_vocab), checkpoint_vocab
-    else:
-        return
-    mine = tokenizer_sha256(vocab_file)
-    if mine != theirs:
-        raise UsageError(f"--vocab_file: {vocab_file} (sha256 {mine[:12]}) is not --init_checkpoint's tokenizer "
-                         f"({where}, sha256 {theirs[:12]}); use the checkpoint's own tokenizer")
+    theirs = Vocabulary(f"the tokenizer of --init_checkpoint {init_checkpoint or ''}".rstrip(), checkpoint_vocab,
+                        recorded_sha256)
+    try:
+        check_vocabulary(theirs, Vocabulary("--vocab_file", vocab_file), allow_extension=False,
+                         hint="use the checkpoint's own tokenizer")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def make_tokenizer(config, options: ModelOptions, checkpoint_vocab: Optional[str] = None):

@@ -203,6 +203,8 @@ def run_seeds(task: Task, config, encoder_fn, tokenizer, strategy, options: RunO
         "options": dataclasses.asdict(options), "init_checkpoint": init_checkpoint, "vocab_file": tokenizer.vocab_file})
     runs = []
     num_train = len(data["train"]["input_ids"]) if "train" in data else None
+    # Resolved before the runs' settings are recorded: the execution choices are part of the record.
+    options = dataclasses.replace(options, execution=finetuning_execution(options, strategy, config))
     for k in range(num_seeds):
         seeded = seed_options(options, k, num_seeds)
         run_dir = seed_run_dir(options.output_dir, seeded.seed, num_seeds)

@@ -96,9 +96,13 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
     checkpoints = None
     if eval_context.run_dir:
         checkpoints = checkpointing.TrainingCheckpoints(eval_context.run_dir, model, optimizer, tracker)
-    step = first_step = checkpoints.restore() if checkpoints else 0
+    # Two counts (see `checkpointing.TrainProgress`): `step`, the optimizer steps applied (schedule, epochs,
+    # checkpoint numbers), and `batches`, the batches consumed (the data position). fp16's skipped steps read
+    # a batch each, so batches >= step.
+    batches = checkpoints.restore() if checkpoints else 0
+    step = first_step = loop.current_step(optimizer)
     iterator = iter(worker_train_dataset(strategy, features, options.train_batch_size, options.seed, padding,
-                                         options.length_bucketing, start_step=step))
+                                         options.length_bucketing, start_step=batches))
     # fp16's loss-scale optimizer skips overflowed steps itself: they do not stop the driver, but a run
     # of them does (`loop.SkippedSteps`); any other non-finite step stops it at once.
     skipped_steps = loop.SkippedSteps(tolerate=options.mixed_precision == "fp16")
@@ -116,6 +120,7 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
         stop = loop.next_stop(step, total_steps, options.steps_per_loop, steps_per_epoch, options.log_steps,
                               save_every)
         outputs = train_steps(iterator, tf.constant(stop - step))
+        batches += stop - step  # every attempted step read its batch (a non-tolerated skip raises below)
         previous, step = step, loop.current_step(optimizer)  # a skipped step does not count
         skipped_steps.observe(previous, step, stop - previous, int(outputs["nonfinite_steps"]), optimizer,
                               lambda: checkpoints.manager.latest_checkpoint if checkpoints else None,
@@ -133,5 +138,5 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
         if eval_context.eval_sets and epoch_end:
             tracker(step, evaluate(model, eval_context))
         if checkpoints and (epoch_end or step % save_every == 0):  # after the evaluation, which it records
-            checkpoints.save(step)
+            checkpoints.save(step, batches)
     return {"train_steps": total_steps, "train_seconds": time.time() - start}

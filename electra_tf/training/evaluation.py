@@ -50,6 +50,7 @@ from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.model.pretrainer import ElectraPretrainer
 from electra_tf.text import verify
 from electra_tf.text.manifest import FEATURE_NAMES, eval_view, has_eval_split, load_manifest, validate_manifest
+from electra_tf.text.vocabulary import Vocabulary, check_vocabulary
 from electra_tf.training import input_pipeline, loop
 
 EVAL_SEED = 2020  # fixed, not the run's --seed: every run is evaluated on the same masks
@@ -80,7 +81,10 @@ def resolve_source(eval_data_dir: str | None, data_dir: str, train_manifest: dic
         verify.check_shard_sizes(eval_data_dir, view)
     except ValueError as e:
         raise ValueError(f"{flag}: {e}") from None
-    for key in ("vocab_sha256", "special_token_ids", "do_lower_case"):
+    check_vocabulary(Vocabulary.of_manifest(train_manifest, "the training data's vocabulary"),
+                     Vocabulary.of_manifest(manifest, f"{flag}'s vocabulary"), allow_extension=False,
+                     hint="build it with the same --vocab_file and casing")
+    for key in ("special_token_ids", "do_lower_case"):
         if key in manifest and key in train_manifest and manifest[key] != train_manifest[key]:
             raise ValueError(f"{flag}: its manifest.json has another {key} than the training data's "
                              f"({manifest[key]} vs {train_manifest[key]}): build it with the same --vocab_file "

@@ -38,6 +38,7 @@ Example (a two-example shard in the format `data_prep` writes, and its manifest)
 (['input_ids', 'input_mask', 'segment_ids'], TensorShape([2, 16]), 'int32')
 """
 
+import dataclasses
 import json
 import os
 import struct
@@ -49,7 +50,8 @@ from electra_tf.training import data_service, distribution
 from electra_tf.config import ElectraConfig
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER, INPUT_SHARDINGS
 from electra_tf.model import masking
-from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest, vocab_differs_from_record
+from electra_tf.text.manifest import FEATURE_NAMES, load_manifest, validate_manifest
+from electra_tf.text.vocabulary import Vocabulary, check_vocabulary
 
 SKIP_FIELDS = ("skipped_records", "skipped_shard")  # in-band with each example under skip_corrupt
 
@@ -67,16 +69,17 @@ def load_checked_manifest(data_dir: str, config: ElectraConfig) -> dict:
 
 
 def check_tokenizer(manifest: dict, data_dir: str, tokenizer_file: str | None = None) -> None:
-    """Refuses (ValueError, one line naming the file and both digests) data whose manifest records a
-    `vocab_sha256` other than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the
-    same number of ids, other pieces. Nothing to compare (an older manifest without the field, a tokenizer
-    file no longer there) is no refusal."""
-    actual = vocab_differs_from_record(manifest, tokenizer_file)
-    if actual:
-        path = tokenizer_file or manifest["vocab_file"]
-        raise ValueError(f"data in {data_dir} was built with a different tokenizer: {path} has sha256 {actual}, "
-                         f"the manifest records {manifest['vocab_sha256']}: rebuild the data or pass the tokenizer "
-                         "it was built with")
+    """Refuses (ValueError, one line naming the file and both digests) data whose manifest records another
+    tokenizer digest than that of `tokenizer_file` (default: the manifest's own `vocab_file`): the same number
+    of ids, other pieces (the vocabulary rule, `text.vocabulary.check_vocabulary`). Nothing to compare (an older
+    manifest without a digest, a tokenizer file no longer there) is no refusal."""
+    recorded = Vocabulary.of_manifest(manifest, "the tokenizer its manifest.json records")
+    now = Vocabulary("tokenizer", tokenizer_file or recorded.path)
+    try:
+        check_vocabulary(dataclasses.replace(recorded, path=None), now, allow_extension=False)
+    except ValueError as e:
+        raise ValueError(f"data in {data_dir} was built with a different tokenizer: {e}; rebuild the data or pass "
+                         "the tokenizer it was built with") from None
 
 
 def _parser(seq_length: int):
@@ -308,7 +311,9 @@ def whole_words_table(config, manifest: dict):
     if not vocab_file or not os.path.isfile(vocab_file):
         raise ValueError(f"mask_whole_words=True reads the data's vocab file, but the manifest's vocab_file "
                          f"{vocab_file!r} is not there: rebuild the data or restore that file")
-    if vocab_differs_from_record(manifest, vocab_file):
-        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with "
-                         f"(sha256 differs from the manifest's)")
+    try:  # the vocabulary rule: the file must be the one the data was built with
+        check_tokenizer(manifest, "the manifest's folder", vocab_file)
+    except ValueError as e:
+        raise ValueError(f"mask_whole_words=True: {vocab_file} is not the vocab the data was built with ({e})") \
+            from None
     return masking.read_continuation_table(vocab_file)

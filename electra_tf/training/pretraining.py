@@ -21,7 +21,6 @@ Example (see `run_pretraining.py` for the command-line front end):
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -34,7 +33,7 @@ from absl import logging
 
 from electra_tf.model import masking
 from electra_tf.training import (data_service, distribution, evaluation, input_pipeline, loop, preemption, restore,
-                                 text_input)
+                                 run_record, text_input)
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import ours
 from electra_tf.training.optimization import create_optimizer
@@ -220,11 +219,14 @@ class RunSetup:
 
 
 def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
-    """Every check that can fail before the first step, then the run's records (`run_config.json`,
-    `execution.json`): nothing is built, and a run refused here writes nothing into its `model_dir`."""
+    """Every check that can fail before the first step, then the run's record (`run_record.check_start`):
+    nothing is built, and a run refused here writes nothing into its `model_dir`."""
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
     own_input = workers > 1 and options.input_sharding == "file" and not options.data_service
+    if options.phase2_from and options.train_text:  # as run_pretraining.py's --phase2 needs --data_dir
+        raise ValueError("--phase2 reads phase 2's shards in --data_dir, not --train_text: build them with python -m "
+                         "data_prep.build_pretraining_dataset at phase 2's --max_seq_length")
     if options.data_service:
         check_service_options(options)
     # Decided once, before anything is built or written; every layer and loop below takes it as is.
@@ -232,8 +234,6 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     phase1 = None
     if options.phase2_from:  # checked before anything is written
         phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
-    if chief or own_input:
-        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     text = text_input.checked_source(options, config) if options.train_text else None
     if text is not None:
         manifest = text_input.synthesized_manifest(text)
@@ -247,13 +247,26 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
         eval_source = text_input.held_out_source(text, options.seed)
     eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
-    restore.check_run_config(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
-                             options=restore.recipe_options(options, manifest))
-    if chief:
-        record_execution(options.model_dir, execution)
+    check_data_against_start(options, manifest, text is not None)
+    if chief or own_input:  # the first thing written into model_dir: every check above is done
+        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
+    run_record.check_start(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
+                           options=run_record.recipe_options(options, manifest),
+                           data=run_record.data_identity(options, manifest),
+                           execution=run_record.execution_record(execution, strategy, options.data_service))
     last = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
     return RunSetup(chief, worker, workers, own_input, execution, phase1, manifest, eval_source, eval_every,
                     skipping, last, text)
+
+
+def check_data_against_start(options: TrainOptions, manifest: dict, text: bool) -> None:
+    """The vocabulary rule between the data and where the run starts from: `--init_checkpoint`'s vocabulary
+    (at a start with no checkpoint of its own yet) or phase 1's."""
+    if options.init_checkpoint and not run_record.has_checkpoint(options.model_dir):
+        name = f"--train_text's --vocab_file {options.vocab_file}" if text else f"--data_dir {options.data_dir}"
+        restore.check_init_vocabulary(options.init_checkpoint, manifest, name)
+    if options.phase2_from:
+        run_record.check_phase2_data(options.phase2_from, manifest)
 
 
 def check_service_options(options: TrainOptions) -> None:
@@ -270,7 +283,7 @@ def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, st
     one reading a tf.data service job (not checkpointable)."""
     seed, service = options.seed, None
     if options.data_service:  # a new job and a new order at each (re)start: the service keeps no position
-        step = restore.steps_taken(options.model_dir)
+        step = run_record.steps_taken(options.model_dir)
         seed, service = options.seed + step, (options.data_service, data_service.job_name(options.model_dir, step))
     text = {} if setup.text is None else dict(  # --train_text: text_input's reader under the same rules
         make_dataset=text_input.reader(setup.text, seed, options.shuffle_buffer),
@@ -490,13 +503,10 @@ def export(model, model_dir: str, manifest: dict, step: int) -> str:
     return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
 
 
-EXECUTION_FILE = "execution.json"  # the run's execution choices that exactness needs on resume
-
-
 def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig):
     """The run's execution options (`distribution.resolve_execution`), its micro-batches taken from the
     run's record when it resumes; on CPUs, the step's cost logged before the first step."""
-    recorded = recorded_execution(options.model_dir).get("gradient_accumulation_steps")
+    recorded = run_record.recorded_micro_batches(options.model_dir)
     execution, micro = distribution.resolve_execution(options.execution, strategy, config, recorded)
     if distribution.all_cpu(strategy):
         from electra_tf.training import cost
@@ -505,24 +515,6 @@ def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig
                                         micro.chosen_by):
             logging.info("%s", line)
     return execution
-
-
-def recorded_execution(model_dir: str) -> dict:
-    path = os.path.join(model_dir, EXECUTION_FILE)
-    if not tf.io.gfile.exists(path):
-        return {}
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
-
-
-def record_execution(model_dir: str, execution) -> None:
-    """Writes the execution choices a resume must repeat to be exact (the micro-batches: gradients
-    summed in another order change the last bits) into the run (temporary name, then rename)."""
-    path = os.path.join(model_dir, EXECUTION_FILE)
-    staging = path + ".tmp"
-    with tf.io.gfile.GFile(staging, "w") as f:
-        json.dump({"gradient_accumulation_steps": execution.gradient_accumulation_steps}, f)
-    tf.io.gfile.rename(staging, path, overwrite=True)
 
 
 @contextlib.contextmanager

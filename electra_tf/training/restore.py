@@ -13,12 +13,10 @@ phase 2 from its own checkpoints. The bias correction of LAMB (and of `adam_bias
 with the step, which NVIDIA's phase 2 also sets to 0: with warm moments this makes the first steps
 smaller, not larger.
 
-A run's recipe is recorded in `run_config.json` when it starts: the whole `ElectraConfig` and, under
-`convert_api.RUN_OPTIONS_KEY`, the options that decide what it learns or the order it reads its data in
-(`recipe_options`). A resume compares them field by field (`check_run_config`) and refuses a change in one line;
-what may change is everything else a command holds (paths, logging, evaluation and checkpoint cadence,
-`--stop_after_steps`, fault handling, execution options) and `num_train_steps` where the learning rate of the
-steps already taken stays as it was (`new_total_allowed`).
+What a run is (its recipe, data, execution choices) is recorded and compared at every start by
+`run_record`, the one owner of `run_config.json`; this module restores the state a start begins from. An
+`--init_checkpoint` start checks the data's vocabulary against the checkpoint's first (`check_init_vocabulary`,
+the vocabulary rule of `text.vocabulary`).
 
 Example (a phase-1 run in `runs/base`, trained on 128-token shards):
 
@@ -28,9 +26,7 @@ Example (a phase-1 run in `runs/base`, trained on 128-token shards):
 """
 
 import dataclasses
-import json
 import os
-import re
 
 import tensorflow as tf
 from absl import logging
@@ -38,126 +34,17 @@ from absl import logging
 from electra_tf.config import ElectraConfig, flatten
 from electra_tf.convert import api as convert_api
 from electra_tf.convert import ours
-from electra_tf.options import PRECISIONS
 from electra_tf.text.manifest import load_manifest
-from electra_tf.training import loop, vocab_extension
+from electra_tf.training import loop, run_record, vocab_extension
 
 PHASE2_DIR = "phase2"
 # What phase 2 is for: its sequence length, batch, steps and schedule. Every other field is phase 1's: the
 # model, the objective and masking, and the optimizer whose slots phase 2 restores.
 PHASE2_CHANGES = ("max_seq_length", "train_batch_size", "num_train_steps", "num_warmup_steps", "learning_rate",
                   "lr_decay_power")
-# The `TrainOptions` that belong to a run's recipe beside its config: the seed (initialisation, data order,
-# masks, samples, dropout), the data order (the shuffle buffer; `input_sharding`: file sharding reads in
-# another order), the arithmetic (mixed_precision; fp16 also adds the loss scale to the optimizer state).
-# Not `data_service`: where the input runs, like the execution options; a resume may change or drop the address
-# (the data itself is checked: the config's length and the vocabulary below).
-RECIPE_OPTIONS = ("seed", "shuffle_buffer", "input_sharding", "mixed_precision")
-# --train_text runs also record their source and packing (text_input.synthesized_manifest's fields).
-TEXT_RECIPE = ("train_text", "do_lower_case", "short_seq_prob", "single_segment_prob", "eval_fraction")
-# The vocabulary the token ids mean: the sha256 of the vocab file, as data_prep's manifest records it.
-VOCABULARY = "vocab_sha256"
-# The flag that sets a recorded value, named in a refusal (the other config fields: --hparams).
-FLAG_OF = {**{name: f"--{name}" for name in ("model_size", "objective", "optimizer", "train_batch_size",
-                                              "learning_rate", "num_train_steps", "num_warmup_steps",
-                                              "max_seq_length", *RECIPE_OPTIONS, *TEXT_RECIPE)},
-           VOCABULARY: "--data_dir's vocabulary"}
-
-
 def phase2_dir(model_dir: str) -> str:
     """The run directory of phase 2 of the run in `model_dir`."""
     return os.path.join(model_dir, PHASE2_DIR)
-
-
-def recipe_options(options, manifest: dict) -> dict:
-    """The recipe's part of `options` (`TrainOptions`) and the vocabulary of the data (`manifest`; None where
-    its build recorded no sha256); for --train_text also the text source and packing (`TEXT_RECIPE`)."""
-    values = {name: getattr(options, name) for name in RECIPE_OPTIONS}
-    values["mixed_precision"] = PRECISIONS[options.mixed_precision]  # "none" and "fp32" are one policy
-    text = {name: manifest[name] for name in TEXT_RECIPE} if manifest.get("source") == "train_text" else {}
-    return {**values, VOCABULARY: manifest.get(VOCABULARY), **text}
-
-
-def check_run_config(model_dir: str, config: ElectraConfig, write: bool = True, record: dict | None = None,
-                     options: dict | None = None):
-    """Refuses to resume the run in `model_dir` with another recipe (`config`, and `options` from
-    `recipe_options`), in one line naming each field and both values; then records both there (if `write`).
-
-    `record`: facts of the run kept beside the config (`convert_api.RUN_RECORD_KEY`: where phase 2 started);
-    the first run's record is kept when the run resumes.
-    """
-    options = options or {}
-    existing = convert_api.run_config_path(model_dir)
-    if existing:
-        _check_same_recipe(model_dir, existing, config, options)
-        record = convert_api.run_record(existing) or record
-        options = options or convert_api.run_record(existing, convert_api.RUN_OPTIONS_KEY) or {}  # kept if none given
-    if write:
-        _write_run_config(existing or os.path.join(model_dir, convert_api.RUN_CONFIG), config, record, options)
-
-
-def _check_same_recipe(model_dir: str, path: str, config: ElectraConfig, options: dict) -> None:
-    stored_options = convert_api.run_record(path, convert_api.RUN_OPTIONS_KEY) or {}
-    changes = recipe_changes(convert_api.load_run_config(path), config, stored_options, options)
-    steps = steps_taken(model_dir)
-    if "num_train_steps" in changes and new_total_allowed(config, steps):
-        old, new = changes.pop("num_train_steps")
-        logging.info("num_train_steps: %d -> %d; the learning rate of the %d step(s) taken is the same under both",
-                     old, new, steps)
-    if changes:
-        details = "; ".join(_change_line(name, old, new, steps) for name, (old, new) in changes.items())
-        raise ValueError(f"--model_dir {model_dir} holds a run with another recipe ({details}): re-run with the "
-                         f"values recorded in {path} to resume it, or use a new --model_dir")
-    unchecked = [name for name in options if name not in stored_options]
-    if unchecked:  # a run folder written before the options were recorded: they are from now on
-        logging.warning("--model_dir %s was written before runs recorded %s: this resume cannot check them "
-                        "(the config is checked; these are recorded from now on)", model_dir, ", ".join(unchecked))
-
-
-def recipe_changes(stored: ElectraConfig, config: ElectraConfig, stored_options: dict, options: dict) -> dict:
-    """`{name: (stored, now)}` for each config field (encoder fields as dotted names) and recipe option that
-    differs. An option one side lacks (not recorded yet, a vocabulary without a sha256) is not compared."""
-    before, now = flatten(stored.to_dict()), flatten(config.to_dict())
-    changes = {name: (value, now[name]) for name, value in before.items() if value != now[name]}
-    changes.update({name: (stored_options[name], value) for name, value in options.items()
-                    if None not in (stored_options.get(name), value) and stored_options[name] != value})
-    return changes
-
-
-def new_total_allowed(config: ElectraConfig, steps: int) -> bool:
-    """Whether a resume at `steps` may change `num_train_steps`: only where the learning rate of every step
-    taken stays as it was, so the run equals one started with the new total. The rate decays towards 0 at
-    num_train_steps from the first step on (`optimization.WarmupLinearDecay`), so that is before the first
-    step, or with `lr_decay_power=0` (no decay)."""
-    return steps == 0 or config.lr_decay_power == 0
-
-
-def steps_taken(model_dir: str) -> int:
-    """The step of the newest checkpoint in run directory `model_dir` (0 if none)."""
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
-    return _checkpoint_step(latest) if latest else 0
-
-
-def _change_line(name: str, old, new, steps: int) -> str:
-    line = f"{name} ({FLAG_OF.get(name, '--hparams')}): {old} there vs {new} now"
-    if name == "num_train_steps":
-        line += (f", refused at step {steps}: the learning rate decays to 0 at num_train_steps from the first step "
-                 "on, so a new total changes the rate of the steps taken (allowed before the first checkpoint or "
-                 "with lr_decay_power=0)")
-    return line
-
-
-def _write_run_config(path: str, config: ElectraConfig, record: dict | None, options: dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    values = config.to_dict()
-    if record:
-        values[convert_api.RUN_RECORD_KEY] = record
-    if options:
-        values[convert_api.RUN_OPTIONS_KEY] = options
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(values, indent=2, sort_keys=True))
-    os.replace(tmp, path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +89,7 @@ def phase2_start(phase1_dir: str, model_dir: str, config: ElectraConfig, init_ch
     if checkpoint is None:
         raise ValueError(f"--phase2: no checkpoint in {os.path.join(phase1_dir, 'checkpoints')} to start from; "
                          "run phase 1 there first")
-    step = _checkpoint_step(checkpoint)
+    step = run_record.checkpoint_step(checkpoint)
     planned = phase1_config(phase1_dir).num_train_steps
     if step < planned:
         logging.warning("--phase2: phase 1's newest checkpoint %s is at step %d of its %d; phase 2 starts "
@@ -212,11 +99,7 @@ def phase2_start(phase1_dir: str, model_dir: str, config: ElectraConfig, init_ch
 
 def phase1_config(phase1_dir: str) -> ElectraConfig:
     """The config recorded by the phase-1 run in `phase1_dir`."""
-    path = convert_api.run_config_path(phase1_dir)
-    if path is None:
-        raise ValueError(f"--phase2: {phase1_dir} holds no pre-training run (no run_config.json); "
-                         "run phase 1 there first")
-    return convert_api.load_run_config(path)
+    return run_record.recorded_config(phase1_dir, "--phase2", "run phase 1 there first")
 
 
 def phase2_config(phase1_dir: str, hparams: dict, flag_values: dict) -> ElectraConfig:
@@ -248,11 +131,6 @@ def _check_matches_phase1(phase1_dir: str, config: ElectraConfig) -> None:
                              f"keeps phase 1's config and changes only {', '.join(PHASE2_CHANGES)}")
 
 
-def _checkpoint_step(path: str) -> int:
-    match = re.search(r"-(\d+)$", path)
-    return int(match.group(1)) if match else 0
-
-
 def requested_sequence_length(flag_value: int | None, phase2_data_dir: str | None,
                               position_table: int) -> int | None:
     """`--max_seq_length`, or with `--phase2` (`phase2_data_dir` set) and the flag unset, the length of the
@@ -265,6 +143,18 @@ def requested_sequence_length(flag_value: int | None, phase2_data_dir: str | Non
         raise ValueError(f"{source} exceeds the model's position table, max_position_embeddings={position_table}: "
                          f"use shards of at most {position_table} tokens")
     return length
+
+
+def check_init_vocabulary(init_checkpoint: str, manifest: dict, data_name: str) -> None:
+    """The data's vocabulary (`manifest`, named `data_name`) against `--init_checkpoint`'s, before anything is
+    built or written: the checkpoint's own, or an extension of it (`vocab_extension.data_vocab_size`); refused in
+    one line naming both files and digests otherwise."""
+    try:
+        checkpoint_size = convert_api.read_config(init_checkpoint)[0].vocab_size
+    except ValueError:  # (ConversionError too) a checkpoint file of a run: restored as it is
+        return
+    vocab_extension.data_vocab_size(init_checkpoint, checkpoint_size, convert_api.checkpoint_vocab(init_checkpoint),
+                                    manifest, data_name)
 
 
 def initialize_from(model, init_checkpoint, vocab_file=None):

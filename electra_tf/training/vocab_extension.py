@@ -2,7 +2,8 @@
 
 The run's data may use a vocab of V' > V tokens whose first V are the checkpoint's, in the same order (what
 `python -m data_prep.extend_vocab` writes): the data decides `vocab_size` (`data_vocab_size`), anything that
-shrinks or reorders the checkpoint's vocab is refused in one line naming both files (`check_extends`). WordPiece
+shrinks or reorders the checkpoint's vocab, or replaces it by another of the same size, is refused in one line
+naming both files and digests (`check_growth`, through the one vocabulary rule `text.vocabulary.check_vocabulary`). WordPiece
 only: a SentencePiece `.model` on either side is refused in one line (its pieces come with scores and a
 normaliser; appending pieces is no extension of it).
 `VocabularyExtension` then loads the checkpoint into a twin of the model with V rows (`source_model`, through
@@ -29,8 +30,9 @@ Example:
 >>> check_extends(["[PAD]", "bio"], ["bio", "[PAD]", "biology"], "old.txt", "new.txt")
 Traceback (most recent call last):
 ...
-ValueError: new.txt does not extend old.txt: its line 1 is 'bio' there but '[PAD]' in old.txt (a vocabulary that \
-reorders or replaces the checkpoint's tokens changes what its ids mean; append new tokens after them)
+ValueError: the new vocabulary new.txt (sha256 not recorded) is not the old vocabulary old.txt (sha256 not recorded): \
+its line 1 is 'bio' there but '[PAD]' in old.txt (a vocabulary that reorders or replaces tokens changes what the ids \
+mean); append new tokens after the checkpoint's (python -m data_prep.extend_vocab)
 >>> extended_rows(np.array([[0., 2.], [4., 6.], [1., 1.]]), [[0, 1], [2]])
 array([[0., 2.],
        [4., 6.],
@@ -40,7 +42,6 @@ array([[0., 2.],
 """
 
 import dataclasses
-import os
 
 import numpy as np
 from absl import logging
@@ -48,21 +49,17 @@ from absl import logging
 from electra_tf.text.manifest import vocab_differs_from_record
 from electra_tf.text.tokenization import WordPieceTokenizer, read_vocab
 from electra_tf.text.tokenizers import is_sentencepiece
+from electra_tf.text.vocabulary import EXTENSION, UNCHECKED, Vocabulary, check_vocabulary, compare_tokens
 
 CONTINUATION = "##"
 
 
 def check_extends(old_tokens: list, new_tokens: list, old_name: str, new_name: str) -> None:
-    """Refuses (ValueError, one line naming both files) a vocabulary that does not keep `old_tokens` as its
-    first tokens: one with fewer tokens, or another token at an old id."""
-    if len(new_tokens) < len(old_tokens):
-        raise ValueError(f"{new_name} has {len(new_tokens)} tokens, fewer than the {len(old_tokens)} of {old_name}: "
-                         "a vocabulary may only grow, by tokens appended after the old ones")
-    for index, (old, new) in enumerate(zip(old_tokens, new_tokens)):
-        if old != new:
-            raise ValueError(f"{new_name} does not extend {old_name}: its line {index + 1} is {new!r} there but "
-                             f"{old!r} in {old_name} (a vocabulary that reorders or replaces the checkpoint's tokens "
-                             "changes what its ids mean; append new tokens after them)")
+    """Refuses (ValueError, one line naming both files and digests) a vocabulary `new_tokens` (from file
+    `new_name`) that does not keep `old_tokens` (from file `old_name`) as its first tokens: the vocabulary rule
+    (`vocabulary.compare_tokens`)."""
+    compare_tokens(old_tokens, new_tokens, Vocabulary("the old vocabulary", old_name),
+                   Vocabulary("the new vocabulary", new_name), hint=EXTENSION_HINT)
 
 
 def piece_ids(tokens: list, old_vocab_file: str) -> list:
@@ -88,42 +85,59 @@ def extended_rows(array: np.ndarray, pieces: list, axis: int = 0) -> np.ndarray:
 
 
 def check_growth(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | None, run_size: int,
-                 run_vocab: str | None, run_name: str) -> None:
-    """Refuses, in one line naming both files, a run whose vocabulary (`run_vocab`, `run_size` tokens, from
-    `run_name`) is not the vocabulary of `--init_checkpoint` `checkpoint` (`checkpoint_vocab`, `checkpoint_size`
-    rows) with tokens appended: one that shrinks or reorders it, or where either file is not there to compare."""
-    if run_size == checkpoint_size:
-        return
+                 run_vocab: str | None, run_name: str, run_sha256: str | None = None) -> str:
+    """The vocabulary rule (`vocabulary.check_vocabulary`) for a run from `--init_checkpoint` `checkpoint`
+    (`checkpoint_vocab`, `checkpoint_size` rows) whose vocabulary is `run_vocab` (`run_size` tokens, recorded
+    digest `run_sha256`, named `run_name`): `SAME` or `UNCHECKED` at the checkpoint's size, `EXTENSION` above it;
+    refused in one line naming both files (and digests) otherwise: another vocabulary of the same size, one
+    that shrinks or reorders the checkpoint's, or a larger one where either file is not there to compare."""
     if run_size < checkpoint_size:
         raise ValueError(f"{run_name} has {run_size} tokens ({run_vocab}) but --init_checkpoint {checkpoint} has "
                          f"{checkpoint_size} ({checkpoint_vocab}): a vocabulary may only grow (python -m "
                          "data_prep.extend_vocab appends tokens); use the checkpoint's vocabulary or an extension "
                          "of it")
+    theirs = Vocabulary(f"--init_checkpoint {checkpoint}'s vocabulary", checkpoint_vocab)
+    ours = Vocabulary(run_name, run_vocab, run_sha256)
+    if run_size == checkpoint_size:
+        verdict = check_vocabulary(theirs, ours, allow_extension=False, hint=SAME_SIZE_HINT)
+        if verdict == UNCHECKED:
+            logging.warning("%s could not be compared with --init_checkpoint %s's (%s): the checkpoint holds no "
+                            "vocabulary file; its %d rows are taken to mean the data's tokens", run_name,
+                            checkpoint, checkpoint_vocab or "none found", checkpoint_size)
+        return verdict
     for name, path in ((f"--init_checkpoint {checkpoint}'s vocabulary", checkpoint_vocab), (run_name, run_vocab)):
         if path and is_sentencepiece(path):
             raise ValueError(f"vocabulary extension supports WordPiece vocab files; {name} {path} is a SentencePiece "
                              f"model: continue pre-training with the checkpoint's own tokenizer ({checkpoint_size} "
                              f"ids), or pre-train from scratch with the new one")
-    if not checkpoint_vocab or not os.path.isfile(checkpoint_vocab):
+    if not theirs.on_disk:
         raise ValueError(f"--init_checkpoint {checkpoint} holds no vocab.txt to compare with {run_name} ({run_size} "
                          f"tokens, {run_vocab}): its {checkpoint_size} rows can only be extended when its vocabulary "
                          "is known (use its export directory, or put its vocab.txt beside it)")
-    if not run_vocab or not os.path.isfile(run_vocab):
+    if not ours.on_disk:
         raise ValueError(f"{run_name}: {run_vocab} is not on disk, so it cannot be checked against "
                          f"--init_checkpoint's vocabulary {checkpoint_vocab}")
-    check_extends(read_vocab(checkpoint_vocab), read_vocab(run_vocab), checkpoint_vocab, run_vocab)
+    return check_vocabulary(theirs, ours, hint=EXTENSION_HINT)
+
+
+SAME_SIZE_HINT = ("the checkpoint's embedding rows mean its own tokens: build the data with the checkpoint's "
+                  "vocabulary, or one python -m data_prep.extend_vocab grows from it, or pre-train from scratch")
+EXTENSION_HINT = "append new tokens after the checkpoint's (python -m data_prep.extend_vocab)"
 
 
 def data_vocab_size(checkpoint: str, checkpoint_size: int, checkpoint_vocab: str | None, manifest: dict,
-                    data_dir: str) -> int:
+                    data_name: str) -> int:
     """The run's `vocab_size` with `--init_checkpoint=checkpoint` (`checkpoint_size` rows): the data's (its
-    manifest's), once `check_growth` accepts its vocab."""
-    vocab_file, name = manifest.get("vocab_file"), f"--data_dir {data_dir}'s vocabulary"
-    check_growth(checkpoint, checkpoint_size, checkpoint_vocab, manifest["vocab_size"], vocab_file, name)
+    `manifest`'s; `data_name` names the data in messages, e.g. "--data_dir D"), once `check_growth` accepts its
+    vocab."""
+    vocab_file, name = manifest.get("vocab_file"), f"{data_name}'s vocabulary"
     if manifest["vocab_size"] != checkpoint_size and vocab_differs_from_record(manifest, vocab_file):
         raise ValueError(f"{name}: {vocab_file} is not the vocab the data was built with (its sha256 differs from "
                          "the manifest's), so the new rows cannot be told from it")
-    if manifest["vocab_size"] != checkpoint_size:
+    data = Vocabulary.of_manifest(manifest, name)
+    verdict = check_growth(checkpoint, checkpoint_size, checkpoint_vocab, manifest["vocab_size"], data.path, name,
+                           data.sha256)
+    if verdict == EXTENSION:
         logging.info("%s (%s) extends --init_checkpoint's (%s): vocab_size %d -> %d, the new rows made at "
                      "initialisation", name, vocab_file, checkpoint_vocab, checkpoint_size, manifest["vocab_size"])
     return manifest["vocab_size"]
