@@ -22,7 +22,9 @@ OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 KNOWN_FAILURES: dict[str, str] = {}
 # Modules whose examples need an optional package: {module: (package, the requirements file that installs it)}.
 # Skipped, with the reason, where it is missing: the README's set-up installs requirements.txt only.
-NEEDS_OPTIONAL = {"data_prep.beam_pipeline": ("apache_beam", "requirements-beam.txt")}
+NEEDS_OPTIONAL = {"data_prep.beam_pipeline": ("apache_beam", "requirements-beam.txt"),
+                  "electra_tf.convert.onnx_graph": ("onnx", "requirements-onnx.txt"),
+                  "electra_tf.convert.onnx_export": ("onnx", "requirements-onnx.txt")}
 
 
 def missing_optional(name: str):
