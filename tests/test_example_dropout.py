@@ -112,3 +112,25 @@ def test_two_replicas_times_two_micro_batches_follow_one_devices_trajectory_with
 def test_two_replicas_and_two_micro_batches_each_follow_one_devices_trajectory_with_dropout(
         data_dir, tmp_path, option_set):
     assert_same_trajectory(data_dir, tmp_path, OPTION_SETS[option_set], [(1, True), (2, False)])
+
+
+
+BF16_TOLERANCE = 1e-2  # relative, step 1: bf16's 8-bit mantissas summed in another order (2 × 2 against 1)
+
+
+def first_step_losses(data_dir, model_dir, execution, seed=0, **layout):
+    (first,) = train(data_dir, model_dir, execution, precision="bf16", seed=seed, steps=1, **layout)
+    return first
+
+
+@pytest.mark.parametrize("option_set", ["cpu", pytest.param("accelerator", marks=pytest.mark.slow)])
+def test_bf16_first_step_agrees_within_a_tolerance_another_seed_exceeds(data_dir, tmp_path, option_set):
+    execution = OPTION_SETS[option_set]
+    one = first_step_losses(data_dir, tmp_path / "one", execution)
+    split = first_step_losses(data_dir, tmp_path / "split", execution, k=2, mirrored=True)
+    other_seed = first_step_losses(data_dir, tmp_path / "seed1", execution, seed=1)
+    names = ("gen_loss", "disc_loss")
+    for name in names:
+        assert abs(split[name] - one[name]) <= BF16_TOLERANCE * abs(one[name]), (name, split[name], one[name])
+    assert any(abs(other_seed[name] - one[name]) > BF16_TOLERANCE * abs(one[name]) for name in names), \
+        (other_seed, one)
