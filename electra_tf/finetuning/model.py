@@ -85,7 +85,8 @@ class FinetuningModel(keras.Model):
         return {"per_example": {"dropout_streams": self._dropout_streams(batch)}}
 
     def _dropout_streams(self, batch):
-        step_ = self.optimizer.iterations if self.optimizer else 0
+        optimizer = getattr(self, "optimizer", None)  # none before `compile`
+        step_ = optimizer.iterations if optimizer else 0
         indices = example_dropout.global_indices(tf.shape(batch["input_ids"])[0])
         return example_dropout.example_streams(self.seed, step_, indices)
 

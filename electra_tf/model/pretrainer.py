@@ -194,7 +194,8 @@ class ElectraPretrainer(keras.Model):
         return example_dropout.example_streams(self.seed, self._step(), example_dropout.global_indices(batch_size))
 
     def _step(self):
-        return self.optimizer.iterations if self.optimizer else 0
+        optimizer = getattr(self, "optimizer", None)  # none before `compile` (e.g. `build_all`)
+        return optimizer.iterations if optimizer else 0
 
     def _special_id_tuple(self):
         special = self._required_special_ids()
