@@ -115,7 +115,9 @@ def test_two_replicas_and_two_micro_batches_each_follow_one_devices_trajectory_w
 
 
 
-BF16_TOLERANCE = 1e-2  # relative, step 1: bf16's 8-bit mantissas summed in another order (2 × 2 against 1)
+# Relative, step 1: the same masks leave only the order of sums (measured 1e-7 under the CPU set); the per-replica
+# masks before this stream moved the losses by 7e-4 to 1.7e-3, another seed by far more.
+BF16_TOLERANCE = 1e-4
 
 
 def first_step_losses(data_dir, model_dir, execution, seed=0, **layout):
