@@ -5,7 +5,7 @@
 Runs `run_pretraining.py --model_size=mini` with 2 layers, batch 16, 12 steps, `--seed=7` (one log
 line per step) in a checkout of each commit (a temporary `git worktree`), on the same shards (built
 once by this checkout's `data_prep` from `../shared/data/pretrain/enwiki`, 128 tokens), and
-compares every scalar of every step of the two `train_log.jsonl` files that is a loss or a metric of
+compares (`--dropout_rate` sets the model's) every scalar of every step of the two `train_log.jsonl` files that is a loss or a metric of
 the model (not timings). The result, `bench/results/seeded_check-<name>.json`, holds both commits,
 the command, each run's values and the largest absolute difference; the check passes when it is at
 most `--tolerance` (1e-6).
@@ -45,9 +45,18 @@ def build_shards(checkout: Path, out: Path) -> Path:
     return out
 
 
-def train_log(checkout: Path, data_dir: Path, model_dir: Path) -> list[dict]:
+def recipe(dropout_rate: float | None = None) -> list[str]:
+    """The run's flags; `dropout_rate` (None: the model size's) goes into its hparams."""
+    if dropout_rate is None:
+        return RECIPE
+    hparams = {"num_layers": 2, "dropout_rate": dropout_rate}
+    return [f"--hparams={json.dumps(hparams)}" if flag.startswith("--hparams=") else flag for flag in RECIPE]
+
+
+def train_log(checkout: Path, data_dir: Path, model_dir: Path, dropout_rate: float | None = None) -> list[dict]:
     """The recipe's per-step log lines, run in `checkout`."""
-    command = [sys.executable, "run_pretraining.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *RECIPE]
+    command = [sys.executable, "run_pretraining.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+               *recipe(dropout_rate)]
     with open(model_dir.parent / f"{model_dir.name}.log", "w") as out:
         subprocess.run(command, cwd=checkout, check=True, stdout=out, stderr=subprocess.STDOUT)
     return [json.loads(line) for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
@@ -77,6 +86,8 @@ def main(argv=None) -> int:
     parser.add_argument("--after", default="HEAD", help="the commit after it (default HEAD)")
     parser.add_argument("--name", required=True, help="the result: bench/results/seeded_check-<name>.json")
     parser.add_argument("--tolerance", type=float, default=1e-6)
+    parser.add_argument("--dropout_rate", type=float, default=None,
+                        help="the runs' dropout_rate (default: the mini size's, 0.1)")
     args = parser.parse_args(argv)
     if not ENWIKI_FILE.is_file():
         sys.exit(f"seeded_check: error: {ENWIKI_FILE} is absent (the shared data folder)")
@@ -89,7 +100,7 @@ def main(argv=None) -> int:
             checkout = work / label
             git("worktree", "add", "--detach", str(checkout), commit)
             commits[label] = commit
-            runs[label] = model_scalars(train_log(checkout, data_dir, work / f"model_{label}"))
+            runs[label] = model_scalars(train_log(checkout, data_dir, work / f"model_{label}", args.dropout_rate))
             print(f"{label} ({commit}): {len(runs[label])} scalars × {len(next(iter(runs[label].values())))} steps")
     finally:
         for label in ("before", "after"):
@@ -100,7 +111,7 @@ def main(argv=None) -> int:
     difference = max_difference(runs["before"], runs["after"])
     result = {"before": commits["before"], "after": commits["after"],
               "command": "python run_pretraining.py --data_dir=<enwiki wiki_00, 128 tokens> --model_dir=DIR "
-                         + " ".join(RECIPE),
+                         + " ".join(recipe(args.dropout_rate)),
               "compared": shared, "values_compared": sum(len(runs["before"][k]) for k in shared),
               "max_abs_difference": difference, "tolerance": args.tolerance, "passed": difference <= args.tolerance,
               "only_before": sorted(set(runs["before"]) - set(shared)),

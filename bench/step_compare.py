@@ -2,7 +2,8 @@
 
     python -m bench.step_compare --before=b3a6e87 --after=HEAD --name=issue43_execution
 
-Each round runs `python -m bench.step_bench --sizes=small --precisions=fp32 --only=ours --rounds=1` in a
+Each round runs `python -m bench.step_bench --sizes=small --precisions=fp32 --only=ours --rounds=1` (or
+`--precision=bf16`'s) in a
 checkout of each commit (a temporary `git worktree`), the two commits alternating and the order flipped every
 round, so a machine that slows down or speeds up during the comparison weighs on both alike. The result,
 `bench/results/step_compare-<name>.json`, holds both commits, the command, the machine, every round's
@@ -28,8 +29,11 @@ from experiments.provenance import machine_line
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench_command(steps: int, json_out: Path) -> list[str]:
-    return [sys.executable, "-m", "bench.step_bench", "--sizes=small", "--precisions=fp32", "--only=ours",
+PRECISIONS = ("fp32", "bf16")
+
+
+def bench_command(steps: int, json_out: Path, precision: str = "fp32") -> list[str]:
+    return [sys.executable, "-m", "bench.step_bench", "--sizes=small", f"--precisions={precision}", "--only=ours",
             "--rounds=1", f"--steps={steps}", "--warmup=1", f"--json_out={json_out}"]
 
 
@@ -40,8 +44,8 @@ def ours_seq_per_second(report: dict) -> float:
     return timing["seq_s"]
 
 
-def time_once(checkout: Path, steps: int, out: Path) -> float:
-    subprocess.run(bench_command(steps, out), cwd=checkout, check=True, stdout=subprocess.DEVNULL,
+def time_once(checkout: Path, steps: int, out: Path, precision: str = "fp32") -> float:
+    subprocess.run(bench_command(steps, out, precision), cwd=checkout, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     return ours_seq_per_second(json.loads(out.read_text()))
 
@@ -53,6 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--name", required=True, help="the result: bench/results/step_compare-<name>.json")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="the step's precision (step_bench's)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="step_compare_"))
     commits, seq_s = {}, {"before": [], "after": []}
@@ -62,7 +67,7 @@ def main(argv=None) -> int:
             git("worktree", "add", "--detach", str(work / label), commits[label])
         for round_ in range(args.rounds):
             for label in (("before", "after") if round_ % 2 == 0 else ("after", "before")):
-                value = time_once(work / label, args.steps, work / f"{label}-{round_}.json")
+                value = time_once(work / label, args.steps, work / f"{label}-{round_}.json", args.precision)
                 seq_s[label].append(value)
                 print(f"round {round_ + 1}/{args.rounds} {label} ({commits[label]}): {value:.2f} seq/s", flush=True)
     finally:
@@ -73,8 +78,9 @@ def main(argv=None) -> int:
     ratios = [a / b for a, b in zip(seq_s["after"], seq_s["before"])]
     result = {"before": commits["before"], "after": commits["after"], "machine": machine_line(),
               "command": f"python -m bench.step_compare --before={args.before} --after={args.after} "
-                         f"--name={args.name} --rounds={args.rounds} --steps={args.steps}",
-              "each_run": " ".join(bench_command(args.steps, Path("OUT.json"))[1:]), "seq_per_s": seq_s,
+                         f"--name={args.name} --rounds={args.rounds} --steps={args.steps} --precision={args.precision}",
+              "each_run": " ".join(bench_command(args.steps, Path("OUT.json"), args.precision)[1:]),
+              "seq_per_s": seq_s,
               "ratio_after_over_before": {"per_round": ratios, "median": statistics.median(ratios)}}
     out = ROOT / "bench" / "results" / f"step_compare-{args.name}.json"
     write_text_atomic(out, json.dumps(result, indent=1) + "\n")

@@ -34,7 +34,9 @@ EXECUTION_HELP = {
     "kernels": "Encoder layers' element-wise chains and the MLM loss: xla_cpu = XLA-compiled kernels with "
                "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras "
                "ops. auto = xla_cpu where every device is a CPU (TensorFlow backend), else reference.",
-    "dropout_masks": "16bit = two 16-bit keep decisions per 32-bit random number; keras = Keras' masks. "
+    "dropout_masks": "16bit = two 16-bit keep decisions per 32-bit random number; keras = one uniform float per "
+                     "element, compared with the rate as Keras does. Either way keyed by (seed, step, example) "
+                     "in training, so replicas and micro-batches draw one device's masks. "
                      "auto = 16bit where every device is a CPU, else keras.",
     "sampling": "Generator sampling: inverse_cdf = two-level inverse CDF (2 uniforms per draw); gumbel = the "
                 "official Gumbel-max (one per vocabulary entry); the same distribution. auto = inverse_cdf where "

@@ -20,3 +20,11 @@ def test_the_largest_difference_and_a_missing_step():
     assert seeded_check.max_difference(before, {"loss": [2.0, 1.5 + 3e-6], "gen_loss": [1.0, 1.0]}) == \
         pytest.approx(3e-6)
     assert math.isinf(seeded_check.max_difference(before, {"loss": [2.0], "gen_loss": [1.0, 1.0]}))
+
+
+def test_the_dropout_option_sets_the_runs_hparams_and_nothing_else():
+    assert seeded_check.recipe() == seeded_check.RECIPE
+    changed = seeded_check.recipe(0.0)
+    assert changed[1] == '--hparams={"num_layers": 2, "dropout_rate": 0.0}'
+    assert [f for f in changed if not f.startswith("--hparams")] == [f for f in seeded_check.RECIPE
+                                                                      if not f.startswith("--hparams")]

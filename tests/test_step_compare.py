@@ -17,3 +17,8 @@ def test_each_run_is_the_step_bench_of_our_small_fp32_step():
     command = step_compare.bench_command(3, "out.json")
     assert command[1:4] == ["-m", "bench.step_bench", "--sizes=small"] and "--only=ours" in command
     assert "--rounds=1" in command and "--steps=3" in command and command[-1] == "--json_out=out.json"
+
+
+def test_the_precision_option_reaches_each_run():
+    assert "--precisions=bf16" in step_compare.bench_command(3, "out.json", "bf16")
+    assert "--precisions=fp32" in step_compare.bench_command(3, "out.json")

@@ -131,12 +131,16 @@ def test_encoder_drops_out_with_electra_dropout_and_keeps_its_rng_state_list():
     assert seeds(layer) and len(seeds(layer)) == len(seeds(plain))
 
 
-def test_keras_dropout_masks_keep_keras_dropout_and_stay_out_of_the_config():
+def test_keras_dropout_masks_are_keras_dropout_outside_training_and_stay_out_of_the_config():
     config = get_config("small", vocab_size=100, hparams={"discriminator.num_layers": 1})
     execution = ExecutionOptions(kernels="reference", dropout_masks="keras").resolve({"CPU"})
     encoder = ElectraEncoder.from_config_object(config, "discriminator", execution=execution)
     encoder.build()
-    assert type(encoder.transformer_layers[0]._feedforward_dropout) is keras.layers.Dropout
+    dropout = encoder.transformer_layers[0]._feedforward_dropout
+    assert isinstance(dropout, ElectraDropout) and dropout.masks == "keras"  # keyed by the example in training
+    x = np.ones((4, 8, 16), "float32")  # outside a keyed scope: Keras' dropout, draw for draw
+    np.testing.assert_array_equal(ElectraDropout(0.3, masks="keras", seed=5)(x, training=True),
+                                  keras.layers.Dropout(0.3, seed=5)(x, training=True))
     assert "dropout_masks" not in encoder.get_config() and "fused_kernels" not in encoder.get_config()
     with pytest.raises(ValueError, match="--dropout_masks must be one of"):
         ExecutionOptions(dropout_masks="8bit")

@@ -66,7 +66,7 @@ import copy
 import keras
 from keras import layers, ops
 
-from electra_tf.model.layers import ElectraDense, get_activation
+from electra_tf.model.layers import ElectraDense, ElectraDropout, get_activation
 
 PACKAGE = "electra_tf"
 # Added to the logits of positions that cannot start or end an answer (official: 1000 · (mask − 1)).
@@ -99,7 +99,7 @@ class ClassificationHead(layers.Layer):
         self.num_labels = int(num_labels)
         self.dropout_rate = dropout_rate
         self.kernel_initializer = _initializer_config(kernel_initializer)
-        self.dropout = layers.Dropout(dropout_rate, name="dropout")
+        self.dropout = ElectraDropout(dropout_rate, masks="keras", name="dropout")  # keyed by the example in training
         self.dense = ElectraDense(self.num_labels, kernel_initializer=_new_initializer(self.kernel_initializer),
                                   dtype=self.dtype_policy, name="logits")
 

@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf.finetuning.task import Task
-from electra_tf.model import step
+from electra_tf.model import example_dropout, step
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.execution import layer_execution
 from electra_tf.options import ExecutionOptions
@@ -57,9 +57,10 @@ class FinetuningModel(keras.Model):
     """
 
     def __init__(self, encoder, head, clip_norm=1.0, loss_reduction="sum", execution: ExecutionOptions | None = None,
-                 **kwargs):
+                 seed=0, **kwargs):
         super().__init__(name=kwargs.pop("name", "finetuning_model"), **kwargs)
         self.execution = layer_execution(execution)  # how the step is computed; not part of the config
+        self.seed = int(seed)  # the run's: dropout keyed by (seed, step, example); not part of the config
         if loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
         self.encoder = encoder
@@ -79,13 +80,27 @@ class FinetuningModel(keras.Model):
         self({"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones)})
         return self
 
-    def compute_losses(self, batch, training=True):
+    def step_context(self, batch) -> dict:
+        """Each example's dropout stream (`model.step`: made before a compiled step, outside XLA)."""
+        return {"per_example": {"dropout_streams": self._dropout_streams(batch)}}
+
+    def _dropout_streams(self, batch):
+        optimizer = getattr(self, "optimizer", None)  # none before `compile`
+        step_ = optimizer.iterations if optimizer else 0
+        indices = example_dropout.global_indices(tf.shape(batch["input_ids"])[0])
+        return example_dropout.example_streams(self.seed, step_, indices)
+
+    def compute_losses(self, batch, training=True, dropout_streams=None):
         """This replica's share of the objective: the global-batch sum (official) or mean.
 
-        `mean_loss` is the per-example mean's partial, for the log.
+        `mean_loss` is the per-example mean's partial, for the log. Dropout (encoder and head) is
+        keyed by the example (`model.example_dropout`), so N replicas train as one device.
         """
         global_batch = tf.cast(tf.shape(batch["input_ids"])[0] * _replica_count(), tf.float32)
-        outputs = self(batch, training=training)
+        if dropout_streams is None:
+            dropout_streams = self._dropout_streams(batch)
+        with example_dropout.keyed_by(dropout_streams):
+            outputs = self(batch, training=training)
         total = tf.reduce_sum(tf.cast(self.head.per_example_loss(batch, outputs), tf.float32))
         objective = total if self.loss_reduction == "sum" else total / global_batch
         return {"loss": objective, "mean_loss": total / global_batch}
@@ -114,12 +129,12 @@ class FinetuningModel(keras.Model):
 
 
 def build_model(task: Task, config, encoder_fn, strategy, seq_length: int,
-                execution: ExecutionOptions | None = None) -> FinetuningModel:
+                execution: ExecutionOptions | None = None, seed: int = 0) -> FinetuningModel:
     """Encoder + the task's head, with the config's clip norm and loss reduction, all variables built;
-    `execution`: the run's resolved options (default: the portable ones)."""
+    `execution`: the run's resolved options (default: the portable ones); `seed`: the run's (dropout)."""
     with strategy.scope():
         model = FinetuningModel(encoder_fn(execution), task.build_head(config), clip_norm=config.clip_norm,
-                                loss_reduction=config.finetune_loss_reduction, execution=execution)
+                                loss_reduction=config.finetune_loss_reduction, execution=execution, seed=seed)
         model.build_all(seq_length)
     return model
 

@@ -67,7 +67,7 @@ def run_single(task: Task, config, encoder_fn, tokenizer, options: RunOptions, s
     os.makedirs(run_dir, exist_ok=True)
     options = dataclasses.replace(options, execution=finetuning_execution(options, strategy, config))
     keras.utils.set_random_seed(options.seed)
-    model = build_model(task, config, encoder_fn, strategy, options.max_seq_length, options.execution)
+    model = build_model(task, config, encoder_fn, strategy, options.max_seq_length, options.execution, options.seed)
     seq = options.max_seq_length
     eval_sets = _cached(data_cache, "eval", lambda: task.eval_sets(tokenizer, seq)) if options.do_eval else []
     context = EvalContext(task, eval_sets, options, strategy, padding_for(task, config, options), run_dir)

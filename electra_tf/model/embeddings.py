@@ -20,7 +20,7 @@ from keras import layers, ops
 from keras_hub.layers import PositionEmbedding
 
 from electra_tf.model.execution import without_legacy_fields
-from electra_tf.model.layers import layer_norm, truncated_normal
+from electra_tf.model.layers import ElectraDropout, layer_norm, truncated_normal
 from electra_tf.ops.reference import PACKAGE, layer_norm_last_axis
 
 
@@ -70,7 +70,8 @@ class ElectraEmbeddings(layers.Layer):
         )
         self.embeddings_layer_norm = layer_norm(layer_norm_epsilon, kernels, dtype=self.dtype_policy,
                                                 name="embeddings_layer_norm")
-        self.embeddings_dropout = layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="embeddings_dropout")
+        self.embeddings_dropout = ElectraDropout(dropout_rate, masks="keras", dtype=self.dtype_policy,
+                                                 name="embeddings_dropout")
 
     def build(self, token_ids_shape, segment_ids_shape=None):
         self.token_embedding.build(token_ids_shape)

@@ -2,7 +2,8 @@
 
 `ElectraDense` / `ElectraEinsumDense` sum bias gradients in float32 (`ops.reference.add_bias`);
 `ElectraDense(fused=True)` computes bias + exact GELU as one XLA:CPU kernel;
-`ElectraLayerNormalization` has a closed-form backward; `ElectraDropout` draws 16-bit masks.
+`ElectraLayerNormalization` has a closed-form backward; `ElectraDropout` draws masks keyed by the example
+(`model.example_dropout`) in training, 16-bit or Keras' masks outside it.
 `get_activation` and `layer_norm` pick the activation and LayerNorm for a `kernels` choice.
 
 Example:
@@ -18,9 +19,12 @@ import keras
 from keras import layers, ops
 
 from electra_tf.config import ACTIVATIONS
+from electra_tf.model import example_dropout
 from electra_tf.model.execution import without_legacy_fields
-from electra_tf.ops.reference import (PACKAGE, add_bias, dropout16, gelu_approximate, gelu_exact, gelu_keras,
-                                      layer_norm_last_axis, own_dtype_value)
+from electra_tf.ops.random_bits import dropout_keep_bits
+from electra_tf.ops.reference import (PACKAGE, add_bias, dropout16, dropout_with_bits, dropout_with_words,
+                                      gelu_approximate, gelu_exact, gelu_keras, layer_norm_last_axis,
+                                      own_dtype_value)
 
 
 def truncated_normal(stddev: float):
@@ -124,7 +128,12 @@ class ElectraEinsumDense(layers.EinsumDense):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ElectraDropout(layers.Dropout):
-    """`keras.layers.Dropout` with `dropout16` masks: same seed generator, advanced once per call.
+    """`keras.layers.Dropout` whose masks are keyed by the example inside `example_dropout.keyed_by`
+    (what training runs); outside it, `masks="16bit"` draws `dropout16` masks from the seed generator
+    (advanced once per call) and `masks="keras"` is Keras' dropout.
+
+    Keyed, `masks` says how many bits decide an element: "16bit" compares 16 (`dropout16`'s
+    threshold), "keras" makes a uniform float from 32 (Keras' comparison with the rate).
 
     Example:
 
@@ -135,12 +144,33 @@ class ElectraDropout(layers.Dropout):
     ([0.0, 2.0], True)
     """
 
+    def __init__(self, rate, masks="16bit", **kwargs):
+        super().__init__(rate, **kwargs)
+        if masks not in ("16bit", "keras"):
+            raise ValueError(f"ElectraDropout masks must be '16bit' or 'keras', got {masks!r}")
+        self.masks = masks
+
     def call(self, inputs, training=False):
-        if training and 0 < self.rate < 1 and self.noise_shape is None:
+        if not (training and 0 < self.rate < 1 and self.noise_shape is None):
+            return super().call(inputs, training=training)
+        if example_dropout.active_scope() is not None:
+            if self.masks == "keras":
+                return dropout_with_words(inputs, self.rate, example_dropout.keyed_keep_bits(inputs, halves=False))
+            return dropout_with_bits(inputs, self.rate, lambda: example_dropout.keyed_keep_bits(inputs))
+        if self.masks == "16bit":
             return dropout16(inputs, self.rate, self.seed_generator.next())
         return super().call(inputs, training=training)
 
+    def keep_bits(self, x):
+        """The uint16 keep draws this layer's next call would compare (for the XLA:CPU kernels):
+        keyed by the example inside `keyed_by`, from the seed generator outside."""
+        keyed = example_dropout.keyed_keep_bits(x)
+        return keyed if keyed is not None else dropout_keep_bits(x, self.seed_generator.next())
+
+    def get_config(self):
+        return {**super().get_config(), "masks": self.masks}
+
 
 def dropout_layer(rate: float, dropout_masks: str, **kwargs):
-    """A Dropout for `dropout_masks`: `ElectraDropout` for "16bit", Keras' otherwise."""
-    return (ElectraDropout if dropout_masks == "16bit" else layers.Dropout)(rate=rate, **kwargs)
+    """The Dropout of a `dropout_masks` choice ("16bit" or "keras"): an `ElectraDropout` either way."""
+    return ElectraDropout(rate=rate, masks=dropout_masks, **kwargs)

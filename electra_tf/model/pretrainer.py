@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.config import ElectraConfig
-from electra_tf.model import electric, masking, step
+from electra_tf.model import electric, example_dropout, masking, step
 from electra_tf.model.embeddings import GdesEmbeddings
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.execution import layer_execution
@@ -188,11 +188,14 @@ class ElectraPretrainer(keras.Model):
         return {"token_ids": token_ids, "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
 
     def _example_seeds(self, batch_size):
-        replica_id, _ = replica_context_info()
-        global_indices = tf.cast(replica_id, tf.int64) * tf.cast(batch_size, tf.int64) + tf.range(
-            tf.cast(batch_size, tf.int64)
-        )
-        return masking.example_seeds(self.seed, self.optimizer.iterations if self.optimizer else 0, global_indices)
+        return masking.example_seeds(self.seed, self._step(), example_dropout.global_indices(batch_size))
+
+    def _dropout_streams(self, batch_size):
+        return example_dropout.example_streams(self.seed, self._step(), example_dropout.global_indices(batch_size))
+
+    def _step(self):
+        optimizer = getattr(self, "optimizer", None)  # none before `compile` (e.g. `build_all`)
+        return optimizer.iterations if optimizer else 0
 
     def _special_id_tuple(self):
         special = self._required_special_ids()
@@ -201,10 +204,12 @@ class ElectraPretrainer(keras.Model):
     def step_context(self, batch) -> dict:
         """What micro-batches of `batch`, or a compiled step, need to compute exactly the whole batch's
         step (`model.step`): `per_example`, sliced with the batch, the masking seeds of each
-        example's global index; `kwargs`, the whole batch's counts, all-reduced (the step's only
-        collective before its gradients)."""
-        seeds = self._example_seeds(tf.shape(batch["input_ids"])[0])
-        return {"per_example": {"seeds": seeds}, "kwargs": {"normalizers": self._global_counts(batch, seeds)}}
+        example's global index, and its dropout stream; `kwargs`, the whole batch's counts, all-reduced
+        (the step's only collective before its gradients)."""
+        batch_size = tf.shape(batch["input_ids"])[0]
+        seeds = self._example_seeds(batch_size)
+        return {"per_example": {"seeds": seeds, "dropout_streams": self._dropout_streams(batch_size)},
+                "kwargs": {"normalizers": self._global_counts(batch, seeds)}}
 
     def _global_counts(self, batch, seeds) -> dict:
         """Masked positions, real tokens and maskable candidates of `batch`, all-reduced over replicas."""
@@ -257,12 +262,19 @@ class ElectraPretrainer(keras.Model):
         return masking.sample_tokens(gen_logits, seeds, config.temperature, self.execution.sampling, softmax,
                                      disallow=disallow)
 
-    def compute_losses(self, batch, training=True, seeds=None, normalizers=None):
+    def compute_losses(self, batch, training=True, seeds=None, normalizers=None, dropout_streams=None):
         """Masks, runs both networks and returns loss partials and metric inputs.
 
         Loss partials are sums divided by global counts: this batch's, all-reduced over
         replicas, or `normalizers` (a whole batch's, when this is one of its micro-batches).
+        Dropout is keyed by the example (`example_dropout`): `dropout_streams`, or this batch's.
         """
+        if dropout_streams is None:
+            dropout_streams = self._dropout_streams(tf.shape(batch["input_ids"])[0])
+        with example_dropout.keyed_by(dropout_streams):
+            return self._compute_losses(batch, training, seeds, normalizers)
+
+    def _compute_losses(self, batch, training, seeds, normalizers):
         config = self.config
         input_ids = tf.cast(batch["input_ids"], tf.int32)
         input_mask = tf.cast(batch["input_mask"], tf.int32)

@@ -10,9 +10,9 @@ unchanged. `kernels` (`ExecutionOptions.kernels`) picks one implementation of th
   one matmul. It needs the TensorFlow backend, the exact GELU and 16-bit dropout masks, and takes a
   padding mask only; anything else raises instead of falling back.
 
-Both sum dense layers' bias gradients in float32 and, with `dropout_masks="16bit"`, drop out with
-`ElectraDropout`, whose seed generators the XLA:CPU call draws from too: the same seeds give the
-same masks either way. `call(..., query_length=n)` computes the first n positions only (a [CLS]
+Both sum dense layers' bias gradients in float32 and drop out with `ElectraDropout`, whose keep
+draws (keyed by the example in training, `model.example_dropout`; else its seed generator's) the
+XLA:CPU call takes too: with 16-bit masks the same keys give the same masks either way. `call(..., query_length=n)` computes the first n positions only (a [CLS]
 head's last layer): keys and values still span the sequence.
 
 Example:
@@ -37,18 +37,22 @@ from keras import layers, ops
 
 from electra_tf.model.attention import SelfAttention, clone_initializer
 from electra_tf.model.execution import layer_execution, without_legacy_fields
+from electra_tf.model import example_dropout
 from electra_tf.model.layers import ElectraDense, dropout_layer, is_exact_gelu
-from electra_tf.ops.random_bits import dropout_keep_bits
 from electra_tf.ops.reference import PACKAGE
 
 
-def _dropout_bits(dropout, training):
+def _dropout_bits(dropout, training, rows=False):
     """`bits(x)` for `xla_cpu.LayerDropout`: the 16-bit keep draws `dropout` (an `ElectraDropout`)
-    would make for `x`, from its seed generator, or None when it does not drop out."""
+    would make for `x`, or None when it does not drop out. `rows`: `x` is `[B·S, H]` (the kernels'
+    rows), drawn as `[B, S, H]` when keyed by the example (by position, as the reference path)."""
     def bits(x):
         if not training or dropout.rate <= 0:
             return None
-        return dropout_keep_bits(x, dropout.seed_generator.next())
+        if rows and example_dropout.active_scope() is not None:
+            batch = example_dropout.batch_size_of_scope()
+            return ops.reshape(dropout.keep_bits(ops.reshape(x, (batch, -1, x.shape[-1]))), ops.shape(x))
+        return dropout.keep_bits(x)
 
     return bits
 
@@ -158,8 +162,8 @@ class ElectraTransformerEncoder(layers.Layer):
         key_mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
         dropout = xla_cpu.LayerDropout(
             attention_bits=_dropout_bits(self._self_attention_layer.dropout_layer, training),
-            attention_output_bits=_dropout_bits(self._self_attention_dropout, training),
-            ffn_bits=_dropout_bits(self._feedforward_dropout, training), rate=self.dropout)
+            attention_output_bits=_dropout_bits(self._self_attention_dropout, training, rows=True),
+            ffn_bits=_dropout_bits(self._feedforward_dropout, training, rows=True), rate=self.dropout)
         return xla_cpu.transformer_layer(x, key_mask, self._xla_cpu_weights(), dropout, query_length)
 
     def _xla_cpu_weights(self):

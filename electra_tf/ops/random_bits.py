@@ -24,29 +24,41 @@ _PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
 _PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
 
 
+def _split64(word):
+    """uint64 → (low, high) uint32."""
+    import tensorflow as tf
+
+    low32, shift = tf.constant(0xFFFFFFFF, tf.uint64), tf.constant(32, tf.uint64)
+    return tf.cast(word & low32, tf.uint32), tf.cast(tf.bitwise.right_shift(word, shift), tf.uint32)
+
+
+def _philox_rounds(k0, k1, c0, c1, c2, c3):
+    """Philox-4x32-10 (Salmon et al., 2011) of key (k0, k1) at counter (c0, c1, c2, c3), uint32 tensors
+    of broadcastable shapes: the four output words, as separate tensors."""
+    import tensorflow as tf
+
+    u64, u32 = tf.uint64, tf.uint32
+    for round_ in range(10):
+        hi0, lo0 = _split64(tf.cast(c0, u64) * tf.constant(_PHILOX_M0, u64))[::-1]
+        hi1, lo1 = _split64(tf.cast(c2, u64) * tf.constant(_PHILOX_M1, u64))[::-1]
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        if round_ < 9:
+            k0, k1 = k0 + tf.constant(_PHILOX_W0, u32), k1 + tf.constant(_PHILOX_W1, u32)
+    return c0, c1, c2, c3
+
+
 def _philox_planes(key, counter, groups: int):
-    """Philox-4x32-10 (Salmon et al., 2011) at `counter + g`, g = 0 … groups − 1: four uint32 planes
+    """Philox-4x32-10 at `counter + g`, g = 0 … groups − 1: four uint32 planes
     `[groups]`, word j of call g in plane j. TensorFlow's `StatelessRandomUniformFullIntV2` returns
     the same words interleaved (call g's words at 4g … 4g + 3) from the same key and counter."""
     import tensorflow as tf
 
-    u64, u32 = tf.uint64, tf.uint32
-    low32, shift = tf.constant(0xFFFFFFFF, u64), tf.constant(32, u64)
-
-    def split(word):  # uint64 → (low, high) uint32
-        return tf.cast(word & low32, u32), tf.cast(tf.bitwise.right_shift(word, shift), u32)
-
-    k0, k1 = split(key[0])
+    u64 = tf.uint64
+    k0, k1 = _split64(key[0])
     low = counter[0] + tf.cast(tf.range(groups, dtype=tf.int64), u64)
     high = counter[1] + tf.cast(low < counter[0], u64)  # the carry of the 128-bit counter
-    (c0, c1), (c2, c3) = split(low), split(high)
-    for round_ in range(10):
-        hi0, lo0 = split(tf.cast(c0, u64) * tf.constant(_PHILOX_M0, u64))[::-1]
-        hi1, lo1 = split(tf.cast(c2, u64) * tf.constant(_PHILOX_M1, u64))[::-1]
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        if round_ < 9:
-            k0, k1 = k0 + tf.constant(_PHILOX_W0, u32), k1 + tf.constant(_PHILOX_W1, u32)
-    return c0, c1, c2, c3  # separate outputs: XLA vectorises them; stacking in the kernel does not
+    (c0, c1), (c2, c3) = _split64(low), _split64(high)
+    return _philox_rounds(k0, k1, c0, c1, c2, c3)  # separate outputs: XLA vectorises them; stacking does not
 
 
 @functools.cache
@@ -119,3 +131,57 @@ def dropout_keep_bits(x, seed):
     if not static_size or size % 2:
         bits = bits[:size]
     return ops.reshape(bits, ops.shape(x))
+
+
+# Keyed bits. Element (b, head, row, unit) of `[B, heads, rows, units]` comes from the Philox call keyed
+# by example b's stream (run seed, step) at counter (unit, (head << 16) | row // P, index of b, site),
+# its output plane row % P (P = 8 uint16 halves or 4 uint32 words): a function of the element's
+# coordinates only, not of the batch's size, split or sequence length. Planes are computed whole and
+# interleaved by one transpose of rows (XLA vectorises that; interleaving units does not).
+_HEAD_SHIFT = 16
+
+
+def _keyed_bits(template, streams, site, halves: bool):
+    import tensorflow as tf
+
+    u32 = tf.uint32
+    shape, rank = tf.shape(template), template.shape.rank
+    batch, heads, rows, units = {2: lambda: (shape[0], 1, 1, shape[1]), 3: lambda: (shape[0], 1, shape[1], shape[2]),
+                                 4: lambda: tf.unstack(shape)}[rank]()
+    planes = 8 if halves else 4
+    blocks = (rows + planes - 1) // planes
+    lanes = tf.cast(tf.bitwise.bitwise_and(streams, tf.constant(0xFFFFFFFF, tf.int64)), u32)  # [B, 3]
+    k0, k1, index = (tf.reshape(lanes[:, i], [-1, 1, 1, 1]) for i in range(3))
+    unit = tf.reshape(tf.cast(tf.range(units), u32), [1, 1, 1, -1])
+    head = tf.bitwise.left_shift(tf.reshape(tf.cast(tf.range(heads), u32), [1, -1, 1, 1]), tf.constant(_HEAD_SHIFT, u32))
+    row_block = tf.bitwise.bitwise_or(head, tf.reshape(tf.cast(tf.range(blocks), u32), [1, 1, -1, 1]))
+    full = tf.stack([batch, heads, blocks, units])
+    words = tf.stack([tf.broadcast_to(w, full)
+                      for w in _philox_rounds(k0, k1, unit, row_block, index, tf.cast(site, u32))])  # [4, B, M, blocks, U]
+    if halves:
+        words = tf.concat([tf.cast(tf.bitwise.bitwise_and(words, tf.constant(0xFFFF, u32)), tf.uint16),
+                           tf.cast(tf.bitwise.right_shift(words, tf.constant(16, u32)), tf.uint16)], 0)
+    interleaved = tf.reshape(tf.transpose(words, [1, 2, 3, 0, 4]), tf.stack([batch, heads, blocks * planes, units]))
+    return tf.reshape(interleaved[:, :, :rows], shape)
+
+
+@functools.cache
+def _keyed_bits_jit(halves: bool):
+    import tensorflow as tf
+
+    return tf.function(functools.partial(_keyed_bits, halves=halves), jit_compile=True, autograph=False)
+
+
+def example_keyed_bits(x, streams, site: int, halves: bool = True):
+    """Random integers shaped like `x` `[B, *middle, U]` (0 to 2 middle axes): uint16 (`halves`) or
+    uint32. Element (b, …, u) is a function of `streams[b]` (int64 `[B, 3]`: two key words, from the
+    run seed and the step, and the example's index in the global batch), `site` (which dropout of
+    the step), its position (or head and query position) and `u` only: one example gets the same
+    bits in any batch, at any sequence length. Philox-4x32-10, computed by XLA (also when called
+    outside a compiled function: TensorFlow's uint64 kernels are slow on CPU)."""
+    import tensorflow as tf
+
+    rank = len(x.shape)
+    if rank not in (2, 3, 4):
+        raise ValueError(f"example-keyed dropout takes [batch, (1 or 2 axes,) units], got shape {x.shape}")
+    return _keyed_bits_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.constant(site, tf.int32))

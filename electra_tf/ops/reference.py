@@ -132,11 +132,24 @@ def dropout16(x, rate: float, seed):
     rounding in x's dtype, as in Keras). Half the random-number work of Keras' one float per
     element. Deterministic in `seed` (a `SeedGenerator` draw), like Keras' dropout.
     """
+    return dropout_with_bits(x, rate, lambda: dropout_keep_bits(x, seed))
+
+
+def dropout_with_bits(x, rate: float, draw_bits):
+    """`dropout16`'s masks from the uint16 `draw_bits()` (shaped like `x`; drawn only when needed)."""
     threshold = dropout_threshold(rate)
     if threshold <= 0:
         return x
     if threshold >= DROPOUT_LEVELS:
         return ops.zeros_like(x)
-    bits = dropout_keep_bits(x, seed)
-    keep = bits >= threshold
+    keep = draw_bits() >= threshold
     return x * ops.where(keep, ops.cast(dropout_scale(threshold), x.dtype), ops.cast(0, x.dtype))
+
+
+def dropout_with_words(x, rate: float, words):
+    """Keras' inverted dropout (keep where a uniform [0, 1) float ≥ rate, scale 1 / (1 − rate)) with the
+    uniform floats made from the uint32 `words` (shaped like `x`) as TensorFlow's kernels make them."""
+    from electra_tf.ops.random_bits import uniform_from_words
+
+    keep = uniform_from_words(words) >= rate
+    return x * ops.where(keep, ops.cast(1.0 / (1.0 - rate), x.dtype), ops.cast(0, x.dtype))
