@@ -34,7 +34,6 @@ import csv
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -42,6 +41,8 @@ import sys
 import time
 
 import numpy as np
+
+from bench.machine import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEMS = ("ours", "ours_before", "hf", "ort")
@@ -68,12 +69,7 @@ def read_sentences(path: str) -> list[str]:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    except OSError:
-        names = []
-    return f"{names[0] if names else platform.processor()}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 # ---- prepare: the three models from one set of weights ------------------------------------------

@@ -21,22 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+from bench.machine import cpu_model
+
 BATCH = 32
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def dev_features(tokenizer, data_dir: str, max_seq_length: int):

@@ -19,26 +19,19 @@ Prints a table and the command, and writes `bench/results/text_input-<name>.json
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.machine import cpu_model
 from electra_tf.runtime import use_onednn_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 UNK_ID = 100  # BERT's en_uncased vocab
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def build_shards(files, vocab, out_dir, max_seq_length) -> float:
