@@ -8,8 +8,8 @@ and under `convert.api.RUN_OPTIONS_KEY`:
   its source and packing (`TEXT_RECIPE`), and the data's vocabulary digest (`VOCABULARY`);
 - the data's identity (`DATA_KEY`: source, vocab file, vocab size; the manifest's sha256 for shards);
 - the execution choices that change the random streams or the arithmetic (`EXECUTION_KEY`: the resolved
-  kernels, dropout masks, sampling, Adam kernel, XLA, graph optimizer, micro-batches, replicas, workers, and
-  whether a tf.data service feeds the input).
+  kernels, dropout masks, sampling, Adam kernel, XLA, graph optimizer, micro-batches, replicas, workers,
+  whether a tf.data service feeds the input, and the dropout stream `example_dropout.DROPOUT_STREAM`).
 
 The counts live in the checkpoints, which a resume restores together: the optimizer's steps, the input
 iterator's position (the batches consumed; fp16's skipped steps read a batch each) and, under
@@ -18,10 +18,14 @@ iterator's position (the batches consumed; fp16's skipped steps read a batch eac
 `check_start` compares a start with the record and answers one of three ways:
 
 - continue exactly: nothing differs (or only what a command may change: paths, logging, cadence, fault handling);
-- continue with a named difference: the execution choices differ (another device kind where `auto` resolves
-  otherwise, `--sampling`, `--dropout_masks`, `--data_service` added or dropped): one log line names each field
-  and says the random stream or arithmetic now differs from the uninterrupted run's. A resume is exact only with
-  the recorded choices (docs/pretraining.md); a run must still be able to move to other hardware;
+- continue with a named difference: the execution choices differ, and one log line says whether the resume
+  still follows the uninterrupted run's trajectory (`resume_note`): another split of the batch (replicas, workers,
+  micro-batches) under `--input_sharding=batch` does, since dropout, masking and sampling are keyed by the example
+  (INFO); `--input_sharding=file` on other workers reads another data order, a checkpoint of another (or no
+  recorded) dropout stream continues on other masks, and any other choice (another device kind where `auto`
+  resolves otherwise, `--sampling`, `--dropout_masks`, `--data_service` added or dropped) changes the random
+  stream or arithmetic (a WARNING naming each). A run must still be able to move to other hardware
+  (docs/distributed.md);
 - refuse: a recipe field or the vocabulary differs after the first checkpoint: one line naming the field, both
   values and the flag to change (`num_train_steps` may change where the learning rate of the steps taken stays,
   `new_total_allowed`).
