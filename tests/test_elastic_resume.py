@@ -8,6 +8,7 @@ was keyed by the example, each replica drew its own masks and the resumed steps 
 """
 
 import dataclasses
+import logging
 
 import pytest
 import tensorflow as tf
@@ -56,8 +57,14 @@ def test_a_run_stopped_on_two_replicas_resumes_on_one_device(data_dir, tmp_path,
     assert_resume_continues(data_dir, tmp_path, uninterrupted, layout(2), layout(1))
 
 
-def test_a_run_stopped_on_one_device_resumes_on_two_replicas_with_two_micro_batches(data_dir, tmp_path, uninterrupted):
-    assert_resume_continues(data_dir, tmp_path, uninterrupted, layout(1), layout(2, micro_batches=2))
+def test_a_run_stopped_on_one_device_resumes_on_two_replicas_with_two_micro_batches(data_dir, tmp_path, uninterrupted,
+                                                                                    caplog):
+    with caplog.at_level(logging.INFO):
+        assert_resume_continues(data_dir, tmp_path, uninterrupted, layout(1), layout(2, micro_batches=2))
+    # The resume says so in one line (run_record.resume_note), not that the random stream now differs.
+    notes = [r.getMessage() for r in caplog.records if f"--model_dir {tmp_path / 'elastic'} resumes" in r.getMessage()]
+    assert notes == [f"--model_dir {tmp_path / 'elastic'} resumes on 2 replicas × 2 micro-batches (recorded: 1 × 1): "
+                     "the same trajectory (dropout, masking and sampling are keyed by the example)"]
 
 
 @pytest.mark.slow

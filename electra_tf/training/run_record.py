@@ -8,8 +8,8 @@ and under `convert.api.RUN_OPTIONS_KEY`:
   its source and packing (`TEXT_RECIPE`), and the data's vocabulary digest (`VOCABULARY`);
 - the data's identity (`DATA_KEY`: source, vocab file, vocab size; the manifest's sha256 for shards);
 - the execution choices that change the random streams or the arithmetic (`EXECUTION_KEY`: the resolved
-  kernels, dropout masks, sampling, Adam kernel, XLA, graph optimizer, micro-batches, replicas, workers, and
-  whether a tf.data service feeds the input).
+  kernels, dropout masks, sampling, Adam kernel, XLA, graph optimizer, micro-batches, replicas, workers,
+  whether a tf.data service feeds the input, and the dropout stream `example_dropout.DROPOUT_STREAM`).
 
 The counts live in the checkpoints, which a resume restores together: the optimizer's steps, the input
 iterator's position (the batches consumed; fp16's skipped steps read a batch each) and, under
@@ -18,10 +18,14 @@ iterator's position (the batches consumed; fp16's skipped steps read a batch eac
 `check_start` compares a start with the record and answers one of three ways:
 
 - continue exactly: nothing differs (or only what a command may change: paths, logging, cadence, fault handling);
-- continue with a named difference: the execution choices differ (another device kind where `auto` resolves
-  otherwise, `--sampling`, `--dropout_masks`, `--data_service` added or dropped): one log line names each field
-  and says the random stream or arithmetic now differs from the uninterrupted run's. A resume is exact only with
-  the recorded choices (docs/pretraining.md); a run must still be able to move to other hardware;
+- continue with a named difference: the execution choices differ, and one log line says whether the resume
+  still follows the uninterrupted run's trajectory (`resume_note`): another split of the batch (replicas, workers,
+  micro-batches) under `--input_sharding=batch` does, since dropout, masking and sampling are keyed by the example
+  (INFO); `--input_sharding=file` on other workers reads another data order, a checkpoint of another (or no
+  recorded) dropout stream continues on other masks, and any other choice (another device kind where `auto`
+  resolves otherwise, `--sampling`, `--dropout_masks`, `--data_service` added or dropped) changes the random
+  stream or arithmetic (a WARNING naming each). A run must still be able to move to other hardware
+  (docs/distributed.md);
 - refuse: a recipe field or the vocabulary differs after the first checkpoint: one line naming the field, both
   values and the flag to change (`num_train_steps` may change where the learning rate of the steps taken stays,
   `new_total_allowed`).
@@ -53,6 +57,7 @@ from absl import logging
 
 from electra_tf.config import ElectraConfig, flatten
 from electra_tf.convert import api as convert_api
+from electra_tf.model.example_dropout import DROPOUT_STREAM
 from electra_tf.options import PRECISIONS
 from electra_tf.text.manifest import sha256_file
 from electra_tf.text.vocabulary import Vocabulary, check_vocabulary
@@ -68,6 +73,9 @@ TEXT_RECIPE = ("train_text", "do_lower_case", "short_seq_prob", "single_segment_
 VOCABULARY = "vocab_sha256"
 DATA_KEY = "data"  # the data's identity (`data_identity`)
 EXECUTION_KEY = "execution"  # the execution choices (`execution_record`)
+# How a step's batch is split (`execution_record`'s fields): with the dropout stream keyed by the example and
+# `--input_sharding=batch` they change no random stream, so a resume may change them (`resume_note`).
+LAYOUT = ("replicas", "workers", "gradient_accumulation_steps")
 # The execution choices written by runs before the record held them (only the micro-batches).
 LEGACY_EXECUTION_FILE = "execution.json"
 # The flag that sets a recorded value, named in a refusal (the other config fields: --hparams).
@@ -99,12 +107,14 @@ def data_identity(options, manifest: dict) -> dict:
 
 def execution_record(execution, strategy, data_service: str | None) -> dict:
     """The resolved execution choices of this start that change random streams or arithmetic: every
-    `ExecutionOptions` field, the replicas and workers, and whether a tf.data service feeds the input."""
+    `ExecutionOptions` field, the replicas and workers, whether a tf.data service feeds the input, and the
+    dropout stream (`example_dropout.DROPOUT_STREAM`; a record without one was written under the old
+    per-replica stream)."""
     from electra_tf.training import distribution
 
     values = dataclasses.asdict(execution)
     values.update(replicas=strategy.num_replicas_in_sync, workers=distribution.num_workers(strategy),
-                  data_service=bool(data_service))
+                  data_service=bool(data_service), dropout_stream=DROPOUT_STREAM)
     return values
 
 
@@ -211,19 +221,89 @@ def _note_execution_changes(model_dir: str, stored: dict, execution: dict) -> No
             logging.warning("--model_dir %s was written before runs recorded their execution choices: this resume "
                             "cannot check them (recorded from now on)", model_dir)
         return
-    note_execution_changes(f"--model_dir {model_dir}", recorded, execution)
+    note_execution_changes(f"--model_dir {model_dir}", recorded, execution, stored.get("input_sharding"))
 
 
-def note_execution_changes(where: str, recorded: dict, execution: dict) -> None:
-    """One warning naming each execution choice of this start (`execution`) that differs from the recorded one
-    (`recorded`) of the run at `where` (a flag and folder); none where nothing differs. Micro-batches are left out:
-    `distribution.choose_micro_batches` keeps the recorded count and says so where it cannot."""
-    differs = {name: (recorded.get(name), value) for name, value in execution.items()
-               if name != "gradient_accumulation_steps" and recorded.get(name, value) != value}
-    if differs:
-        logging.warning("%s resumes with other execution choices (%s): the random stream or arithmetic now differs "
-                        "from the uninterrupted run's (exact only with the recorded choices)", where,
-                        "; ".join(f"{name}: {old} there vs {new} now" for name, (old, new) in differs.items()))
+def note_execution_changes(where: str, recorded: dict, execution: dict, input_sharding: str | None = None) -> None:
+    """One log line on whether the resume of the run at `where` (a flag and folder) continues the uninterrupted
+    run's trajectory (`resume_note`: this start's `execution` against the `recorded` choices; `input_sharding`:
+    the record's, None where it has none or the run is not a pre-training run); none where nothing differs."""
+    note = resume_note(where, recorded, execution, input_sharding)
+    if note is not None:
+        level, line = note
+        logging.log(level, "%s", line)
+
+
+def resume_note(where: str, recorded: dict, execution: dict, input_sharding: str | None) -> tuple[int, str] | None:
+    """`(absl level, line)` classifying the execution changes of the resume at `where`, or None where nothing
+    differs:
+
+    - only the layout (replicas, workers, micro-batches) differs, under `--input_sharding=batch` (or `file` with
+      the recorded workers), no tf.data service and the recorded dropout stream: INFO, the same trajectory;
+    - otherwise a WARNING naming each consequence: dropout masks differ (the record names another stream or none:
+      its checkpoints were written under the per-replica stream), the data order differs (`--input_sharding=file`
+      and another worker count), the random stream or arithmetic differs (any other choice, and the layout where
+      the input sharding is unknown or a tf.data service feeds the input).
+
+    Micro-batches are compared only for the layout: `distribution.choose_micro_batches` keeps the recorded count
+    and says so where it cannot."""
+    def differs(name):
+        return name in execution and recorded.get(name, execution[name]) != execution[name]
+
+    stream = execution.get("dropout_stream")
+    stream_differs = stream is not None and recorded.get("dropout_stream") != stream
+    layout_changed = any(differs(name) for name in LAYOUT)
+    file_order = input_sharding == "file" and differs("workers")
+    keyed_input = input_sharding in ("batch", "file") and not execution.get("data_service")
+    others = [name for name in execution if name not in ("dropout_stream", *LAYOUT) and differs(name)]
+    if layout_changed and not keyed_input and not file_order:  # nothing says the split changes no stream
+        others += [name for name in LAYOUT if differs(name)]
+    consequences = []
+    if others:
+        consequences.append("the random stream or arithmetic now differs from the uninterrupted run's (exact only "
+                            "with the recorded choices)")
+    if stream_differs:
+        consequences.append(_dropout_stream_change(recorded.get("dropout_stream"), stream))
+    if file_order:
+        consequences.append("the data order now differs from the uninterrupted run's: with --input_sharding=file "
+                            "each worker reads its own shards, so the order depends on the number of workers "
+                            f"({recorded['workers']} there vs {execution['workers']} now)")
+    head = [f"{where} resumes"] + ([_layout(execution, recorded)] if layout_changed else [])
+    if not consequences:
+        return (logging.INFO, " ".join(head) + ": the same trajectory (dropout, masking and sampling are keyed by "
+                                               "the example)") if layout_changed else None
+    if others:
+        head.append("with other execution choices (" + "; ".join(
+            f"{name}: {recorded.get(name)} there vs {execution[name]} now" for name in others) + ")")
+    return logging.WARNING, " ".join(head) + ": " + "; ".join(consequences)
+
+
+def _layout(execution: dict, recorded: dict) -> str:
+    """'on R replica(s) × K micro-batch(es) (recorded: R' × K')', the workers named where either side has several;
+    'with K micro-batch(es) (recorded: K')' for a record without replicas (fine-tuning's)."""
+    def now_or_recorded(name):
+        return execution.get(name), recorded.get(name, execution.get(name))
+
+    (micro, old_micro), (replicas, old_replicas) = now_or_recorded("gradient_accumulation_steps"), \
+        now_or_recorded("replicas")
+    micro_batches = f"{micro} micro-batch{'es' * (micro != 1)}"
+    if replicas is None:
+        return f"with {micro_batches} (recorded: {old_micro})"
+    workers, old_workers = now_or_recorded("workers")
+    several = max(workers or 1, old_workers or 1) > 1
+
+    def on_workers(count):
+        return f" on {count} worker{'s' * (count != 1)}" if several else ""
+
+    return (f"on {replicas} replica{'s' * (replicas != 1)}{on_workers(workers)} × {micro_batches} "
+            f"(recorded: {old_replicas}{on_workers(old_workers)} × {old_micro})")
+
+
+def _dropout_stream_change(recorded: str | None, stream: str) -> str:
+    where = ("before runs recorded their dropout stream (the old per-replica stream: each layer's seed generator "
+             "per replica)" if recorded is None else f"under dropout stream {recorded}")
+    return (f"dropout masks now differ from the uninterrupted run's: its checkpoints were written {where}, this start "
+            f"draws {stream} (keyed by the example)")
 
 
 def recipe_changes(stored: ElectraConfig, config: ElectraConfig, stored_options: dict, options: dict) -> dict:
