@@ -35,7 +35,7 @@ from electra_tf.model import masking
 from electra_tf.training import (data_service, distribution, evaluation, input_pipeline, loop, preemption, restore,
                                  run_record, text_input)
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import ours
+from electra_tf.convert import export_dir
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.training.skipped_records import SkippedRecords
 from electra_tf.options import ExecutionOptions, TrainOptions
@@ -500,7 +500,7 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
 def export(model, model_dir: str, manifest: dict, step: int) -> str:
     """The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached."""
     loop.check_finite_weights(model, step, "export")
-    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
+    return export_dir.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
 
 
 def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig):
@@ -558,5 +558,5 @@ def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict
     if latest is None:
         raise ValueError(f"--model_dir {model_dir}: no checkpoint to export")
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(latest).expect_partial()
-    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
+    return export_dir.save_ours(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
                           step=loop.current_step(optimizer))
