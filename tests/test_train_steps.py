@@ -28,7 +28,8 @@ def test_set_up_decides_the_run_and_writes_only_its_records(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
     setup = pretraining.set_up(small(num_train_steps=6), TrainOptions(data_dir=data_dir, model_dir=model_dir,
                                                                       stop_after_steps=4), one_device())
-    assert (setup.chief, setup.workers, setup.own_input, setup.last, setup.skipping) == (True, 1, False, 4, None)
+    assert (setup.chief, setup.workers, setup.per_worker_input_state, setup.final_step, setup.skipping) == \
+        (True, 1, False, 4, None)
     assert setup.manifest["num_examples"] == 48
     assert sorted(os.listdir(model_dir)) == ["run_config.json"]  # the one record (execution choices included)
     refused = str(tmp_path / "refused")

@@ -207,14 +207,14 @@ class RunSetup:
     chief: bool
     worker: int
     workers: int
-    own_input: bool  # several workers with --input_sharding=file: each worker keeps its input state
+    per_worker_input_state: bool  # several workers with --input_sharding=file: each worker keeps its input state
     execution: ExecutionOptions  # resolved for this run's devices
     phase1: restore.Phase1 | None  # where phase 2 of a run starts
     manifest: dict
     eval_source: tuple[str, dict] | None  # the held-out data (`evaluation.resolve_source`)
     eval_every: int  # evaluate every that many steps (0: only at the end)
     skipping: SkippedRecords | None  # --skip_corrupt_records
-    last: int  # the step this invocation ends at (--stop_after_steps)
+    final_step: int  # the step this invocation ends at (--stop_after_steps)
     text: text_input.TextSource | None = None  # --train_text: read raw text instead of data_dir's shards
 
 
@@ -223,7 +223,7 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     nothing is built, and a run refused here writes nothing into its `model_dir`."""
     chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
     workers = distribution.num_workers(strategy)
-    own_input = workers > 1 and options.input_sharding == "file" and not options.data_service
+    per_worker_input_state = workers > 1 and options.input_sharding == "file" and not options.data_service
     if options.phase2_from and options.train_text:  # as run_pretraining.py's --phase2 needs --data_dir
         raise ValueError("--phase2 reads phase 2's shards in --data_dir, not --train_text: build them with python -m "
                          "data_prep.build_pretraining_dataset at phase 2's --max_seq_length")
@@ -248,15 +248,15 @@ def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
     eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
     skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
     check_data_against_start(options, manifest, text is not None)
-    if chief or own_input:  # the first thing written into model_dir: every check above is done
+    if chief or per_worker_input_state:  # the first thing written into model_dir: every check above is done
         check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
     run_record.check_start(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
                            options=run_record.recipe_options(options, manifest),
                            data=run_record.data_identity(options, manifest),
                            execution=run_record.execution_record(execution, strategy, options.data_service))
-    last = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
-    return RunSetup(chief, worker, workers, own_input, execution, phase1, manifest, eval_source, eval_every,
-                    skipping, last, text)
+    final_step = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
+    return RunSetup(chief, worker, workers, per_worker_input_state, execution, phase1, manifest, eval_source,
+                    eval_every, skipping, final_step, text)
 
 
 def check_data_against_start(options: TrainOptions, manifest: dict, text: bool) -> None:
@@ -303,7 +303,7 @@ SERVICE_RESUME = ("--data_service: this resume at step %d is not exact: a tf.dat
 class RunCheckpoints:
     """The run's checkpoints in `<model_dir>/checkpoints`: the model, the optimizer, the dropout RNG state and
     the input position (with `--skip_corrupt_records`, the records lost too; with `--data_service`, none).
-    Under `setup.own_input` each worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
+    Under `setup.per_worker_input_state` each worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
 
     def __init__(self, setup: RunSetup, options: TrainOptions, model, optimizer, iterator):
         self.setup, self.model, self.optimizer = setup, model, optimizer
@@ -314,8 +314,8 @@ class RunCheckpoints:
         skipped = {"skipped_records": setup.skipping.by_shard} if setup.skipping else {}
         self.service = options.data_service
         self.input_state = {} if self.service else {self.input_key: iterator, **skipped}
-        self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.own_input else self.input_state))
-        self.without_input = None if setup.own_input or self.service else tf.train.Checkpoint(**state)
+        self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.per_worker_input_state else self.input_state))
+        self.without_input = None if setup.per_worker_input_state or self.service else tf.train.Checkpoint(**state)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.keep,
                                                   step_counter=optimizer.iterations)
         self.input_saver = None
@@ -329,7 +329,7 @@ class RunCheckpoints:
                                                self.setup.phase1, self.setup.manifest.get("vocab_file"))
         if self.service and self.manager.latest_checkpoint:
             logging.warning(SERVICE_RESUME, loop.current_step(self.optimizer))
-        if self.setup.own_input:
+        if self.setup.per_worker_input_state:
             setup = self.setup
             self.input_saver = tf.train.CheckpointManager(
                 tf.train.Checkpoint(**self.input_state),
@@ -373,7 +373,7 @@ def replay_input(setup: RunSetup, options: TrainOptions, iterator, checkpoints: 
 
 
 class TrainLoop:
-    """From the restored step to `setup.last`: calls of the step driver (`steps_per_loop` steps each), then
+    """From the restored step to `setup.final_step`: calls of the step driver (`steps_per_loop` steps each), then
     per call the skipped steps and records, the log line, the checkpoint and the held-out evaluation due."""
 
     def __init__(self, setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy, model, iterator,
@@ -410,8 +410,8 @@ class TrainLoop:
                      loop.runtime_summary(self.train_steps))
 
     def run(self) -> None:
-        """Trains until `setup.last` or an agreed stop request."""
-        while self.step < self.setup.last and not self.stop_request.requested:
+        """Trains until `setup.final_step` or an agreed stop request."""
+        while self.step < self.setup.final_step and not self.stop_request.requested:
             previous = self.step
             outputs = self.call_steps()
             if self.step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
@@ -424,7 +424,7 @@ class TrainLoop:
         """One call of the step driver up to the next stop (log, checkpoint, evaluation, timing); counts its
         skipped steps and records (raising `NonFiniteError` when they cannot be tolerated)."""
         previous, options = self.step, self.options
-        stop = loop.next_stop(previous, self.setup.last, options.steps_per_loop, options.log_steps,
+        stop = loop.next_stop(previous, self.setup.final_step, options.steps_per_loop, options.log_steps,
                               options.save_checkpoints_steps, self.setup.eval_every, extra_stops=self.timer.stops)
         with self.checkpoints.corrupt_data_as_error(options.data_dir):
             outputs = self.stop_request.call(self.train_steps, self.iterator, tf.constant(stop - previous))
@@ -447,7 +447,7 @@ class TrainLoop:
         if not log_now:
             return scalars
         elapsed = time.time() - self.window_start
-        if skipping is not None and self.setup.own_input:
+        if skipping is not None and self.setup.per_worker_input_state:
             skipping.gather(self.strategy, step)  # collective: log steps are the same on every worker
         scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(self.optimizer, step),
                        nonfinite_steps_skipped=float(self.skipped_steps.total),
@@ -467,10 +467,10 @@ class TrainLoop:
     def save_and_evaluate(self) -> None:
         """The checkpoint (every `save_checkpoints_steps` and at the end) and the held-out evaluation due."""
         step = self.step
-        if step % self.options.save_checkpoints_steps == 0 or step >= self.setup.last:
+        if step % self.options.save_checkpoints_steps == 0 or step >= self.setup.final_step:
             self.checkpoints.save(step)
             self.saved_step = step
-        if self.evaluator is not None and evaluation.due(step, self.setup.last, self.setup.eval_every):
+        if self.evaluator is not None and evaluation.due(step, self.setup.final_step, self.setup.eval_every):
             self.evaluator.evaluate(step)
 
 
@@ -478,10 +478,10 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
     """The invocation's end: at a stop request a checkpoint at the step reached; at the last step the export
     (chief); the line on skipped records, however it ended; then every worker waits for the chief."""
     step, total, skipping = training.step, training.config.num_train_steps, setup.skipping
-    if skipping is not None and setup.own_input:
+    if skipping is not None and setup.per_worker_input_state:
         skipping.gather(strategy, step)  # collective, so before the chief's own work
     stop_request = training.stop_request
-    if stop_request.requested and step < setup.last:  # the same on every worker (see preemption.StopRequest)
+    if stop_request.requested and step < setup.final_step:  # the same on every worker (see preemption.StopRequest)
         if step > training.saved_step:
             training.checkpoints.save(step)
         where = training.checkpoints.manager.latest_checkpoint if setup.chief else "written by worker 0"
@@ -489,7 +489,7 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
         logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
                         step, total, how, where)
         print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
-    elif options.export and setup.chief and step >= setup.last:
+    elif options.export and setup.chief and step >= setup.final_step:
         export(training.model, options.model_dir, setup.manifest, step)
     if skipping is not None and setup.chief:
         logging.warning("%s", skipping.summary())
