@@ -80,3 +80,9 @@ def test_the_loop_logs_checkpoints_and_stops_where_its_options_say(data_dir, tmp
     training.run()
     assert training.step == 5 and [h["step"] for h in training.history] == [2, 4]  # --stop_after_steps=5
     assert [os.path.basename(p) for p in checkpoints.manager.checkpoints] == ["ckpt-3", "ckpt-5"]  # and at the end
+
+
+def test_input_checkpoint_keys_stay_those_of_existing_checkpoints():
+    """The keys are attribute names inside checkpoints already on disk: a rename would lose their input position."""
+    assert pretraining.input_checkpoint_key(False) == "iterator"
+    assert pretraining.input_checkpoint_key(True) == "input_skipping_corrupt"

@@ -139,7 +139,10 @@ def _read_vocab(vocab_file) -> list[str]:
         return []
 
 
-INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records
+def input_checkpoint_key(skip_corrupt_records: bool) -> str:
+    """The checkpoint attribute that holds the input position: each pipeline (--skip_corrupt_records or not) keeps
+    its own, so that one never restores the other's iterator. The strings are checkpoint keys: never change them."""
+    return "input_skipping_corrupt" if skip_corrupt_records else "iterator"
 
 
 def check_writable(model_dir: str, probe_name: str = ".write_test"):
@@ -307,7 +310,7 @@ class RunCheckpoints:
 
     def __init__(self, setup: RunSetup, options: TrainOptions, model, optimizer, iterator):
         self.setup, self.model, self.optimizer = setup, model, optimizer
-        self.input_key = INPUT_KEYS[options.skip_corrupt_records]
+        self.input_key = input_checkpoint_key(options.skip_corrupt_records)
         self.directory = os.path.join(options.model_dir, "checkpoints")
         self.keep = options.keep_checkpoint_max
         state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
@@ -366,8 +369,9 @@ def replay_input(setup: RunSetup, options: TrainOptions, iterator, checkpoints: 
     report = setup.skipping.report if setup.skipping else None
     saver = checkpoints.input_saver or checkpoints.manager  # where the input position was looked for
     with checkpoints.corrupt_data_as_error(options.data_dir):
+        other_key = input_checkpoint_key(not options.skip_corrupt_records)
         replayed = restore.replay_input(iterator, step, report, options.skip_corrupt_records,
-                                        saver.latest_checkpoint, other_key=INPUT_KEYS[not options.skip_corrupt_records])
+                                        saver.latest_checkpoint, other_key=other_key)
     if setup.skipping is not None:
         setup.skipping.add(replayed, step)
 
