@@ -19,7 +19,7 @@ from test_preemption import cli_args, logged_steps, quiet_env
 
 from electra_tf.options import TrainOptions
 from electra_tf.text.manifest import load_manifest
-from electra_tf.training import data_service, input_pipeline, pretraining, restore, run_record
+from electra_tf.training import data_service, input_pipeline, pretraining, restore, run_record, run_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 90
@@ -287,7 +287,7 @@ def test_skip_corrupt_records_is_refused_with_the_service():
     options = TrainOptions(data_dir="shards", model_dir="run", data_service="grpc://localhost:1",
                            skip_corrupt_records=True)
     with pytest.raises(ValueError, match="--data_service cannot be combined with --skip_corrupt_records"):
-        pretraining.check_service_options(options)
+        run_setup.check_service_options(options)
 
 
 def test_job_names_are_shared_by_a_run_and_new_at_each_resume(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.options import TrainOptions
-from electra_tf.training import pretraining, preemption
+from electra_tf.training import pretraining, preemption, run_setup
 from pretrain_testutil import write_shards
 from test_training import small
 
@@ -26,7 +26,7 @@ def one_device():
 
 def test_set_up_decides_the_run_and_writes_only_its_records(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
-    setup = pretraining.set_up(small(num_train_steps=6), TrainOptions(data_dir=data_dir, model_dir=model_dir,
+    setup = run_setup.set_up(small(num_train_steps=6), TrainOptions(data_dir=data_dir, model_dir=model_dir,
                                                                       stop_after_steps=4), one_device())
     assert (setup.chief, setup.workers, setup.per_worker_input_state, setup.final_step, setup.skipping) == \
         (True, 1, False, 4, None)
@@ -34,13 +34,13 @@ def test_set_up_decides_the_run_and_writes_only_its_records(data_dir, tmp_path):
     assert sorted(os.listdir(model_dir)) == ["run_config.json"]  # the one record (execution choices included)
     refused = str(tmp_path / "refused")
     with pytest.raises(ValueError, match="max_seq_length"):
-        pretraining.set_up(small(max_seq_length=48), TrainOptions(data_dir=data_dir, model_dir=refused), one_device())
+        run_setup.set_up(small(max_seq_length=48), TrainOptions(data_dir=data_dir, model_dir=refused), one_device())
     assert not os.path.exists(refused)  # refused before model_dir is first written (#55)
 
 
 def build(config, options, strategy):
     """`train`'s steps before the loop: set-up, seeded model, input, checkpoints."""
-    setup = pretraining.set_up(config, options, strategy)
+    setup = run_setup.set_up(config, options, strategy)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = pretraining.build_model(config, strategy, setup.manifest["special_token_ids"], options.seed,
                                                "none", setup.execution)

@@ -20,29 +20,24 @@ Example (see `run_pretraining.py` for the command-line front end):
 """
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import tempfile
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.model import masking
-from electra_tf.training import (data_service, distribution, evaluation, input_pipeline, loop, preemption, restore,
-                                 run_record, text_input)
+from electra_tf.training import (data_service, detection_preview, distribution, evaluation, input_pipeline, loop,
+                                 preemption, restore, run_record, text_input)
+from electra_tf.training.run_setup import RunSetup, set_up
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import export_dir
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.training.skipped_records import SkippedRecords
-from electra_tf.options import ExecutionOptions, TrainOptions
+from electra_tf.options import TrainOptions
 from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text import verify
-from electra_tf.text.manifest import FEATURE_NAMES
-from electra_tf.text.tokenizers import validate_tokenizer_file
 
 
 def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
@@ -81,95 +76,10 @@ def make_train_fn(strategy, model, stop_on_nonfinite=True, stop_request=None, gr
                                  graph_optimizer=graph_optimizer, input_report=input_report)
 
 
-class DetectionPreview:
-    """What the discriminator sees, for TensorBoard: one example as a table and probability histograms.
-
-    Runs the model (no dropout) on a fixed batch read once from the shards, with
-    masking seeds of the current step; it touches no training state, so runs stay
-    exactly resumable. Writes `rtd/example` (text: original, discriminator input,
-    p(replaced) per token) and histograms `rtd/p_replaced/original` and
-    `rtd/p_replaced/replaced`.
-    """
-
-    def __init__(self, model, dataset, vocab_file=None, num_examples=8, seed=0):
-        self.model, self.seed = model, seed
-        self.batch = next(iter(dataset.unbatch().batch(num_examples).take(1)))
-        self.vocab = _read_vocab(vocab_file)
-        self._forward = tf.function(self._outputs)
-
-    def _outputs(self, step):
-        size = tf.shape(self.batch["input_ids"])[0]
-        seeds = masking.example_seeds(self.seed, step, tf.range(size))
-        out = self.model.compute_losses(self.batch, training=False, seeds=seeds)
-        return {"fake_ids": out["fake_ids"], "labels": out["labels"], "probs": tf.sigmoid(out["disc_logits"])}
-
-    def write(self, writer, step: int):
-        out = {k: v.numpy() for k, v in self._forward(tf.constant(step, tf.int64)).items()}
-        real = self.batch["input_mask"].numpy() > 0
-        with writer.as_default(step=step):
-            for name, chosen in (("original", out["labels"] == 0), ("replaced", out["labels"] == 1)):
-                tf.summary.histogram(f"rtd/p_replaced/{name}", out["probs"][real & chosen])
-            tf.summary.text("rtd/example", self.example_table(out, real[0]))
-        writer.flush()
-
-    def token(self, token_id: int) -> str:
-        return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else str(token_id)
-
-    def example_table(self, out, real) -> str:
-        rows = ["| position | original | discriminator input | p(replaced) |", "|---|---|---|---|"]
-        original = self.batch["input_ids"].numpy()[0]
-        for position in np.flatnonzero(real):
-            shown = self.token(int(out["fake_ids"][0, position]))
-            if out["labels"][0, position]:
-                shown = f"**{shown}** (replaced)"
-            rows.append(f"| {position} | {self.token(int(original[position]))} | {shown} | "
-                        f"{out['probs'][0, position]:.3f} |")
-        return "\n".join(rows)
-
-
-def _read_vocab(vocab_file) -> list[str]:
-    """The tokens (WordPiece) or pieces (SentencePiece `.model`) in id order; none where the file is gone
-    or unreadable (the preview then shows ids)."""
-    if not vocab_file or not os.path.isfile(vocab_file):
-        return []
-    try:
-        return validate_tokenizer_file(vocab_file)
-    except ValueError as e:
-        logging.warning("TensorBoard's rtd/example shows ids: %s", e)
-        return []
-
-
 def input_checkpoint_key(skip_corrupt_records: bool) -> str:
     """The checkpoint attribute that holds the input position: each pipeline (--skip_corrupt_records or not) keeps
     its own, so that one never restores the other's iterator. The strings are checkpoint keys: never change them."""
     return "input_skipping_corrupt" if skip_corrupt_records else "iterator"
-
-
-def check_writable(model_dir: str, probe_name: str = ".write_test"):
-    """Fails before any work if `model_dir` cannot be created or written."""
-    probe = os.path.join(model_dir, probe_name)
-    try:
-        tf.io.gfile.makedirs(model_dir)
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe)
-    except (tf.errors.OpError, OSError) as e:
-        raise ValueError(f"--model_dir {model_dir} is not writable: {str(e).splitlines()[0]}") from None
-
-
-def _make_preview(model, options, manifest, text=None):
-    if "disc_loss" not in model.step_output_names:
-        return None
-    # Batches of 1, re-batched by the preview: batches of its 8 drop the remainder, and data of fewer examples
-    # would give none.
-    if text is not None:
-        dataset = text_input.text_dataset(text, batch_size=1, seed=options.seed, shuffle_buffer=0, repeat=False)
-    else:
-        dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=1, seed=options.seed,
-                                                     shuffle_buffer=0, repeat=False,
-                                                     skip_corrupt=options.skip_corrupt_records)
-    dataset = dataset.map(lambda batch: {name: batch[name] for name in FEATURE_NAMES})
-    return DetectionPreview(model, dataset, manifest.get("vocab_file"), seed=options.seed)
 
 
 def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.Strategy) -> list[dict]:
@@ -201,84 +111,6 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         training.run()
         finish(setup, options, strategy, training)
         return training.history
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSetup:
-    """What `set_up` checked and decided before anything is built."""
-
-    chief: bool
-    worker: int
-    workers: int
-    per_worker_input_state: bool  # several workers with --input_sharding=file: each worker keeps its input state
-    execution: ExecutionOptions  # resolved for this run's devices
-    phase1: restore.Phase1 | None  # where phase 2 of a run starts
-    manifest: dict
-    eval_source: tuple[str, dict] | None  # the held-out data (`evaluation.resolve_source`)
-    eval_every: int  # evaluate every that many steps (0: only at the end)
-    skipping: SkippedRecords | None  # --skip_corrupt_records
-    final_step: int  # the step this invocation ends at (--stop_after_steps)
-    text: text_input.TextSource | None = None  # --train_text: read raw text instead of data_dir's shards
-
-
-def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
-    """Every check that can fail before the first step, then the run's record (`run_record.check_start`):
-    nothing is built, and a run refused here writes nothing into its `model_dir`."""
-    chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
-    workers = distribution.num_workers(strategy)
-    per_worker_input_state = workers > 1 and options.input_sharding == "file" and not options.data_service
-    if options.phase2_from and options.train_text:  # as run_pretraining.py's --phase2 needs --data_dir
-        raise ValueError("--phase2 reads phase 2's shards in --data_dir, not --train_text: build them with python -m "
-                         "data_prep.build_pretraining_dataset at phase 2's --max_seq_length")
-    if options.data_service:
-        check_service_options(options)
-    # Decided once, before anything is built or written; every layer and loop below takes it as is.
-    execution = resolve_run_execution(options, strategy, config)
-    phase1 = None
-    if options.phase2_from:  # checked before anything is written
-        phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
-    text = text_input.checked_source(options, config) if options.train_text else None
-    if text is not None:
-        manifest = text_input.synthesized_manifest(text)
-    else:
-        manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
-        # A truncated shard fails here, not mid-run; under --skip_corrupt_records its lost records are counted.
-        for line in verify.check_shard_sizes(options.data_dir, manifest, allow_truncated=options.skip_corrupt_records):
-            logging.warning("%s", line)
-    eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir or "", manifest, config)
-    if eval_source is None and text is not None and text.eval_fraction > 0:
-        eval_source = text_input.held_out_source(text, options.seed)
-    eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
-    skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
-    check_data_against_start(options, manifest, text is not None)
-    if chief or per_worker_input_state:  # the first thing written into model_dir: every check above is done
-        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
-    run_record.check_start(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
-                           options=run_record.recipe_options(options, manifest),
-                           data=run_record.data_identity(options, manifest),
-                           execution=run_record.execution_record(execution, strategy, options.data_service))
-    final_step = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
-    return RunSetup(chief, worker, workers, per_worker_input_state, execution, phase1, manifest, eval_source,
-                    eval_every, skipping, final_step, text)
-
-
-def check_data_against_start(options: TrainOptions, manifest: dict, text: bool) -> None:
-    """The vocabulary rule between the data and where the run starts from: `--init_checkpoint`'s vocabulary
-    (at a start with no checkpoint of its own yet) or phase 1's."""
-    if options.init_checkpoint and not run_record.has_checkpoint(options.model_dir):
-        name = f"--train_text's --vocab_file {options.vocab_file}" if text else f"--data_dir {options.data_dir}"
-        restore.check_init_vocabulary(options.init_checkpoint, manifest, name)
-    if options.phase2_from:
-        run_record.check_phase2_data(options.phase2_from, manifest)
-
-
-def check_service_options(options: TrainOptions) -> None:
-    """`--data_service`: refuses `--skip_corrupt_records` and an address where no dispatcher answers (one line)."""
-    if options.skip_corrupt_records:
-        raise ValueError("--data_service cannot be combined with --skip_corrupt_records: the skipped-record "
-                         "counts are kept exact by checkpointing them with the input position, which a tf.data "
-                         "service input has not; drop one of the two flags")
-    data_service.check_address(options.data_service)
 
 
 def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy):
@@ -393,7 +225,7 @@ class TrainLoop:
                                          input_report=setup.skipping.report if setup.skipping else None)
         self.logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if setup.chief else None
         with checkpoints.corrupt_data_as_error(options.data_dir):
-            self.preview = _make_preview(model, options, setup.manifest, setup.text) if setup.chief else None
+            self.preview = detection_preview.make_preview(model, options, setup.manifest, setup.text) if setup.chief else None
         self.evaluator = evaluation.for_training(model, setup.eval_source, options, config, setup.chief)
         self.history = []
         self.step = self.saved_step = loop.current_step(self.optimizer)
@@ -505,20 +337,6 @@ def export(model, model_dir: str, manifest: dict, step: int) -> str:
     """The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached."""
     loop.check_finite_weights(model, step, "export")
     return export_dir.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
-
-
-def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig):
-    """The run's execution options (`distribution.resolve_execution`), its micro-batches taken from the
-    run's record when it resumes; on CPUs, the step's cost logged before the first step."""
-    recorded = run_record.recorded_micro_batches(options.model_dir)
-    execution, micro = distribution.resolve_execution(options.execution, strategy, config, recorded)
-    if distribution.all_cpu(strategy):
-        from electra_tf.training import cost
-
-        for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second(), execution.gradient_accumulation_steps,
-                                        micro.chosen_by):
-            logging.info("%s", line)
-    return execution
 
 
 @contextlib.contextmanager
