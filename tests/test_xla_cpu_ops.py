@@ -1,3 +1,5 @@
+# Over 450 lines because the layer and model tests reuse the kernel tests' float64 references, dropout bits and
+# module-level inputs: split, those would be copied into both files.
 """The XLA:CPU kernels (`electra_tf.ops.xla_cpu`) against float64 references and the reference kernels."""
 
 import keras
