@@ -91,7 +91,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     save into a temporary directory that is removed at the end. With `options.stop_signals`,
     such a signal ends training after the step in progress, with a checkpoint at that step.
 
-    The steps, in this order (randomness, checkpoints and collectives depend on it): `set_up` (every
+    The steps, in this order (randomness, checkpoints and collectives depend on it): `run_setup.set_up` (every
     check, the run's records), `build_model` (seeded), `make_input`, `RunCheckpoints.resume` (and
     `replay_input`), `TrainLoop.run` (steps, logs, checkpoints, evaluation) and `finish` (stop or export).
     """
