@@ -81,7 +81,7 @@ def prepare(workdir: str, vocab_file: str) -> None:
 
     from electra_tf.config import get_config
     from electra_tf.convert.keras_model import build_pretrainer
-    from electra_tf.convert.ours import save_ours
+    from electra_tf.convert.export_dir import save_ours
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     os.makedirs(workdir, exist_ok=True)

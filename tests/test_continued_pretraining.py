@@ -82,7 +82,7 @@ def test_an_export_gives_its_weights_but_not_the_step_and_optimizer_state_its_ru
                                                                                           caplog):
     """Keras writes a compiled model's optimizer into `pretrainer.weights.h5`: continuing from one of our exports
     once took its run's step (a run from the 750-step export started at 750) and Adam's m and v."""
-    from electra_tf.convert import ours
+    from electra_tf.convert import export_dir as export_format
 
     path = checkpoints["hf"]
     config, special = run_config(path), special_token_ids(convert_api.checkpoint_vocab(path))
@@ -92,12 +92,12 @@ def test_an_export_gives_its_weights_but_not_the_step_and_optimizer_state_its_ru
     for variable in saved_optimizer.variables:
         if "momentum" in variable.path or "velocity" in variable.path:
             variable.assign(tf.ones_like(variable))
-    export = ours.save_ours(saved, str(tmp_path / "export"), vocab_file=convert_api.checkpoint_vocab(path), step=750,
+    export = export_format.save_ours(saved, str(tmp_path / "export"), vocab_file=convert_api.checkpoint_vocab(path), step=750,
                             keras_hub=False)
-    with h5py.File(os.path.join(export, ours.PRETRAINER_WEIGHTS)) as weights:  # exports written now hold none
+    with h5py.File(os.path.join(export, export_format.PRETRAINER_WEIGHTS)) as weights:  # exports written now hold none
         assert "optimizer" not in weights and "discriminator" in weights
     # An export written before that holds its run's optimizer: it must not become this run's either.
-    keras.saving.save_weights(saved, os.path.join(export, ours.PRETRAINER_WEIGHTS))
+    keras.saving.save_weights(saved, os.path.join(export, export_format.PRETRAINER_WEIGHTS))
     model, optimizer = pretraining.build_model(config, strategy, special, seed=1, mixed_precision="none")
     with caplog.at_level(logging.INFO):
         restore.initialize_from(model, export)

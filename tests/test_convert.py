@@ -181,7 +181,7 @@ def test_config_json_completes_and_checks_our_export(from_hf, tmp_path):
 
 
 def test_read_config_builds_no_model_and_agrees_with_loading(from_hf, official_dir, tmp_path, monkeypatch):
-    from electra_tf.convert import api, ours
+    from electra_tf.convert import api, export_dir as export_format
     from electra_tf.model.encoder import ElectraEncoder
 
     config, pretrainer, vocab = from_hf
@@ -201,7 +201,7 @@ def test_read_config_builds_no_model_and_agrees_with_loading(from_hf, official_d
     assert api.read_config(str(run_dir))[0] == config
     assert api.read_config(str(official_dir))[0].discriminator == config.discriminator
     assert api.checkpoint_vocab(export_dir) == os.path.join(export_dir, "vocab.txt")
-    assert ours.read_ours_config(export_dir)[0] == config
+    assert export_format.read_ours_config(export_dir)[0] == config
 
 
 def test_run_directories_of_older_runs_keep_their_flat_config(tmp_path):

@@ -19,7 +19,7 @@ from test_preemption import cli_args, logged_steps, quiet_env
 
 from electra_tf.options import TrainOptions
 from electra_tf.text.manifest import load_manifest
-from electra_tf.training import data_service, input_pipeline, pretraining, restore, run_record
+from electra_tf.training import data_service, input_pipeline, pretraining, restore, run_record, run_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 90
@@ -133,7 +133,8 @@ def assert_trained_two_steps_on_the_service(result, model_dir, address, workers,
     assert len(lines) == 1 and "a resume will not be exact" in lines[0], result.stderr[-3000:]
     checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
     saved = {name.split("/")[0] for name, _ in tf.train.list_variables(checkpoint)}
-    assert {"model", "optimizer", "dropout_rng"} <= saved and not saved & set(pretraining.INPUT_KEYS.values())
+    input_keys = {pretraining.input_checkpoint_key(skip) for skip in (False, True)}
+    assert {"model", "optimizer", "dropout_rng"} <= saved and not saved & input_keys
     assert all(now >= n + 1 for now, n in zip(wait_for_tasks(workers, [n + 1 for n in before]), before))
 
 
@@ -286,7 +287,7 @@ def test_skip_corrupt_records_is_refused_with_the_service():
     options = TrainOptions(data_dir="shards", model_dir="run", data_service="grpc://localhost:1",
                            skip_corrupt_records=True)
     with pytest.raises(ValueError, match="--data_service cannot be combined with --skip_corrupt_records"):
-        pretraining.check_service_options(options)
+        run_setup.check_service_options(options)
 
 
 def test_job_names_are_shared_by_a_run_and_new_at_each_resume(tmp_path):
@@ -321,7 +322,7 @@ def test_a_checkpoint_without_this_pipelines_input_says_why_it_replays(saved_by,
     (it once called it a run with --skip_corrupt_records); the other pipeline's checkpoint keeps its line."""
     import logging
 
-    input_key, other_key = pretraining.INPUT_KEYS[False], pretraining.INPUT_KEYS[True]
+    input_key, other_key = pretraining.input_checkpoint_key(False), pretraining.input_checkpoint_key(True)
     dataset = tf.data.Dataset.range(10)
     state = {"step": tf.Variable(3)}
     if saved_by == "other_pipeline":

@@ -63,7 +63,7 @@ def trained_export(tmp_path_factory):
     import tensorflow as tf
 
     from electra_tf.config import get_config
-    from electra_tf.convert.ours import save_ours
+    from electra_tf.convert.export_dir import save_ours
     from electra_tf.training.optimization import create_optimizer
     from electra_tf.model.networks import pretrainer_from_config
 

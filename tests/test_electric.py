@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from electra_tf.convert import ConversionError, initialize_pretrainer, save_hf
 from electra_tf.convert.cli import main as convert_main
-from electra_tf.convert.ours import save_ours
+from electra_tf.convert.export_dir import save_ours
 from electra_tf.model import masking
 from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.training.optimization import create_optimizer

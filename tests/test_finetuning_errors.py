@@ -49,7 +49,7 @@ def test_a_missing_text_column(tmp_path, vocab_file):
 
 
 def test_an_init_checkpoint_whose_vocab_disagrees_with_vocab_file(tmp_path, vocab_file, glue_dir):
-    from electra_tf.convert import ours
+    from electra_tf.convert import export_dir as export_format
     from electra_tf.config import get_config
     from electra_tf.model.networks import pretrainer_from_config
 
@@ -58,7 +58,7 @@ def test_an_init_checkpoint_whose_vocab_disagrees_with_vocab_file(tmp_path, voca
     pretrainer = pretrainer_from_config(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
     pretrainer.build_all()
     export_dir = tmp_path / "export"
-    ours.save_ours(pretrainer, str(export_dir), vocab_file=vocab_file, keras_hub=False)
+    export_format.save_ours(pretrainer, str(export_dir), vocab_file=vocab_file, keras_hub=False)
     other = tmp_path / "other_vocab.txt"
     swapped = list(VOCAB)
     swapped[7], swapped[8] = swapped[8], swapped[7]

@@ -68,12 +68,12 @@ def test_explicit_model_size_keeps_the_checkpoint_architecture(tmp_path, glue_di
 
 def test_tiny_export_uses_tiny_finetuning_defaults(tmp_path, glue_dir, vocab_file):
     """The export records model_size="tiny" and its finetune_* fields (here a custom weight decay)."""
-    from electra_tf.convert import ours
+    from electra_tf.convert import export_dir as export_format
 
     tiny = get_config("tiny", vocab_size=len(VOCAB), max_position_embeddings=64, max_seq_length=64,
                       finetune_weight_decay=0.02)
     export_dir = str(tmp_path / "export")
-    ours.save_ours(_pretrainer(tiny), export_dir, vocab_file=vocab_file, keras_hub=False)
+    export_format.save_ours(_pretrainer(tiny), export_dir, vocab_file=vocab_file, keras_hub=False)
     expected = get_config("tiny")
     assert expected.finetune_learning_rate != get_config("small").finetune_learning_rate
 

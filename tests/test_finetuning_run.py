@@ -173,7 +173,7 @@ def test_errors_are_one_line(tmp_path, vocab_file, glue_dir, args, message):
 
 
 def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_dir):
-    from electra_tf.convert import ours
+    from electra_tf.convert import export_dir as export_format
     from electra_tf.config import get_config
     from electra_tf.finetuning.heads import ClassificationHead
     from electra_tf.finetuning.model import FinetuningModel
@@ -185,7 +185,7 @@ def test_init_checkpoint_loads_the_exported_encoder(tmp_path, vocab_file, glue_d
     pretrainer = pretrainer_from_config(config, special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
     pretrainer.build_all()
     export_dir = str(tmp_path / "export")
-    ours.save_ours(pretrainer, export_dir, vocab_file=vocab_file, keras_hub=False)
+    export_format.save_ours(pretrainer, export_dir, vocab_file=vocab_file, keras_hub=False)
     exported = {v.path: v.numpy() for v in pretrainer.discriminator.weights}
 
     # A learning rate of 0 keeps the encoder as loaded; the final weights then hold it unchanged.

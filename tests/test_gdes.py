@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from electra_tf import convert
 from electra_tf.model import masking
-from electra_tf.convert import ours
+from electra_tf.convert import export_dir as export_format
 from electra_tf.model.embeddings import ElectraEmbeddings, GdesEmbeddings
 from electra_tf.model.networks import pretrainer_from_config
 from pretrain_testutil import SPECIAL_IDS, tiny_config
@@ -61,7 +61,7 @@ def test_export_folds_the_deltas_into_a_plain_encoder(tmp_path):
     batch = make_batch()
     inputs = {"token_ids": batch["input_ids"], "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"]}
     expected = model.discriminator(inputs).numpy()
-    export_dir = ours.save_ours(model, str(tmp_path / "export"))
+    export_dir = export_format.save_ours(model, str(tmp_path / "export"))
     encoder, config, _ = convert.load_encoder(export_dir)
     assert config.embedding_sharing == "gdes" and type(encoder.embeddings) is ElectraEmbeddings
     np.testing.assert_allclose(encoder(inputs).numpy(), expected, atol=1e-5)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from scipy import stats
 
 from electra_tf.config import ElectraConfig, get_config
-from electra_tf.convert import hf, keras_model, names, ours
+from electra_tf.convert import export_dir as export_format, hf, keras_model, names
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model import flops, masking
 from electra_tf.model.heads import gather_positions
@@ -258,7 +258,7 @@ def test_converters_write_what_the_format_holds_and_name_the_option_otherwise(tm
     untied = build(tiny_config(untied_generator_embeddings=True))
     with pytest.raises(ConversionError, match="^untied_generator_embeddings=True: the generator's own embeddings"):
         hf.save_hf(untied, untied.config, str(tmp_path / "untied"), vocab_file)
-    export = ours.save_ours(untied, str(tmp_path / "export"), vocab_file, keras_hub=False)
-    _, reloaded, _ = ours.load_ours(export)
+    export = export_format.save_ours(untied, str(tmp_path / "export"), vocab_file, keras_hub=False)
+    _, reloaded, _ = export_format.load_ours(export)
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(untied.weights, reloaded.weights))
     assert os.path.isdir(export)

@@ -17,7 +17,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from data_prep.build_vocab import build_sentencepiece
-from electra_tf.convert import ConversionError, api, cli, hf_tokenizer, load_any, ours, save_keras_hub_preset, vocab
+from electra_tf.convert import export_dir as export_format
+from electra_tf.convert import ConversionError, api, cli, hf_tokenizer, load_any, save_keras_hub_preset, vocab
 from electra_tf.convert.keras_model import build_pretrainer
 from electra_tf.text.manifest import SPECIAL_TOKENS
 from electra_tf.text.tokenizers import load_tokenizer, tokenizer_sha256
@@ -131,15 +132,15 @@ def _export(model_file: str, directory: str, **config) -> str:
     size = len(vocab.read_tokens(model_file))
     pretrainer = build_pretrainer(tiny_config(vocab_size=size, num_layers=1, generator_num_layers=1, **config),
                                   SPECIAL_IDS)
-    return ours.save_ours(pretrainer, directory, model_file, keras_hub=False)
+    return export_format.save_ours(pretrainer, directory, model_file, keras_hub=False)
 
 
 def test_export_holds_the_model_and_refuses_a_replaced_one(unigram_file, corpus, tmp_path):
     export = _export(unigram_file, str(tmp_path / "export"))
     held = os.path.join(export, "sentencepiece.model")
     assert not os.path.exists(os.path.join(export, "vocab.txt"))
-    assert ours.read_export_metadata(export)["vocab_sha256"] == tokenizer_sha256(unigram_file)
-    assert api.checkpoint_vocab(export) == held == load_any(export)[2] == ours.load_ours_encoder(export)[2]
+    assert export_format.read_export_metadata(export)["vocab_sha256"] == tokenizer_sha256(unigram_file)
+    assert api.checkpoint_vocab(export) == held == load_any(export)[2] == export_format.load_ours_encoder(export)[2]
     assert vocab.special_token_ids(held) == SPECIAL_IDS
     assert vocab.find_vocab(None, [export], vocab_size=load_tokenizer(unigram_file).vocab_size) == held
 
@@ -154,7 +155,7 @@ def test_export_holds_the_model_and_refuses_a_replaced_one(unigram_file, corpus,
     with pytest.raises(ConversionError, match="sha256"):
         load_any(export)
 
-    meta_path = os.path.join(export, ours.CONFIG_FILE)  # an export from before the digest: loads as it is
+    meta_path = os.path.join(export, export_format.CONFIG_FILE)  # an export from before the digest: loads as it is
     meta = json.loads(Path(meta_path).read_text())
     del meta["vocab_sha256"]
     Path(meta_path).write_text(json.dumps(meta))
@@ -168,8 +169,8 @@ def test_export_holds_the_model_and_refuses_a_replaced_one(unigram_file, corpus,
 
 def test_wordpiece_export_records_its_sha256(tmp_path):
     _, pretrainer, vocab_file = load_any(str(Path(__file__).parent / "fixtures" / "hf_electra"))
-    export = ours.save_ours(pretrainer, str(tmp_path / "export"), vocab_file, keras_hub=False)
-    assert ours.read_export_metadata(export)["vocab_sha256"] == tokenizer_sha256(vocab_file)
+    export = export_format.save_ours(pretrainer, str(tmp_path / "export"), vocab_file, keras_hub=False)
+    assert export_format.read_export_metadata(export)["vocab_sha256"] == tokenizer_sha256(vocab_file)
     assert api.checkpoint_vocab(export) == os.path.join(export, "vocab.txt")
 
 

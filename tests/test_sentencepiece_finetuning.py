@@ -264,7 +264,7 @@ def test_the_sha256_an_export_records_is_checked(sp_model, other_model, sp_token
     export = tmp_path / "export"
     export.mkdir()
     (export / "electra_config.json").write_text(json.dumps({"vocab_sha256": tokenizer_sha256(sp_model)}))
-    (export / "discriminator.weights.h5").write_bytes(b"")  # what makes a folder an export (ours.is_export_dir)
+    (export / "discriminator.weights.h5").write_bytes(b"")  # what makes a folder an export (export_dir.is_export_dir)
     config = get_config("tiny", vocab_size=sp_tokenizer.vocab_size)
     tokenizer, _ = make_tokenizer(config, ModelOptions(init_checkpoint=str(export), vocab_file=sp_model))
     assert tokenizer.vocab_file == sp_model
@@ -278,7 +278,7 @@ def test_the_sha256_an_export_records_is_checked(sp_model, other_model, sp_token
 
 def test_detect_scores_and_shows_sentencepiece_pieces(tmp_path, sp_model, sp_tokenizer):
     from electra_tf.config import get_config
-    from electra_tf.convert.ours import save_ours
+    from electra_tf.convert.export_dir import save_ours
     from electra_tf.detect import loading, rendering
     from electra_tf.model.networks import pretrainer_from_config
 

@@ -25,7 +25,7 @@ from electra_tf.text.manifest import FEATURE_NAMES, MANIFEST_NAME
 from electra_tf.text.reference_tokenizer import is_cjk_char
 from electra_tf.text.sentencepiece_tokenizer import SentencePieceTokenizer
 from electra_tf.text.tokenization import WordPieceTokenizer
-from electra_tf.training import input_pipeline, pretraining, text_input, vocab_extension
+from electra_tf.training import detection_preview, input_pipeline, pretraining, text_input, vocab_extension
 from pretrain_testutil import tiny_config
 from test_sentencepiece import _corpus_text
 from test_text_input import PLAIN, graph_ops
@@ -249,7 +249,7 @@ def test_vocabulary_extension_refuses_a_sentencepiece_model(model_file):
 
 
 def test_the_detection_preview_shows_pieces(tokenizer, model_file):
-    assert pretraining._read_vocab(model_file) == tokenizer.vocab
+    assert detection_preview.read_vocab(model_file) == tokenizer.vocab
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -240,7 +240,7 @@ def test_weights_plus_config_exports_hold_no_execution_options(tmp_path):
     from electra_tf.convert import load_any
     from electra_tf.convert.hf import save_hf
     from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
-    from electra_tf.convert.ours import save_ours
+    from electra_tf.convert.export_dir import save_ours
 
     config, pretrainer, vocab = load_any(os.path.join(ROOT, "tests", "fixtures", "hf_electra"))
     save_ours(pretrainer, str(tmp_path / "ours"), vocab)

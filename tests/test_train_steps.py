@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.options import TrainOptions
-from electra_tf.training import pretraining, preemption
+from electra_tf.training import pretraining, preemption, run_setup
 from pretrain_testutil import write_shards
 from test_training import small
 
@@ -26,20 +26,21 @@ def one_device():
 
 def test_set_up_decides_the_run_and_writes_only_its_records(data_dir, tmp_path):
     model_dir = str(tmp_path / "run")
-    setup = pretraining.set_up(small(num_train_steps=6), TrainOptions(data_dir=data_dir, model_dir=model_dir,
+    setup = run_setup.set_up(small(num_train_steps=6), TrainOptions(data_dir=data_dir, model_dir=model_dir,
                                                                       stop_after_steps=4), one_device())
-    assert (setup.chief, setup.workers, setup.own_input, setup.last, setup.skipping) == (True, 1, False, 4, None)
+    assert (setup.chief, setup.workers, setup.per_worker_input_state, setup.final_step, setup.skipping) == \
+        (True, 1, False, 4, None)
     assert setup.manifest["num_examples"] == 48
     assert sorted(os.listdir(model_dir)) == ["run_config.json"]  # the one record (execution choices included)
     refused = str(tmp_path / "refused")
     with pytest.raises(ValueError, match="max_seq_length"):
-        pretraining.set_up(small(max_seq_length=48), TrainOptions(data_dir=data_dir, model_dir=refused), one_device())
+        run_setup.set_up(small(max_seq_length=48), TrainOptions(data_dir=data_dir, model_dir=refused), one_device())
     assert not os.path.exists(refused)  # refused before model_dir is first written (#55)
 
 
 def build(config, options, strategy):
     """`train`'s steps before the loop: set-up, seeded model, input, checkpoints."""
-    setup = pretraining.set_up(config, options, strategy)
+    setup = run_setup.set_up(config, options, strategy)
     keras.utils.set_random_seed(options.seed)
     model, optimizer = pretraining.build_model(config, strategy, setup.manifest["special_token_ids"], options.seed,
                                                "none", setup.execution)
@@ -79,3 +80,9 @@ def test_the_loop_logs_checkpoints_and_stops_where_its_options_say(data_dir, tmp
     training.run()
     assert training.step == 5 and [h["step"] for h in training.history] == [2, 4]  # --stop_after_steps=5
     assert [os.path.basename(p) for p in checkpoints.manager.checkpoints] == ["ckpt-3", "ckpt-5"]  # and at the end
+
+
+def test_input_checkpoint_keys_stay_those_of_existing_checkpoints():
+    """The keys are attribute names inside checkpoints already on disk: a rename would lose their input position."""
+    assert pretraining.input_checkpoint_key(False) == "iterator"
+    assert pretraining.input_checkpoint_key(True) == "input_skipping_corrupt"

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from electra_tf import convert
 from electra_tf.training import pretraining
-from electra_tf.convert import ours as export_format
+from electra_tf.convert import export_dir as export_format
 from electra_tf.options import ExecutionOptions
 from electra_tf.model.networks import pretrainer_from_config
 from pretrain_testutil import SPECIAL_IDS, tiny_config, write_shards

@@ -38,7 +38,7 @@ _EXPORTS = {
     "load_hf_checkpoint": "hf", "save_hf": "hf",
     "save_keras_hub_preset": "keras_hub_preset",
     "load_official_checkpoint": "official",
-    "load_ours": "ours", "save_ours": "ours",
+    "load_ours": "export_dir", "save_ours": "export_dir",
     "save_onnx": "onnx_export",
 }
 

@@ -30,7 +30,7 @@ import json
 import os
 
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import finetuned, foreign, hf, keras_model, official, ours, vocab
+from electra_tf.convert import export_dir, finetuned, foreign, hf, keras_model, official, vocab
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model.encoder import ElectraEncoder
 
@@ -51,7 +51,7 @@ def is_keras_hub_preset(path: str) -> bool:
 
 def detect_format(path: str) -> str:
     """The format of the checkpoint at `path` (one of `FORMATS`)."""
-    if ours.is_export_dir(path):
+    if export_dir.is_export_dir(path):
         return "ours"
     if finetuned.is_finetuning_run(path):  # before its checkpoints/ (a run still training) are seen
         return "finetuned"
@@ -100,7 +100,7 @@ def load_any(path: str, config: ElectraConfig | None = None, vocab_file: str | N
     """
     source_format = source_format or detect_format(path)
     if source_format == "ours":
-        return ours.load_ours(path, config, overrides, strict)
+        return export_dir.load_ours(path, config, overrides, strict)
     opened = open_foreign(path, source_format, generator_path)
     return foreign.load(opened, config, vocab_file, overrides, strict)
 
@@ -116,8 +116,8 @@ def load_encoder(path: str, config: ElectraConfig | None = None, name: str = "di
     `ExecutionOptions`; default: the portable ones). A fine-tuning run is refused in one line naming
     `electra_tf.finetuning.finetuned_run.load_finetuned_encoder`, which loads it.
     """
-    if ours.is_export_dir(path):
-        return ours.load_ours_encoder(path, config, name, execution)
+    if export_dir.is_export_dir(path):
+        return export_dir.load_ours_encoder(path, config, name, execution)
     if finetuned.is_finetuning_run(path):
         raise ConversionError(FINETUNED_ENCODER.format(path=path))
     config, pretrainer, vocab = load_any(path, config, vocab_file=vocab_file, strict=strict)
@@ -134,8 +134,8 @@ def read_config(path: str) -> tuple[ElectraConfig, dict]:
 
     `path` may also be a pre-training run directory of ours (its run config).
     """
-    if ours.is_export_dir(path):
-        return ours.read_ours_config(path)
+    if export_dir.is_export_dir(path):
+        return export_dir.read_ours_config(path)
     if finetuned.is_finetuning_run(path):
         return finetuned.read_finetuned_config(path), {}
     run_config = run_config_path(path)
@@ -148,7 +148,7 @@ def checkpoint_vocab(path: str) -> str | None:
     """The vocabulary stored with the checkpoint at `path`, or None."""
     source_format = detect_format(path)
     if source_format == "ours":
-        return ours.export_vocab(path)
+        return export_dir.export_vocab(path)
     if source_format == "finetuned":
         return finetuned.recorded_vocab(path)
     if source_format not in ("hf", "official"):
@@ -159,7 +159,7 @@ def checkpoint_vocab(path: str) -> str | None:
         return None
 
 
-# A pre-training run directory's config (flat fields before 2026-11; the export's is `ours.CONFIG_FILE`).
+# A pre-training run directory's config (flat fields before 2026-11; the export's is `export_dir.CONFIG_FILE`).
 RUN_CONFIG = "run_config.json"
 _LEGACY_RUN_CONFIG = "electra_config.json"
 

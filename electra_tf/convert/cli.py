@@ -45,7 +45,7 @@ from electra_tf.convert.config_json import read_config_json
 from electra_tf.convert.errors import ConversionError
 from electra_tf.convert.hf import save_hf
 from electra_tf.convert.keras_hub_preset import save_keras_hub_preset
-from electra_tf.convert.ours import save_ours
+from electra_tf.convert.export_dir import save_ours
 from electra_tf.serving import convert_finetuned
 
 

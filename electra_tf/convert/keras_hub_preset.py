@@ -18,7 +18,7 @@ epsilon 1e-12, and has a `pooled_dense` layer ELECTRA lacks (left random).
 When our model differs (exact GELU is the default), the export logs a warning
 with the measured max |ours − keras-hub| of the sequence outputs on a sample
 input, and records it in metadata.json under "electra_tf" and in
-electra_export.json. Our export directories hold such a preset (`convert/ours.py`).
+electra_export.json. Our export directories hold such a preset (`convert/export_dir.py`).
 
 Example (from the repository root):
 

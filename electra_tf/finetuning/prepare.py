@@ -153,11 +153,11 @@ def encoder_factory(config, options: ModelOptions, vocab_file: Optional[str] = N
 
 def recorded_tokenizer_sha256(init_checkpoint: Optional[str]) -> Optional[str]:
     """The `vocab_sha256` an export of ours records, or None (other formats, older exports)."""
-    from electra_tf.convert import ours
+    from electra_tf.convert import export_dir
 
-    if not init_checkpoint or not ours.is_export_dir(init_checkpoint):
+    if not init_checkpoint or not export_dir.is_export_dir(init_checkpoint):
         return None
-    return ours.read_export_metadata(init_checkpoint).get(ours.VOCAB_SHA256)
+    return export_dir.read_export_metadata(init_checkpoint).get(export_dir.VOCAB_SHA256)
 
 
 def check_vocab_matches_checkpoint(vocab_file, checkpoint_vocab, vocab_size, embedding_rows,

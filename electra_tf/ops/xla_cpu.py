@@ -1,3 +1,5 @@
+# Over 450 lines because every kernel follows one dtype rule and one custom-gradient pattern, and `ops.reference`
+# holds the same ops one-to-one: split by op, the modules would repeat both.
 """The XLA:CPU implementation of the encoder layers' element-wise ops and the generator's output
 (`ExecutionOptions.kernels="xla_cpu"`, the default where every device is a CPU): XLA-compiled kernels
 inside the TensorFlow graph.
@@ -20,10 +22,6 @@ Element-wise arithmetic runs in float32 whatever the input dtype (bfloat16 in
 and out under mixed precision); biases, LayerNorm scales and offsets are taken
 in their variable dtype (float32) and their gradients come back in it, summed in
 float32.
-
-One module of some 460 lines: every kernel follows the dtype rule above and the same
-custom-gradient pattern, and `ops.reference` holds the same ops one-to-one; split by op
-they would repeat both.
 
 Example:
 

@@ -20,29 +20,24 @@ Example (see `run_pretraining.py` for the command-line front end):
 """
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import tempfile
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from electra_tf.model import masking
-from electra_tf.training import (data_service, distribution, evaluation, input_pipeline, loop, preemption, restore,
-                                 run_record, text_input)
+from electra_tf.training import (data_service, detection_preview, distribution, evaluation, input_pipeline, loop,
+                                 preemption, restore, run_record, text_input)
+from electra_tf.training.run_setup import RunSetup, set_up
 from electra_tf.config import ElectraConfig
-from electra_tf.convert import ours
+from electra_tf.convert import export_dir
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.training.skipped_records import SkippedRecords
-from electra_tf.options import ExecutionOptions, TrainOptions
+from electra_tf.options import TrainOptions
 from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text import verify
-from electra_tf.text.manifest import FEATURE_NAMES
-from electra_tf.text.tokenizers import validate_tokenizer_file
 
 
 def build_model(config, strategy, special_token_ids, seed, mixed_precision, execution=None, whole_words=None):
@@ -81,92 +76,10 @@ def make_train_fn(strategy, model, stop_on_nonfinite=True, stop_request=None, gr
                                  graph_optimizer=graph_optimizer, input_report=input_report)
 
 
-class DetectionPreview:
-    """What the discriminator sees, for TensorBoard: one example as a table and probability histograms.
-
-    Runs the model (no dropout) on a fixed batch read once from the shards, with
-    masking seeds of the current step; it touches no training state, so runs stay
-    exactly resumable. Writes `rtd/example` (text: original, discriminator input,
-    p(replaced) per token) and histograms `rtd/p_replaced/original` and
-    `rtd/p_replaced/replaced`.
-    """
-
-    def __init__(self, model, dataset, vocab_file=None, num_examples=8, seed=0):
-        self.model, self.seed = model, seed
-        self.batch = next(iter(dataset.unbatch().batch(num_examples).take(1)))
-        self.vocab = _read_vocab(vocab_file)
-        self._forward = tf.function(self._outputs)
-
-    def _outputs(self, step):
-        size = tf.shape(self.batch["input_ids"])[0]
-        seeds = masking.example_seeds(self.seed, step, tf.range(size))
-        out = self.model.compute_losses(self.batch, training=False, seeds=seeds)
-        return {"fake_ids": out["fake_ids"], "labels": out["labels"], "probs": tf.sigmoid(out["disc_logits"])}
-
-    def write(self, writer, step: int):
-        out = {k: v.numpy() for k, v in self._forward(tf.constant(step, tf.int64)).items()}
-        real = self.batch["input_mask"].numpy() > 0
-        with writer.as_default(step=step):
-            for name, chosen in (("original", out["labels"] == 0), ("replaced", out["labels"] == 1)):
-                tf.summary.histogram(f"rtd/p_replaced/{name}", out["probs"][real & chosen])
-            tf.summary.text("rtd/example", self.example_table(out, real[0]))
-        writer.flush()
-
-    def token(self, token_id: int) -> str:
-        return self.vocab[token_id] if 0 <= token_id < len(self.vocab) else str(token_id)
-
-    def example_table(self, out, real) -> str:
-        rows = ["| position | original | discriminator input | p(replaced) |", "|---|---|---|---|"]
-        original = self.batch["input_ids"].numpy()[0]
-        for position in np.flatnonzero(real):
-            shown = self.token(int(out["fake_ids"][0, position]))
-            if out["labels"][0, position]:
-                shown = f"**{shown}** (replaced)"
-            rows.append(f"| {position} | {self.token(int(original[position]))} | {shown} | "
-                        f"{out['probs'][0, position]:.3f} |")
-        return "\n".join(rows)
-
-
-def _read_vocab(vocab_file) -> list[str]:
-    """The tokens (WordPiece) or pieces (SentencePiece `.model`) in id order; none where the file is gone
-    or unreadable (the preview then shows ids)."""
-    if not vocab_file or not os.path.isfile(vocab_file):
-        return []
-    try:
-        return validate_tokenizer_file(vocab_file)
-    except ValueError as e:
-        logging.warning("TensorBoard's rtd/example shows ids: %s", e)
-        return []
-
-
-INPUT_KEYS = {False: "iterator", True: "input_skipping_corrupt"}  # checkpoint key per --skip_corrupt_records
-
-
-def check_writable(model_dir: str, probe_name: str = ".write_test"):
-    """Fails before any work if `model_dir` cannot be created or written."""
-    probe = os.path.join(model_dir, probe_name)
-    try:
-        tf.io.gfile.makedirs(model_dir)
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe)
-    except (tf.errors.OpError, OSError) as e:
-        raise ValueError(f"--model_dir {model_dir} is not writable: {str(e).splitlines()[0]}") from None
-
-
-def _make_preview(model, options, manifest, text=None):
-    if "disc_loss" not in model.step_output_names:
-        return None
-    # Batches of 1, re-batched by the preview: batches of its 8 drop the remainder, and data of fewer examples
-    # would give none.
-    if text is not None:
-        dataset = text_input.text_dataset(text, batch_size=1, seed=options.seed, shuffle_buffer=0, repeat=False)
-    else:
-        dataset = input_pipeline.pretraining_dataset(options.data_dir, manifest, batch_size=1, seed=options.seed,
-                                                     shuffle_buffer=0, repeat=False,
-                                                     skip_corrupt=options.skip_corrupt_records)
-    dataset = dataset.map(lambda batch: {name: batch[name] for name in FEATURE_NAMES})
-    return DetectionPreview(model, dataset, manifest.get("vocab_file"), seed=options.seed)
+def input_checkpoint_key(skip_corrupt_records: bool) -> str:
+    """The checkpoint attribute that holds the input position: each pipeline (--skip_corrupt_records or not) keeps
+    its own, so that one never restores the other's iterator. The strings are checkpoint keys: never change them."""
+    return "input_skipping_corrupt" if skip_corrupt_records else "iterator"
 
 
 def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.Strategy) -> list[dict]:
@@ -178,7 +91,7 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
     save into a temporary directory that is removed at the end. With `options.stop_signals`,
     such a signal ends training after the step in progress, with a checkpoint at that step.
 
-    The steps, in this order (randomness, checkpoints and collectives depend on it): `set_up` (every
+    The steps, in this order (randomness, checkpoints and collectives depend on it): `run_setup.set_up` (every
     check, the run's records), `build_model` (seeded), `make_input`, `RunCheckpoints.resume` (and
     `replay_input`), `TrainLoop.run` (steps, logs, checkpoints, evaluation) and `finish` (stop or export).
     """
@@ -198,84 +111,6 @@ def train(config: ElectraConfig, options: TrainOptions, strategy: tf.distribute.
         training.run()
         finish(setup, options, strategy, training)
         return training.history
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSetup:
-    """What `set_up` checked and decided before anything is built."""
-
-    chief: bool
-    worker: int
-    workers: int
-    own_input: bool  # several workers with --input_sharding=file: each worker keeps its input state
-    execution: ExecutionOptions  # resolved for this run's devices
-    phase1: restore.Phase1 | None  # where phase 2 of a run starts
-    manifest: dict
-    eval_source: tuple[str, dict] | None  # the held-out data (`evaluation.resolve_source`)
-    eval_every: int  # evaluate every that many steps (0: only at the end)
-    skipping: SkippedRecords | None  # --skip_corrupt_records
-    last: int  # the step this invocation ends at (--stop_after_steps)
-    text: text_input.TextSource | None = None  # --train_text: read raw text instead of data_dir's shards
-
-
-def set_up(config: ElectraConfig, options: TrainOptions, strategy) -> RunSetup:
-    """Every check that can fail before the first step, then the run's record (`run_record.check_start`):
-    nothing is built, and a run refused here writes nothing into its `model_dir`."""
-    chief, worker = distribution.is_chief(strategy), distribution.worker_index(strategy)
-    workers = distribution.num_workers(strategy)
-    own_input = workers > 1 and options.input_sharding == "file" and not options.data_service
-    if options.phase2_from and options.train_text:  # as run_pretraining.py's --phase2 needs --data_dir
-        raise ValueError("--phase2 reads phase 2's shards in --data_dir, not --train_text: build them with python -m "
-                         "data_prep.build_pretraining_dataset at phase 2's --max_seq_length")
-    if options.data_service:
-        check_service_options(options)
-    # Decided once, before anything is built or written; every layer and loop below takes it as is.
-    execution = resolve_run_execution(options, strategy, config)
-    phase1 = None
-    if options.phase2_from:  # checked before anything is written
-        phase1 = restore.phase2_start(options.phase2_from, options.model_dir, config, options.init_checkpoint)
-    text = text_input.checked_source(options, config) if options.train_text else None
-    if text is not None:
-        manifest = text_input.synthesized_manifest(text)
-    else:
-        manifest = input_pipeline.load_checked_manifest(options.data_dir, config)
-        # A truncated shard fails here, not mid-run; under --skip_corrupt_records its lost records are counted.
-        for line in verify.check_shard_sizes(options.data_dir, manifest, allow_truncated=options.skip_corrupt_records):
-            logging.warning("%s", line)
-    eval_source = evaluation.resolve_source(options.eval_data_dir, options.data_dir or "", manifest, config)
-    if eval_source is None and text is not None and text.eval_fraction > 0:
-        eval_source = text_input.held_out_source(text, options.seed)
-    eval_every = evaluation.every_steps(options) if eval_source and options.eval_batches else 0
-    skipping = SkippedRecords(options.data_dir, manifest) if options.skip_corrupt_records else None
-    check_data_against_start(options, manifest, text is not None)
-    if chief or own_input:  # the first thing written into model_dir: every check above is done
-        check_writable(options.model_dir, ".write_test" if chief else f".write_test_worker{worker}")
-    run_record.check_start(options.model_dir, config, write=chief, record=phase1 and phase1.record(),
-                           options=run_record.recipe_options(options, manifest),
-                           data=run_record.data_identity(options, manifest),
-                           execution=run_record.execution_record(execution, strategy, options.data_service))
-    last = min(config.num_train_steps, options.stop_after_steps or config.num_train_steps)
-    return RunSetup(chief, worker, workers, own_input, execution, phase1, manifest, eval_source, eval_every,
-                    skipping, last, text)
-
-
-def check_data_against_start(options: TrainOptions, manifest: dict, text: bool) -> None:
-    """The vocabulary rule between the data and where the run starts from: `--init_checkpoint`'s vocabulary
-    (at a start with no checkpoint of its own yet) or phase 1's."""
-    if options.init_checkpoint and not run_record.has_checkpoint(options.model_dir):
-        name = f"--train_text's --vocab_file {options.vocab_file}" if text else f"--data_dir {options.data_dir}"
-        restore.check_init_vocabulary(options.init_checkpoint, manifest, name)
-    if options.phase2_from:
-        run_record.check_phase2_data(options.phase2_from, manifest)
-
-
-def check_service_options(options: TrainOptions) -> None:
-    """`--data_service`: refuses `--skip_corrupt_records` and an address where no dispatcher answers (one line)."""
-    if options.skip_corrupt_records:
-        raise ValueError("--data_service cannot be combined with --skip_corrupt_records: the skipped-record "
-                         "counts are kept exact by checkpointing them with the input position, which a tf.data "
-                         "service input has not; drop one of the two flags")
-    data_service.check_address(options.data_service)
 
 
 def make_input(setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy):
@@ -303,19 +138,19 @@ SERVICE_RESUME = ("--data_service: this resume at step %d is not exact: a tf.dat
 class RunCheckpoints:
     """The run's checkpoints in `<model_dir>/checkpoints`: the model, the optimizer, the dropout RNG state and
     the input position (with `--skip_corrupt_records`, the records lost too; with `--data_service`, none).
-    Under `setup.own_input` each worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
+    Under `setup.per_worker_input_state` each worker keeps its input position beside them (`input-worker<i>-of-<n>`)."""
 
     def __init__(self, setup: RunSetup, options: TrainOptions, model, optimizer, iterator):
         self.setup, self.model, self.optimizer = setup, model, optimizer
-        self.input_key = INPUT_KEYS[options.skip_corrupt_records]
+        self.input_key = input_checkpoint_key(options.skip_corrupt_records)
         self.directory = os.path.join(options.model_dir, "checkpoints")
         self.keep = options.keep_checkpoint_max
         state = dict(model=model, optimizer=optimizer, dropout_rng=rng_states(model))
         skipped = {"skipped_records": setup.skipping.by_shard} if setup.skipping else {}
         self.service = options.data_service
         self.input_state = {} if self.service else {self.input_key: iterator, **skipped}
-        self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.own_input else self.input_state))
-        self.without_input = None if setup.own_input or self.service else tf.train.Checkpoint(**state)
+        self.checkpoint = tf.train.Checkpoint(**state, **({} if setup.per_worker_input_state else self.input_state))
+        self.without_input = None if setup.per_worker_input_state or self.service else tf.train.Checkpoint(**state)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.keep,
                                                   step_counter=optimizer.iterations)
         self.input_saver = None
@@ -329,7 +164,7 @@ class RunCheckpoints:
                                                self.setup.phase1, self.setup.manifest.get("vocab_file"))
         if self.service and self.manager.latest_checkpoint:
             logging.warning(SERVICE_RESUME, loop.current_step(self.optimizer))
-        if self.setup.own_input:
+        if self.setup.per_worker_input_state:
             setup = self.setup
             self.input_saver = tf.train.CheckpointManager(
                 tf.train.Checkpoint(**self.input_state),
@@ -366,14 +201,15 @@ def replay_input(setup: RunSetup, options: TrainOptions, iterator, checkpoints: 
     report = setup.skipping.report if setup.skipping else None
     saver = checkpoints.input_saver or checkpoints.manager  # where the input position was looked for
     with checkpoints.corrupt_data_as_error(options.data_dir):
+        other_key = input_checkpoint_key(not options.skip_corrupt_records)
         replayed = restore.replay_input(iterator, step, report, options.skip_corrupt_records,
-                                        saver.latest_checkpoint, other_key=INPUT_KEYS[not options.skip_corrupt_records])
+                                        saver.latest_checkpoint, other_key=other_key)
     if setup.skipping is not None:
         setup.skipping.add(replayed, step)
 
 
 class TrainLoop:
-    """From the restored step to `setup.last`: calls of the step driver (`steps_per_loop` steps each), then
+    """From the restored step to `setup.final_step`: calls of the step driver (`steps_per_loop` steps each), then
     per call the skipped steps and records, the log line, the checkpoint and the held-out evaluation due."""
 
     def __init__(self, setup: RunSetup, config: ElectraConfig, options: TrainOptions, strategy, model, iterator,
@@ -389,7 +225,7 @@ class TrainLoop:
                                          input_report=setup.skipping.report if setup.skipping else None)
         self.logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if setup.chief else None
         with checkpoints.corrupt_data_as_error(options.data_dir):
-            self.preview = _make_preview(model, options, setup.manifest, setup.text) if setup.chief else None
+            self.preview = detection_preview.make_preview(model, options, setup.manifest, setup.text) if setup.chief else None
         self.evaluator = evaluation.for_training(model, setup.eval_source, options, config, setup.chief)
         self.history = []
         self.step = self.saved_step = loop.current_step(self.optimizer)
@@ -410,8 +246,8 @@ class TrainLoop:
                      loop.runtime_summary(self.train_steps))
 
     def run(self) -> None:
-        """Trains until `setup.last` or an agreed stop request."""
-        while self.step < self.setup.last and not self.stop_request.requested:
+        """Trains until `setup.final_step` or an agreed stop request."""
+        while self.step < self.setup.final_step and not self.stop_request.requested:
             previous = self.step
             outputs = self.call_steps()
             if self.step == previous:  # every step of the call was skipped (fp16 overflow or non-finite)
@@ -424,7 +260,7 @@ class TrainLoop:
         """One call of the step driver up to the next stop (log, checkpoint, evaluation, timing); counts its
         skipped steps and records (raising `NonFiniteError` when they cannot be tolerated)."""
         previous, options = self.step, self.options
-        stop = loop.next_stop(previous, self.setup.last, options.steps_per_loop, options.log_steps,
+        stop = loop.next_stop(previous, self.setup.final_step, options.steps_per_loop, options.log_steps,
                               options.save_checkpoints_steps, self.setup.eval_every, extra_stops=self.timer.stops)
         with self.checkpoints.corrupt_data_as_error(options.data_dir):
             outputs = self.stop_request.call(self.train_steps, self.iterator, tf.constant(stop - previous))
@@ -447,7 +283,7 @@ class TrainLoop:
         if not log_now:
             return scalars
         elapsed = time.time() - self.window_start
-        if skipping is not None and self.setup.own_input:
+        if skipping is not None and self.setup.per_worker_input_state:
             skipping.gather(self.strategy, step)  # collective: log steps are the same on every worker
         scalars.update(step_loss=float(outputs["loss"]), learning_rate=loop.learning_rate_at(self.optimizer, step),
                        nonfinite_steps_skipped=float(self.skipped_steps.total),
@@ -467,10 +303,10 @@ class TrainLoop:
     def save_and_evaluate(self) -> None:
         """The checkpoint (every `save_checkpoints_steps` and at the end) and the held-out evaluation due."""
         step = self.step
-        if step % self.options.save_checkpoints_steps == 0 or step >= self.setup.last:
+        if step % self.options.save_checkpoints_steps == 0 or step >= self.setup.final_step:
             self.checkpoints.save(step)
             self.saved_step = step
-        if self.evaluator is not None and evaluation.due(step, self.setup.last, self.setup.eval_every):
+        if self.evaluator is not None and evaluation.due(step, self.setup.final_step, self.setup.eval_every):
             self.evaluator.evaluate(step)
 
 
@@ -478,10 +314,10 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
     """The invocation's end: at a stop request a checkpoint at the step reached; at the last step the export
     (chief); the line on skipped records, however it ended; then every worker waits for the chief."""
     step, total, skipping = training.step, training.config.num_train_steps, setup.skipping
-    if skipping is not None and setup.own_input:
+    if skipping is not None and setup.per_worker_input_state:
         skipping.gather(strategy, step)  # collective, so before the chief's own work
     stop_request = training.stop_request
-    if stop_request.requested and step < setup.last:  # the same on every worker (see preemption.StopRequest)
+    if stop_request.requested and step < setup.final_step:  # the same on every worker (see preemption.StopRequest)
         if step > training.saved_step:
             training.checkpoints.save(step)
         where = training.checkpoints.manager.latest_checkpoint if setup.chief else "written by worker 0"
@@ -489,7 +325,7 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
         logging.warning("Stopped at step %d of %d (%s); checkpoint %s. Run the same command again to resume.",
                         step, total, how, where)
         print(f"Stopped at step {step} of {total} ({how}); re-run the same command to resume.", flush=True)
-    elif options.export and setup.chief and step >= setup.last:
+    elif options.export and setup.chief and step >= setup.final_step:
         export(training.model, options.model_dir, setup.manifest, step)
     if skipping is not None and setup.chief:
         logging.warning("%s", skipping.summary())
@@ -500,21 +336,7 @@ def finish(setup: RunSetup, options: TrainOptions, strategy, training: TrainLoop
 def export(model, model_dir: str, manifest: dict, step: int) -> str:
     """The end of the run, or of this invocation's --stop_after_steps: an export of the weights reached."""
     loop.check_finite_weights(model, step, "export")
-    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
-
-
-def resolve_run_execution(options: TrainOptions, strategy, config: ElectraConfig):
-    """The run's execution options (`distribution.resolve_execution`), its micro-batches taken from the
-    run's record when it resumes; on CPUs, the step's cost logged before the first step."""
-    recorded = run_record.recorded_micro_batches(options.model_dir)
-    execution, micro = distribution.resolve_execution(options.execution, strategy, config, recorded)
-    if distribution.all_cpu(strategy):
-        from electra_tf.training import cost
-
-        for line in cost.cpu_cost_lines(config, cost.matmul_flops_per_second(), execution.gradient_accumulation_steps,
-                                        micro.chosen_by):
-            logging.info("%s", line)
-    return execution
+    return export_dir.save_ours(model, os.path.join(model_dir, "export"), vocab_file=manifest.get("vocab_file"), step=step)
 
 
 @contextlib.contextmanager
@@ -558,5 +380,5 @@ def export_latest(config: ElectraConfig, model_dir: str, special_token_ids: dict
     if latest is None:
         raise ValueError(f"--model_dir {model_dir}: no checkpoint to export")
     tf.train.Checkpoint(model=model, optimizer=optimizer).restore(latest).expect_partial()
-    return ours.save_ours(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
+    return export_dir.save_ours(model, os.path.join(model_dir, "export"), vocab_file=vocab_file,
                           step=loop.current_step(optimizer))

@@ -33,7 +33,7 @@ from absl import logging
 
 from electra_tf.config import ElectraConfig, flatten
 from electra_tf.convert import api as convert_api
-from electra_tf.convert import ours
+from electra_tf.convert import export_dir
 from electra_tf.text.manifest import load_manifest
 from electra_tf.training import loop, run_record, vocab_extension
 
@@ -185,11 +185,11 @@ def _model_parts(model) -> tuple:
 
 def _load_weights(model, init_checkpoint) -> tuple:
     """Copies the weights of `init_checkpoint` into `model`; returns the parts loaded."""
-    if ours.is_export_dir(init_checkpoint):
+    if export_dir.is_export_dir(init_checkpoint):
         # Keras saves a compiled model's optimizer (its step, Adam's m and v) in the weights file: an export
         # of a run holds that run's, which must not become this run's step and state.
         optimizer = getattr(model, "optimizer", None)
-        model.load_weights(os.path.join(init_checkpoint, ours.PRETRAINER_WEIGHTS),
+        model.load_weights(os.path.join(init_checkpoint, export_dir.PRETRAINER_WEIGHTS),
                            objects_to_skip=[optimizer] if optimizer is not None else None)
         return _model_parts(model)
     if convert_api.detect_format(init_checkpoint) in ("hf", "official"):

@@ -206,15 +206,24 @@ def _clean_block(lines):
 def _clean_lines(path):
     """The file's lines, NUL bytes deleted and stripped; invalid UTF-8 lines dropped (data_prep's cleaning)."""
     blocks = tf.data.TextLineDataset(path).batch(LINE_BLOCK)
-    return blocks.flat_map(_clean_block).filter(_second).map(_first)
+    return blocks.flat_map(_clean_block).filter(_is_valid_utf8).map(_line_of)
 
 
-def _first(a, b):
-    return a
+# Selectors of `_clean_block`'s (line, valid) pairs and of `file_documents`' (complete, text) pairs.
+def _is_valid_utf8(line, valid):
+    return valid
 
 
-def _second(a, b):
-    return b
+def _line_of(line, valid):
+    return line
+
+
+def _is_complete_document(complete, text):
+    return complete
+
+
+def _document_text(complete, text):
+    return text
 
 
 def _not_the_end(line):
@@ -244,7 +253,7 @@ def file_documents(path, wiki) -> tf.data.Dataset:
                      tf.where(opens, True, tf.where(title, False, expect_title)))
         return new_state, (flush & (paragraphs > 0), text)
 
-    return lines.scan(start, step).filter(_first).map(_second)
+    return lines.scan(start, step).filter(_is_complete_document).map(_document_text)
 
 
 # ---------------------------------------------------------------------------------------------------------

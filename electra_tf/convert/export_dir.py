@@ -26,13 +26,13 @@ the config without building anything.
 Example (from the repository root):
 
 >>> import os, tempfile
->>> from electra_tf.convert import load_any, ours
+>>> from electra_tf.convert import export_dir, load_any
 >>> _, pretrainer, vocab = load_any("tests/fixtures/hf_electra")
->>> export_dir = ours.save_ours(pretrainer, os.path.join(tempfile.mkdtemp(), "export"), vocab)
->>> config, reloaded, vocab = ours.load_ours(export_dir)
+>>> export = export_dir.save_ours(pretrainer, os.path.join(tempfile.mkdtemp(), "export"), vocab)
+>>> config, reloaded, vocab = export_dir.load_ours(export)
 >>> config.discriminator.num_layers, config.generator.num_layers
 (1, 2)
->>> ours.read_ours_config(export_dir)[0] == config
+>>> export_dir.read_ours_config(export)[0] == config
 True
 """
 
