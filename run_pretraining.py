@@ -49,8 +49,9 @@ use_onednn_kernels()  # before TensorFlow is imported
 from absl import app, flags, logging  # noqa: E402
 
 from electra_tf.options import TrainOptions, execution_from_flags  # noqa: E402
-from electra_tf.training import pretraining_flags  # noqa: E402  (defines the flags)
+from electra_tf.training import pretraining_flags  # noqa: E402
 
+pretraining_flags.define_flags()
 flags.adopt_module_key_flags(pretraining_flags)  # `--help` lists them as this script's
 
 FLAGS = flags.FLAGS

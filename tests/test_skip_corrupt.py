@@ -89,7 +89,7 @@ def test_a_shard_that_loses_its_tail_on_every_pass_counts_those_records_once(cor
     one_call = {name: sum(r[name] for r in reports) for name in reports[0]}  # a driver call spanning every pass
     assert one_call["skipped_by_shard"].numpy().tolist() == [0, passes * LOST, 0]  # the reader loses it each pass
     for calls in (reports, [one_call]):
-        skipping = pretraining.SkippedRecords(data_dir, manifest)
+        skipping = skipped_records.SkippedRecords(data_dir, manifest)
         caplog.clear()
         for step, outputs in enumerate(calls):
             skipping.add(outputs, step)
@@ -105,7 +105,7 @@ def test_the_chief_counts_and_logs_the_records_another_worker_lost(corrupt_dir, 
     other_worker = tf.constant([0, LOST, 0], tf.int64)
     monkeypatch.setattr(skipped_records, "max_over_workers_fn",
                         lambda _: lambda own: tf.maximum(tf.convert_to_tensor(own), other_worker))
-    skipping = pretraining.SkippedRecords(data_dir, manifest)
+    skipping = skipped_records.SkippedRecords(data_dir, manifest)
     skipping.gather(strategy, step=8)
     assert skipping.total == LOST and skipping.by_shard.numpy().tolist() == [0, 0, 0]  # its own count stays its own
     assert f"{path} ({LOST})" in skipping.summary()
