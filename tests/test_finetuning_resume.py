@@ -1,6 +1,7 @@
 """Fine-tuning resumes after a crash: same batches, same weights, same metrics.json; finished seeds are
 not trained again; a changed command is refused."""
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -69,20 +70,32 @@ class Crash(Exception):
     pass
 
 
-def test_resumed_after_a_crash_equals_uninterrupted(tmp_path, vocab_file, glue_dir, monkeypatch):
-    args = [f"--data_dir={glue_dir}"] + RUN
-    run_main(_common(tmp_path, vocab_file, "clean") + args)
+@contextlib.contextmanager
+def crash_after_saving(crash_step: int, saved: list | None = None):
+    """Within: checkpoints are written as usual, and the run dies (`Crash`, which the block must raise) once the one
+    at `crash_step` or later is written; `saved` receives (step, batches consumed) of each checkpoint."""
     save = checkpointing.TrainingCheckpoints.save
 
-    def crash_after_step_7(self, step, batches):  # step 9's checkpoint is written, the evaluation at 10 is lost
+    def save_then_crash(self, step, batches):
         save(self, step, batches)
-        if step >= 7:
+        if saved is not None:
+            saved.append((step, self.progress.batches))
+        if step >= crash_step:
             raise Crash()
 
-    monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_7)
-    with pytest.raises(Crash):
+    checkpointing.TrainingCheckpoints.save = save_then_crash
+    try:
+        with pytest.raises(Crash):
+            yield
+    finally:
+        checkpointing.TrainingCheckpoints.save = save
+
+
+def test_resumed_after_a_crash_equals_uninterrupted(tmp_path, vocab_file, glue_dir):
+    args = [f"--data_dir={glue_dir}"] + RUN
+    run_main(_common(tmp_path, vocab_file, "clean") + args)
+    with crash_after_saving(7):  # step 9's checkpoint is written, the evaluation at 10 is lost
         run_main(_common(tmp_path, vocab_file, "crashed") + args)
-    monkeypatch.undo()
     crashed = tmp_path / "crashed"
     assert sorted(os.listdir(crashed / "checkpoints"))[-1].startswith("ckpt-9.")
     run_main(_common(tmp_path, vocab_file, "crashed") + args)
@@ -187,21 +200,11 @@ def test_fp16_resume_after_skipped_steps_reads_the_batches_the_uninterrupted_run
     monkeypatch.setattr(keras.optimizers, "LossScaleOptimizer", HugeInitialScale)
     args = [f"--data_dir={glue_dir}", "--task=SST-2", "--max_train_steps=6", "--save_checkpoints_steps=2",
             "--mixed_precision=fp16", "--learning_rate=3e-3"]
-    save = checkpointing.TrainingCheckpoints.save
     saved = []
-
-    def crash_after_step_4(self, step, batches):
-        save(self, step, batches)
-        saved.append((step, self.progress.batches))
-        if step >= 4:
-            raise Crash()
-
     try:
         run_main(_common(tmp_path, vocab_file, "clean") + args)
-        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_4)
-        with pytest.raises(Crash):
+        with crash_after_saving(4, saved):
             run_main(_common(tmp_path, vocab_file, "crashed") + args)
-        monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", save)
         assert saved[-1][0] == 4 and saved[-1][1] > 4, saved  # overflowed steps read batches, applied nothing
         run_main(_common(tmp_path, vocab_file, "crashed") + args)
     finally:

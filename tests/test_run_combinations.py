@@ -178,11 +178,10 @@ FINETUNING_CELLS = [(start, precision) for start in ("fresh", "resume") for prec
 FINETUNING_PAIRWISE = [("fresh", "fp32"), ("resume", "fp16")]
 
 
-def run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
+def run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir):
     import keras
 
-    from electra_tf.finetuning import checkpointing
-    from test_finetuning_resume import Crash, _assert_same_run
+    from test_finetuning_resume import _assert_same_run, crash_after_saving
     from test_finetuning_run import _common, run_main
 
     # SST-2: 40 training examples, batch 4; its dev set's 10 examples are fewer than one evaluation batch of 16.
@@ -191,17 +190,8 @@ def run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkey
     try:
         run_main(_common(tmp_path, vocab_file, "clean") + args)
         if start == "resume":
-            save = checkpointing.TrainingCheckpoints.save
-
-            def crash_after_step_2(self, step, batches):
-                save(self, step, batches)
-                if step >= 2:
-                    raise Crash()
-
-            monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", crash_after_step_2)
-            with pytest.raises(Crash):
+            with crash_after_saving(2):
                 run_main(_common(tmp_path, vocab_file, "resumed") + args)
-            monkeypatch.setattr(checkpointing.TrainingCheckpoints, "save", save)
             run_main(_common(tmp_path, vocab_file, "resumed") + args)
             _assert_same_run(tmp_path / "clean", tmp_path / "resumed")
     finally:
@@ -211,15 +201,15 @@ def run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkey
 
 
 @pytest.mark.parametrize("start, precision", FINETUNING_PAIRWISE, ids=[f"{s}-{p}" for s, p in FINETUNING_PAIRWISE])
-def test_finetuning_combination(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
-    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch)
+def test_finetuning_combination(start, precision, tmp_path, vocab_file, glue_dir):
+    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("start, precision", [c for c in FINETUNING_CELLS if c not in FINETUNING_PAIRWISE],
                          ids=[f"{s}-{p}" for s, p in FINETUNING_CELLS if (s, p) not in FINETUNING_PAIRWISE])
-def test_finetuning_combination_whole_product(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch):
-    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir, monkeypatch)
+def test_finetuning_combination_whole_product(start, precision, tmp_path, vocab_file, glue_dir):
+    run_finetuning_cell(start, precision, tmp_path, vocab_file, glue_dir)
 
 # The starts that were silent or ended in a traceback on f0b01fb ---------------------------------------------
 
