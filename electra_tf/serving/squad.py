@@ -34,7 +34,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_copy
 from electra_tf.serving.text import char_offsets, graph_tokenizer, serving_archive, write_archive
-from electra_tf.text import tokenization
+from electra_tf.text import normalization
 from electra_tf.text.tokenizers import is_sentencepiece
 
 # SQuAD's `is_whitespace` (examples.whitespace_split), as RE2.
@@ -62,7 +62,7 @@ class SquadServingSettings:
 def _bert_whitespace_class() -> str:
     """BERT's `is_whitespace` (tab, newline, return, category Zs) as an RE2 class."""
     zs = [cp for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Zs"]
-    return tokenization._re2_class([(cp, cp) for cp in [9, 10, 13] + zs])
+    return normalization._re2_class([(cp, cp) for cp in [9, 10, 13] + zs])
 
 
 class _BasicJoiner(tf.Module):
@@ -71,11 +71,11 @@ class _BasicJoiner(tf.Module):
     def __init__(self, do_lower_case: bool):
         super().__init__()
         self.do_lower_case = do_lower_case
-        masks = tokenization._category_masks()
-        self.removed = tokenization._re2_patterns()["removed"]
-        self.mark = tokenization._re2_patterns()["mark"]
+        masks = normalization._category_masks()
+        self.removed = normalization._re2_patterns()["removed"]
+        self.mark = normalization._re2_patterns()["mark"]
         self.whitespace = _bert_whitespace_class()
-        self.word_break = "(" + tokenization._re2_class(tokenization._mask_ranges(masks["word_break"])) + ")"
+        self.word_break = "(" + normalization._re2_class(normalization._mask_ranges(masks["word_break"])) + ")"
 
     def __call__(self, texts):
         texts = tf.strings.regex_replace(texts, self.removed, "")

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 (registers the ops a loaded SavedModel runs)
 
-from electra_tf.text import tokenization
+from electra_tf.text import normalization
 
 
 def graph_tokenizer(tokenizer) -> "GraphTokenizer":
@@ -55,7 +55,7 @@ class GraphTokenizer(tf.Module):
 def python_whitespace() -> str:
     """What Python's `str.split()` splits on (`str.isspace`), as an RE2 class run."""
     spaces = np.array([chr(cp).isspace() for cp in range(0x110000)])
-    return tokenization._re2_class(tokenization._mask_ranges(spaces)) + "+"
+    return normalization._re2_class(normalization._mask_ranges(spaces)) + "+"
 
 
 def char_offsets(texts, byte_offsets):

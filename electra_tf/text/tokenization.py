@@ -57,9 +57,6 @@ import numpy as np
 from electra_tf.text.manifest import SPECIAL_TOKENS  # noqa: F401  (re-exported: the manifest owns it)
 from electra_tf.text.normalization import (_break_table, _category_masks, _long_word_patterns, clean_strings_tf,
                                            normalize_text, normalize_tf)
-# Read as `tokenization._re2_class` etc. by serving/{squad,text}.py and training/text_input.py, which other work
-# owns now: re-exported until they import them from `normalization`, which owns them.
-from electra_tf.text.normalization import _mask_ranges, _re2_class, _re2_patterns  # noqa: F401
 
 REQUIRED_SPECIALS = tuple(SPECIAL_TOKENS.values())
 

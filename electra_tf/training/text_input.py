@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.options import DEFAULT_SHUFFLE_BUFFER
-from electra_tf.text import tokenization
+from electra_tf.text import normalization
 from electra_tf.text.held_out import HASH_BUCKETS, held_out_mask
 from electra_tf.text.manifest import FEATURE_NAMES, MIN_SHORT_TARGET, SINGLE_SEGMENT_TARGET, SPECIAL_TOKENS
 from electra_tf.text.tokenizers import load_tokenizer, tokenizer_sha256, validate_tokenizer_file
@@ -183,7 +183,7 @@ def _space_class() -> str:
     """Python's `\\s` (Unicode whitespace) as an RE2 class: RE2's `\\s` is ASCII only."""
     mask = np.zeros(0x110000, bool)
     mask[[cp for cp in range(0x110000) if re.match(r"\s", chr(cp))]] = True
-    return tokenization._re2_class(tokenization._mask_ranges(mask))
+    return normalization._re2_class(normalization._mask_ranges(mask))
 
 
 def _strip(lines):
