@@ -156,7 +156,7 @@ class ElectraPretrainer(keras.Model):
         special = self._required_special_ids()
         return special["pad"], special["cls"], special["sep"], special["mask"]
 
-    def step_context(self, batch) -> dict:
+    def step_context(self, batch) -> step.StepContext:
         """What micro-batches of `batch`, or a compiled step, need to compute exactly the whole batch's
         step (`model.step`): `per_example`, sliced with the batch, the masking seeds of each
         example's global index, and its dropout stream; `kwargs`, the objective's loss normalisers of the
