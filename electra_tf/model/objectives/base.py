@@ -28,7 +28,7 @@ Example:
 >>> from electra_tf.config import get_config
 >>> names()[:3]
 ('rtd', 'mlm', 'rtd_masked_only')
->>> get("mlm").step_output_names, get("mlm").finetuning_role(get_config("tiny"))
+>>> get("mlm").step_output_names, get("mlm").finetuning_role(get_config("tiny", objective="mlm", mlm_encoder="generator"))
 (('loss', 'gen_loss', 'grad_norm'), 'generator')
 """
 
