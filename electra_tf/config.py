@@ -30,7 +30,8 @@ from absl import logging
 from electra_tf import objective_registry
 from electra_tf.options import LEGACY_EXECUTION_FIELDS
 
-# What the pre-training loss covers (see `electra_tf/model/pretrainer.py` and the ELECTRA paper, section 3.2):
+# What the pre-training loss covers (each objective is an object in `electra_tf/model/objectives/`; the ELECTRA
+# paper, section 3.2):
 #   rtd              generator MLM + discriminator sigmoid CE over every real token (ELECTRA)
 #   mlm              masked LM alone (BERT); `mlm_encoder` picks its size
 #   rtd_masked_only  ELECTRA 15 %: the discriminator loss covers only the masked positions
@@ -42,8 +43,8 @@ from electra_tf.options import LEGACY_EXECUTION_FIELDS
 #                    right-to-left towers, each of the `generator` shape) trained over every candidate
 #                    token; the main model outputs an energy per token, trained by noise-contrastive
 #                    estimation against q's samples (`electra_tf/model/electric.py`)
-# The names come from `objective_registry`, where each objective is registered (the built-in ones above,
-# and any added one: its `register` line); validation reads the registry when a config is made.
+# The built-in objectives' names, from `objective_registry`; an objective added later is one `register` line, and
+# validation reads the registry when a config is made (so it accepts it).
 OBJECTIVES = objective_registry.names()
 # The encoders' activation: the exact (erf) GELU of the official code and HF, or its tanh
 # approximation (keras-hub's ElectraBackbone). `model.layers.get_activation` maps each name.
