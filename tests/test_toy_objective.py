@@ -128,3 +128,16 @@ def test_a_registered_toy_objective_trains_counts_its_flops_and_exports(toy, tmp
     inputs = pretrainer.encoder_inputs(ids, batch)
     np.testing.assert_allclose(encoder(inputs), pretrainer.discriminator(inputs), rtol=1e-6, atol=1e-6)
     assert tuple(pretrainer(batch).shape) == (2, SEQ)
+
+
+def test_the_registry_refuses_a_second_entry_of_a_name_and_the_config_an_unregistered_one(toy):
+    with pytest.raises(ValueError, match=f"objective '{NAME}' is already registered"):
+        register(NAME, UniformNoiseDetection())
+    with pytest.raises(ValueError, match="disallow_correct=True: needs an objective with a generator"):
+        config().replace(disallow_correct=True)  # the registry line says: no generator
+    unregister(NAME)
+    try:
+        with pytest.raises(ValueError, match=f"objective must be one of .*'electric'.*got '{NAME}'"):
+            config()
+    finally:
+        register(NAME, toy)
