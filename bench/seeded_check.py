@@ -1,11 +1,12 @@
 """Does a change leave pre-training's numbers alone? The same seeded CPU run at two commits, compared.
 
     python -m bench.seeded_check --before=8ec2765 --after=HEAD --name=layout_change
+    python -m bench.seeded_check --before=7d0cb17 --after=HEAD --objective=electric --name=objectives_electric
 
 Runs `run_pretraining.py --model_size=mini` with 2 layers, batch 16, 12 steps, `--seed=7` (one log
 line per step) in a checkout of each commit (a temporary `git worktree`), on the same shards (built
 once by this checkout's `data_prep` from `../shared/data/pretrain/enwiki`, 128 tokens), and
-compares (`--dropout_rate` sets the model's) every scalar of every step of the two `train_log.jsonl` files that is a loss or a metric of
+compares (`--dropout_rate` sets the model's, `--objective` the pre-training objective) every scalar of every step of the two `train_log.jsonl` files that is a loss or a metric of
 the model (not timings). The result, `bench/results/seeded_check-<name>.json`, holds both commits,
 the command, each run's values and the largest absolute difference; the check passes when it is at
 most `--tolerance` (1e-6).
@@ -45,18 +46,23 @@ def build_shards(checkout: Path, out: Path) -> Path:
     return out
 
 
-def recipe(dropout_rate: float | None = None) -> list[str]:
-    """The run's flags; `dropout_rate` (None: the model size's) goes into its hparams."""
+def recipe(dropout_rate: float | None = None, objective: str | None = None) -> list[str]:
+    """The run's flags; `dropout_rate` (None: the model size's) goes into its hparams, `objective` (None: the
+    default, rtd) into `--objective`.
+
+    >>> recipe(0.0, "mlm")[1:2], recipe(objective="mlm")[-1]
+    (['--hparams={"num_layers": 2, "dropout_rate": 0.0}'], '--objective=mlm')
+    """
+    flags = RECIPE if objective is None else [*RECIPE, f"--objective={objective}"]
     if dropout_rate is None:
-        return RECIPE
+        return flags
     hparams = {"num_layers": 2, "dropout_rate": dropout_rate}
-    return [f"--hparams={json.dumps(hparams)}" if flag.startswith("--hparams=") else flag for flag in RECIPE]
+    return [f"--hparams={json.dumps(hparams)}" if flag.startswith("--hparams=") else flag for flag in flags]
 
 
-def train_log(checkout: Path, data_dir: Path, model_dir: Path, dropout_rate: float | None = None) -> list[dict]:
-    """The recipe's per-step log lines, run in `checkout`."""
-    command = [sys.executable, "run_pretraining.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-               *recipe(dropout_rate)]
+def train_log(checkout: Path, data_dir: Path, model_dir: Path, flags: list[str]) -> list[dict]:
+    """The per-step log lines of a run with `flags` (`recipe(...)`), run in `checkout`."""
+    command = [sys.executable, "run_pretraining.py", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *flags]
     with open(model_dir.parent / f"{model_dir.name}.log", "w") as out:
         subprocess.run(command, cwd=checkout, check=True, stdout=out, stderr=subprocess.STDOUT)
     return [json.loads(line) for line in (model_dir / "train_log.jsonl").read_text().splitlines()]
@@ -88,11 +94,13 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-6)
     parser.add_argument("--dropout_rate", type=float, default=None,
                         help="the runs' dropout_rate (default: the mini size's, 0.1)")
+    parser.add_argument("--objective", default=None,
+                        help="the runs' --objective (default: run_pretraining.py's, rtd)")
     args = parser.parse_args(argv)
     if not ENWIKI_FILE.is_file():
         sys.exit(f"seeded_check: error: {ENWIKI_FILE} is absent (the shared data folder)")
     work = Path(tempfile.mkdtemp(prefix="seeded_check_"))
-    runs, commits = {}, {}
+    runs, commits, flags = {}, {}, recipe(args.dropout_rate, args.objective)
     try:
         data_dir = build_shards(ROOT, work / "data")
         for label in ("before", "after"):
@@ -100,7 +108,7 @@ def main(argv=None) -> int:
             checkout = work / label
             git("worktree", "add", "--detach", str(checkout), commit)
             commits[label] = commit
-            runs[label] = model_scalars(train_log(checkout, data_dir, work / f"model_{label}", args.dropout_rate))
+            runs[label] = model_scalars(train_log(checkout, data_dir, work / f"model_{label}", flags))
             print(f"{label} ({commit}): {len(runs[label])} scalars × {len(next(iter(runs[label].values())))} steps")
     finally:
         for label in ("before", "after"):
@@ -111,7 +119,7 @@ def main(argv=None) -> int:
     difference = max_difference(runs["before"], runs["after"])
     result = {"before": commits["before"], "after": commits["after"],
               "command": "python run_pretraining.py --data_dir=<enwiki wiki_00, 128 tokens> --model_dir=DIR "
-                         + " ".join(recipe(args.dropout_rate)),
+                         + " ".join(flags),
               "compared": shared, "values_compared": sum(len(runs["before"][k]) for k in shared),
               "max_abs_difference": difference, "tolerance": args.tolerance, "passed": difference <= args.tolerance,
               "only_before": sorted(set(runs["before"]) - set(shared)),

@@ -27,9 +27,11 @@ from typing import Any, Mapping
 
 from absl import logging
 
+from electra_tf import objective_registry
 from electra_tf.options import LEGACY_EXECUTION_FIELDS
 
-# What the pre-training loss covers (see `electra_tf/model/pretrainer.py` and the ELECTRA paper, section 3.2):
+# What the pre-training loss covers (each objective is an object in `electra_tf/model/objectives/`; the ELECTRA
+# paper, section 3.2):
 #   rtd              generator MLM + discriminator sigmoid CE over every real token (ELECTRA)
 #   mlm              masked LM alone (BERT); `mlm_encoder` picks its size
 #   rtd_masked_only  ELECTRA 15 %: the discriminator loss covers only the masked positions
@@ -41,9 +43,9 @@ from electra_tf.options import LEGACY_EXECUTION_FIELDS
 #                    right-to-left towers, each of the `generator` shape) trained over every candidate
 #                    token; the main model outputs an energy per token, trained by noise-contrastive
 #                    estimation against q's samples (`electra_tf/model/electric.py`)
-OBJECTIVES = ("rtd", "mlm", "rtd_masked_only", "replace_mlm", "all_tokens_mlm", "electric")
-# Objectives with a generator that corrupts the main model's input.
-GENERATOR_OBJECTIVES = ("rtd", "rtd_masked_only", "replace_mlm", "all_tokens_mlm", "electric")
+# The built-in objectives' names, from `objective_registry`; an objective added later is one `register` line, and
+# validation reads the registry when a config is made (so it accepts it).
+OBJECTIVES = objective_registry.names()
 # The encoders' activation: the exact (erf) GELU of the official code and HF, or its tanh
 # approximation (keras-hub's ElectraBackbone). `model.layers.get_activation` maps each name.
 ACTIVATIONS = ("gelu", "gelu_approximate")
@@ -105,7 +107,7 @@ class ElectraConfig:
     generator: EncoderConfig = EncoderConfig(hidden_size=64, num_layers=12, num_heads=1, intermediate_size=256)
 
     # Pre-training objective.
-    objective: str = "rtd"  # one of OBJECTIVES
+    objective: str = "rtd"  # one of objective_registry.names()
     mlm_encoder: str = "discriminator"  # which encoder size "mlm" trains (the paper's BERT baseline: same size)
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85  # share of masked positions shown as [MASK]
@@ -171,8 +173,9 @@ class ElectraConfig:
 
     def __post_init__(self):
         problems = []
-        if self.objective not in OBJECTIVES:
-            problems.append(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.objective not in objective_registry.names():
+            problems.append(f"objective must be one of {objective_registry.names()}, got {self.objective!r}")
+            raise ValueError("Invalid ELECTRA config: " + "; ".join(problems))
         if self.mlm_encoder not in ("generator", "discriminator"):
             problems.append(f"mlm_encoder must be 'generator' or 'discriminator', got {self.mlm_encoder!r}")
         if self.hidden_act not in ACTIVATIONS:
@@ -185,11 +188,11 @@ class ElectraConfig:
             problems.append(f"finetune_loss_reduction must be 'sum' or 'mean', got {self.finetune_loss_reduction!r}")
         if self.embedding_sharing not in ("full", "gdes"):
             problems.append(f"embedding_sharing must be 'full' or 'gdes', got {self.embedding_sharing!r}")
-        elif self.embedding_sharing == "gdes" and self.objective not in GENERATOR_OBJECTIVES:
+        elif self.embedding_sharing == "gdes" and self._generator_kind() is objective_registry.NO_GENERATOR:
             problems.append(f"embedding_sharing='gdes' needs a generator; objective {self.objective!r} has none")
-        elif self.embedding_sharing == "gdes" and self.objective == "electric":
-            problems.append("embedding_sharing='gdes' is not implemented for the electric objective's "
-                            "two-tower generator")
+        elif self.embedding_sharing == "gdes" and self._generator_kind() == objective_registry.OWN_GENERATOR:
+            problems.append(f"embedding_sharing='gdes' is not implemented for the {self.objective} objective's "
+                            "own generator")
         problems += self._generator_option_problems()
         if not 0.0 < self.mask_prob < 1.0:
             problems.append(f"mask_prob must be in (0, 1), got {self.mask_prob}")
@@ -201,17 +204,21 @@ class ElectraConfig:
         if problems:
             raise ValueError("Invalid ELECTRA config: " + "; ".join(problems))
 
+    def _generator_kind(self) -> str | None:
+        """What the objective's generator is (`objective_registry`): whether the generator options and GDES apply."""
+        return objective_registry.generator_kind(self.objective)
+
     def _generator_option_problems(self) -> list:
         """Combinations of the generator options that describe no model."""
         chosen = [name for name, on in (("untied_generator=False", not self.untied_generator),
                                         ("untied_generator_embeddings=True", self.untied_generator_embeddings),
                                         ("disallow_correct=True", self.disallow_correct),
                                         ("uniform_generator=True", self.uniform_generator)) if on]
-        if chosen and self.objective not in GENERATOR_OBJECTIVES:
-            return [f"{', '.join(chosen)}: needs an objective with a generator {GENERATOR_OBJECTIVES}, "
-                    f"got {self.objective!r}"]
-        if chosen and self.objective == "electric":
-            return [f"{', '.join(chosen)}: not implemented for the electric objective's two-tower generator"]
+        if chosen and self._generator_kind() is objective_registry.NO_GENERATOR:
+            shaped = objective_registry.names(objective_registry.SHAPED_GENERATOR)
+            return [f"{', '.join(chosen)}: needs an objective with a generator {shaped}, got {self.objective!r}"]
+        if chosen and self._generator_kind() == objective_registry.OWN_GENERATOR:
+            return [f"{', '.join(chosen)}: not implemented for the {self.objective} objective's own generator"]
         problems = []
         if self.uniform_generator and (not self.untied_generator or self.untied_generator_embeddings):
             problems.append("uniform_generator=True has no generator network: untied_generator and "

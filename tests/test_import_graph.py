@@ -184,6 +184,7 @@ LEVELS = {
     "electra_tf.text": 0,  # the text contract: tokenizer, manifest; shared by data_prep and the library
     "electra_tf.runtime": 0,  # the entry points' process set-up; imports nothing
     "electra_tf.config": 1,
+    "electra_tf.objective_registry": 1,  # the objectives by name; imports their implementations (model) by name
     "electra_tf.options": 1,
     "electra_tf.ops": 1,  # the ops: reference (Keras ops) and XLA:CPU kernels, random bits, constants, replica sums
     "electra_tf.model": 2,  # layers, embeddings, transformer layer, encoder, heads, masking, pre-trainer, FLOPs

@@ -79,7 +79,7 @@ def convert(args) -> str:
                               f"{args.input} is a {source} pre-training checkpoint: fine-tune it first")
     if args.quantize != "none":
         raise ConversionError("--quantize applies to --to=onnx only")
-    if source == "ours" and api.read_config(args.input)[0].objective == "electric":
+    if source == "ours" and keras_model.converts_encoder_only(api.read_config(args.input)[0]):
         return _convert_discriminator_only(args, source)
     config, pretrainer, vocab = api.load_any(args.input, vocab_file=args.vocab_file, overrides=overrides,
                                              generator_path=args.generator_input, source_format=source)
@@ -102,12 +102,13 @@ _TARGET_NAMES = {"hf": "Hugging Face's ElectraForMaskedLM generator", "ours": "a
 
 
 def _convert_discriminator_only(args, source) -> str:
-    """An Electric export: its discriminator is a standard encoder, its two-tower generator has no other form."""
+    """An export whose objective converts its encoder alone (Electric: its discriminator is a standard encoder,
+    its two-tower generator has no other form)."""
     if args.target != "keras_hub":
         keras_model.refuse_two_tower_generator(api.read_config(args.input)[0], _TARGET_NAMES[args.target])
     encoder, config, vocab = api.load_encoder(args.input)
     save_keras_hub_preset(encoder, config, args.output, args.vocab_file or vocab, args.do_lower_case)
-    return (f"{source} → {args.target}: {args.output} (objective electric: the discriminator alone, "
+    return (f"{source} → {args.target}: {args.output} (objective {config.objective}: the discriminator alone, "
             f"{config.discriminator.num_layers}×{config.discriminator.hidden_size}, {config.hidden_act})")
 
 

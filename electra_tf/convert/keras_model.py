@@ -21,26 +21,33 @@ import keras
 import numpy as np
 from absl import logging
 
+from electra_tf import objective_registry
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import names
 from electra_tf.convert.errors import ConversionError
 from electra_tf.model.networks import pretrainer_from_config
+from electra_tf.model.objectives.base import ENCODER_ONLY, WHOLE
 from electra_tf.model.pretrainer import ElectraPretrainer
 
 
+def converts_encoder_only(config: ElectraConfig) -> bool:
+    """Whether only the fine-tuning encoder of the config's objective has a standard form (Electric's
+    discriminator): the objective says (`Objective.conversion`)."""
+    return objective_registry.get(config.objective).conversion == ENCODER_ONLY
+
+
 def refuse_two_tower_generator(config: ElectraConfig, target: str) -> None:
-    """One-line `ConversionError` for an Electric model bound for `target`, which holds one generator encoder."""
-    if config.objective == "electric":
-        raise ConversionError(
-            f"objective='electric': {target} cannot hold its two-tower cloze generator (generator_ltr + "
-            "generator_rtl); only its discriminator is a standard ELECTRA encoder: export it alone with "
-            "python -m electra_tf.convert --to=keras_hub, or fine-tune from the run's export directory")
+    """One-line `ConversionError` for a model whose objective converts its encoder alone (Electric's two-tower
+    generator) bound for `target`, which holds one generator encoder; the objective words it."""
+    if converts_encoder_only(config):
+        raise ConversionError(objective_registry.get(config.objective).conversion_refusal(config, target))
 
 
 def build_pretrainer(config: ElectraConfig, special_token_ids: dict | None = None) -> ElectraPretrainer:
-    """An `ElectraPretrainer` with every variable created (without running it)."""
+    """An `ElectraPretrainer` with every variable created (without running it): objectives whose conversion
+    is `WHOLE` (rtd)."""
     refuse_two_tower_generator(config, "the converters' generator + discriminator model")
-    if config.objective != "rtd":
+    if objective_registry.get(config.objective).conversion != WHOLE:
         raise ValueError(f"conversion needs objective='rtd' (generator + discriminator), got {config.objective!r}")
     pretrainer = pretrainer_from_config(config, special_token_ids=special_token_ids)
     for layer, shape in ((pretrainer.discriminator, None), (pretrainer.generator, None),

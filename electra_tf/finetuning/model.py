@@ -48,7 +48,7 @@ def _replica_count():
 
 @keras.saving.register_keras_serializable(package="electra_tf")
 class FinetuningModel(keras.Model):
-    """`head(encoder(batch), batch)`; `train_step` does one optimisation step.
+    """`head(encoder(batch), batch)`; `train_step` does one optimisation step (a `model.step.StepModel`).
 
     The batch is a dict with `input_ids`, `input_mask`, `segment_ids` and the
     head's targets (`label_ids`, `targets` or `start_positions`/...).
@@ -80,7 +80,7 @@ class FinetuningModel(keras.Model):
         self({"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones)})
         return self
 
-    def step_context(self, batch) -> dict:
+    def step_context(self, batch) -> step.StepContext:
         """Each example's dropout stream (`model.step`: made before a compiled step, outside XLA)."""
         return {"per_example": {"dropout_streams": self._dropout_streams(batch)}}
 

@@ -23,6 +23,9 @@ concatenated, so q(· | x_\\t) at position t sees every token but x_t. Per step:
 As in the official code, log q(x̃_t | ·) is read from the cloze model run on the *uncorrupted*
 context (one generator pass serves both the samples and the NCE term).
 
+This module holds the networks and the arithmetic; the objective that composes them per step (its losses,
+metrics, FLOPs) is `electra_tf/model/objectives/electric.py`.
+
 Example:
 
 >>> import numpy as np
@@ -38,7 +41,6 @@ import tensorflow as tf
 
 from electra_tf.model import masking
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.model.heads import gather_positions, vocabulary_log_probs
 
 TOWERS = ("ltr", "rtl")
 
@@ -106,36 +108,3 @@ def noise_labels(masked: masking.MaskedBatch, seq_length):
     _, drawn = masking.scatter_to_sequence(tf.ones_like(masked.positions), masked.positions, masked.weights,
                                            seq_length)
     return tf.cast(drawn, tf.float32)
-
-
-def compute_losses(model, batch, masked: masking.MaskedBatch, seeds, normalizers: dict, training: bool) -> dict:
-    """Electric's loss partials and metric inputs for `ElectraPretrainer.compute_losses`.
-
-    `normalizers`: global `num_masked`, `num_tokens` and `num_candidates` (already ≥ 1).
-    """
-    config = model.config
-    input_ids, input_mask = batch["input_ids"], batch["input_mask"]
-    # The uncorrupted input: the two towers never let position t see x_t.
-    cloze_logits = model.generator_head(model.generator(model._encoder_inputs(input_ids, batch), training=training))
-    candidates = tf.cast(masking.candidate_positions(input_ids, input_mask, model._special_id_tuple()), tf.float32)
-    cloze = vocabulary_log_probs(cloze_logits, input_ids, model.execution.kernels)
-    cloze_losses = -cloze.at_labels
-    gen_logits = gather_positions(cloze_logits, masked.positions)
-    out = {"masked": masked, "gen_logits": gen_logits, "gen_loss_weights": candidates,
-           "gen_predictions": tf.argmax(gen_logits, -1, output_type=tf.int32),
-           "gen_loss": tf.reduce_sum(cloze_losses * candidates) / normalizers["num_candidates"]}
-
-    sampled = masking.sample_tokens(gen_logits, seeds, config.temperature, model.execution.sampling)
-    fake_ids, _ = masking.corrupt(input_ids, masked, sampled)
-    labels = noise_labels(masked, tf.shape(input_ids)[1])
-    energy = model.discriminator_head(model.discriminator(model._encoder_inputs(fake_ids, batch), training=training))
-    # q is the fixed noise distribution of the NCE problem: its own loss alone trains it.
-    log_q = cloze.at(cloze_logits, fake_ids)
-    disc_logits = nce_logits(energy, log_q, config.mask_prob)
-    token_mask = tf.cast(input_mask, tf.float32)
-    disc_losses = tf.nn.sigmoid_cross_entropy_with_logits(labels, disc_logits)
-    out.update(fake_ids=fake_ids, labels=labels, sampled=sampled, energy=energy, log_q=log_q,
-               disc_logits=disc_logits, disc_weights=token_mask,
-               disc_loss=tf.reduce_sum(disc_losses * token_mask) / normalizers["num_tokens"])
-    out["loss"] = config.gen_weight * out["gen_loss"] + config.disc_weight * out["disc_loss"]
-    return out

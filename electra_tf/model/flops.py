@@ -12,7 +12,9 @@ these sizes. Per sequence of length S:
 * MLM head at P positions: `2·P·(H·E + E·V)` (dense to E, tied output to V);
 * discriminator head (also the copy gate of `all_tokens_mlm`): `2·S·(H² + H)`.
 
-RTD-style objectives run the generator (MLM head at the `max_predictions`
+Each objective counts its own composition (`forward_flops_per_sequence` asks
+the config's objective, `model/objectives/`) from the parts below. RTD-style
+objectives run the generator (MLM head at the `max_predictions`
 masked slots) and the discriminator; `mlm` runs one encoder and its MLM head;
 `replace_mlm` adds the main model's MLM head at the masked slots;
 `all_tokens_mlm` its MLM head at all S positions plus the copy gate. The
@@ -36,7 +38,7 @@ Example:
 0.43
 """
 
-from electra_tf.model import masking
+from electra_tf import objective_registry
 from electra_tf.config import ElectraConfig
 
 BACKWARD_FACTOR = 3  # forward + backward ≈ 3 × forward
@@ -57,7 +59,7 @@ def discriminator_head_forward_flops(seq_length, hidden_size) -> int:
     return 2 * seq_length * (hidden_size ** 2 + hidden_size)
 
 
-def _encoder(config: ElectraConfig, role: str, seq_length: int, embedding_size=None) -> tuple[int, int]:
+def encoder_of(config: ElectraConfig, role: str, seq_length: int, embedding_size=None) -> tuple[int, int]:
     """(forward FLOPs, width) of the `role` encoder."""
     encoder = config.encoder(role)
     flops = encoder_forward_flops(seq_length, embedding_size or config.embedding_size, encoder.hidden_size,
@@ -65,41 +67,10 @@ def _encoder(config: ElectraConfig, role: str, seq_length: int, embedding_size=N
     return flops, encoder.hidden_size
 
 
-def generator_forward_flops(config: ElectraConfig, seq_length: int, masked: int) -> int:
-    """The generator's encoder and MLM head (none for `uniform_generator`)."""
-    if config.uniform_generator:
-        return 0
-    embed = config.generator.hidden_size if config.untied_generator_embeddings else config.embedding_size
-    encoder, width = _encoder(config, "generator", seq_length, embed)
-    return encoder + mlm_head_forward_flops(masked, width, embed, config.vocab_size)
-
-
 def forward_flops_per_sequence(config: ElectraConfig, seq_length=None) -> int:
-    """Forward matmul FLOPs for one sequence under `config.objective`."""
+    """Forward matmul FLOPs for one sequence under `config.objective` (the objective's count)."""
     seq = seq_length or config.max_seq_length
-    masked = masking.max_predictions_per_seq(config.mask_prob, seq)
-    vocab, embed = config.vocab_size, config.embedding_size
-    if config.objective == "mlm":
-        encoder, width = _encoder(config, config.mlm_encoder, seq)
-        return encoder + mlm_head_forward_flops(masked, width, embed, vocab)
-    if config.objective == "electric":
-        return _electric_forward_flops(config, seq)
-    discriminator, width = _encoder(config, "discriminator", seq)
-    total = generator_forward_flops(config, seq, masked) + discriminator
-    if config.objective in ("rtd", "rtd_masked_only"):
-        return total + discriminator_head_forward_flops(seq, width)
-    if config.objective == "replace_mlm":
-        return total + mlm_head_forward_flops(masked, width, embed, vocab)
-    if config.objective == "all_tokens_mlm":
-        return total + mlm_head_forward_flops(seq, width, embed, vocab) + discriminator_head_forward_flops(seq, width)
-    raise ValueError(f"no FLOP count for objective {config.objective!r}")
-
-
-def _electric_forward_flops(config: ElectraConfig, seq: int) -> int:
-    tower, gen_width = _encoder(config, "generator", seq)
-    discriminator, width = _encoder(config, "discriminator", seq)
-    cloze_head = mlm_head_forward_flops(seq, 2 * gen_width, config.embedding_size, config.vocab_size)
-    return 2 * tower + cloze_head + discriminator + discriminator_head_forward_flops(seq, width)
+    return objective_registry.get(config.objective).forward_flops_per_sequence(config, seq)
 
 
 def train_flops_per_step(config: ElectraConfig, batch_size=None, seq_length=None) -> int:

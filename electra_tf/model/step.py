@@ -1,14 +1,18 @@
 """One optimisation step of a model that computes its own losses: what Keras' `Model.train_step` does, for ours.
 
-A model that trains here implements (as `ElectraPretrainer` and `FinetuningModel` do):
+A model that trains here implements `StepModel` (as `ElectraPretrainer` and `FinetuningModel` do;
+tests/test_step_protocol.py checks both):
 
 * `compute_losses(batch, training=True, **context) -> dict` with a scalar `"loss"`: this
   replica's *partial* of the global-batch loss (sums divided by global counts), plus whatever
   its metrics need;
 * `update_metrics(batch, outputs)`: running metrics for the log;
-* optionally `step_context(batch) -> {"per_example": {...}, "kwargs": {...}}`: what its losses need
-  from outside the batch (per-example tensors, sliced with it into micro-batches, and whole-batch
-  values such as all-reduced loss normalisers); without it the context is empty.
+* `step_context(batch) -> StepContext`: what its losses need from outside the batch (per-example
+  tensors, sliced with it into micro-batches, and whole-batch values such as all-reduced loss
+  normalisers), passed to `compute_losses` as keyword arguments. A model without it (a plain
+  duck-typed one, as below) trains with an empty context.
+
+With K > 1 micro-batches the step also reads `step_output_names` (the loss partials summed over them).
 
 `train_step` runs the one gradient-apply sequence: gradients → all-reduce over replicas → undo
 the fp16 loss scale → global-norm clip → optimizer. A step whose loss or gradient norm is not
@@ -46,12 +50,41 @@ Example:
 
 from __future__ import annotations
 
+from typing import Mapping, Protocol, TypedDict, runtime_checkable
+
 import keras
 import tensorflow as tf
 
 from electra_tf.ops.replicas import all_reduce_sum
 
 NOT_SUMMED = ("grad_norm", "nonfinite")  # step outputs that are not sums over micro-batches
+
+# A (micro-)batch: `input_ids`, `input_mask`, `segment_ids` `[B, S]` int, and whatever targets the model reads.
+Batch = Mapping[str, tf.Tensor]
+
+
+class StepContext(TypedDict, total=False):
+    """`step_context`'s answer: `per_example` tensors (first dimension B, sliced with the batch into micro-batches)
+    and whole-batch `kwargs` (e.g. all-reduced loss normalisers); both go to `compute_losses` as keywords."""
+
+    per_example: dict[str, tf.Tensor]
+    kwargs: dict[str, object]
+
+
+@runtime_checkable
+class StepModel(Protocol):
+    """What `train_step` trains: a Keras model that computes its own losses and metrics."""
+
+    def compute_losses(self, batch: Batch, training: bool = True, **context) -> dict[str, tf.Tensor]:
+        """This replica's outputs on `batch`: a scalar float `"loss"`, the global-batch loss's partial (sums
+        divided by global counts, so the partials of every replica and micro-batch sum to it), other scalar
+        partials (`step_output_names`) and the tensors `update_metrics` reads."""
+
+    def update_metrics(self, batch: Batch, outputs: dict[str, tf.Tensor]) -> None:
+        """Updates the running metrics with one replica's (micro-)batch `outputs` of `compute_losses`."""
+
+    def step_context(self, batch: Batch) -> StepContext:
+        """What `compute_losses` needs beyond a micro-batch of `batch` (`StepContext`); may be empty."""
 
 
 def loss_scale(optimizer) -> tf.Tensor:
@@ -116,7 +149,8 @@ def _apply_if(finite, optimizer, grads, variables):
     tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads, variables))
 
 
-def train_step(model, batch, clip_norm: float, accumulation_steps: int = 1, jit_compile: bool = False) -> dict:
+def train_step(model: StepModel, batch: Batch, clip_norm: float, accumulation_steps: int = 1,
+               jit_compile: bool = False) -> dict:
     """One optimisation step of `model` on this replica's slice of the batch; returns its outputs.
 
     With `accumulation_steps` K > 1 the slice is cut into K micro-batches whose gradients are
@@ -140,8 +174,8 @@ def train_step(model, batch, clip_norm: float, accumulation_steps: int = 1, jit_
     return outputs
 
 
-def step_context(model, batch) -> dict:
-    """The model's `step_context(batch)`, or an empty one."""
+def step_context(model: StepModel, batch: Batch) -> StepContext:
+    """The model's `step_context(batch)` (an empty one for a model without it), both parts present."""
     context = model.step_context(batch) if hasattr(model, "step_context") else {}
     return {"per_example": dict(context.get("per_example", {})), "kwargs": dict(context.get("kwargs", {}))}
 

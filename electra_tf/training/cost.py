@@ -29,6 +29,7 @@ import functools
 import os
 import time
 
+from electra_tf import objective_registry
 from electra_tf.config import ElectraConfig
 from electra_tf.model.flops import train_flops_per_step
 
@@ -46,7 +47,7 @@ def _encoder_bytes(seq: int, hidden: int, heads: int, intermediate: int, layers:
 def activation_bytes_per_example(config: ElectraConfig, seq_length: int | None = None) -> int:
     """Bytes of activations one example keeps for the backward pass (both encoders, float32)."""
     seq = seq_length or config.max_seq_length
-    roles = ["generator", "discriminator"] if config.objective != "mlm" else [config.mlm_encoder]
+    roles = objective_registry.get(config.objective).encoder_roles(config)
     total = 0
     for role in roles:
         encoder = config.encoder(role)

@@ -7,7 +7,8 @@ doctests, a tool reading it) defines nothing, so it cannot clash with another sc
 
 from absl import flags
 
-from electra_tf.config import MODEL_SIZES, OBJECTIVES
+from electra_tf import objective_registry
+from electra_tf.config import MODEL_SIZES
 from electra_tf.options import (EXECUTION_HELP, INPUT_SHARDINGS, PRECISIONS, STRATEGIES, TrainOptions, default,
                                 define_execution_flags)
 
@@ -37,9 +38,10 @@ def define_flags() -> None:
     flags.DEFINE_float("learning_rate", None, "Peak learning rate.")
     flags.DEFINE_integer("max_seq_length", None, "Sequence length; must match the shards.")
     flags.DEFINE_string("hparams", None, "JSON object or JSON file of ElectraConfig overrides.")
-    flags.DEFINE_enum("objective", None, list(OBJECTIVES),
-                      "rtd = ELECTRA; mlm = BERT-style masked LM only; the others are the paper's ablations "
-                      "(see electra_tf/config.py).")
+    flags.DEFINE_enum("objective", None, list(objective_registry.names()),
+                      "rtd = ELECTRA; mlm = BERT-style masked LM only; electric = Electric; the others are the "
+                      "paper's ablations (see electra_tf/config.py; the registered objectives: "
+                      "electra_tf/objective_registry.py).")
     flags.DEFINE_integer("gradient_accumulation_steps", None, EXECUTION_HELP["gradient_accumulation_steps"])
     flags.DEFINE_enum("optimizer", None, ["adamw", "lamb"], "adamw (official; default) or lamb (large batches).")
     flags.DEFINE_enum("strategy", "auto", STRATEGIES,
