@@ -1,6 +1,6 @@
-"""Serving computes on each request's own length: the model's inputs are padded to the batch's longest row, not
-to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length` (≤ 1e-5), batch
-by batch whatever lengths a batch mixes."""
+"""Serving computes on each request's own length: the model's inputs are padded to the batch's longest row (SQuAD:
+window), not to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length`
+(≤ 1e-5), batch by batch whatever lengths a batch mixes."""
 
 import os
 
@@ -10,8 +10,10 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.finetuning.encoding import encode_pairs
+from electra_tf.finetuning.heads import MASK_PENALTY
 from electra_tf.serving.text import python_whitespace
-from test_serving_portable import SEQ, TAGGING_TEXTS, classifier, tagger  # noqa: F401 (module-scoped exports)
+from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
+                                   assert_same_outputs, classifier, squad, tagger)
 
 # Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
 TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
@@ -84,3 +86,53 @@ def test_tagger_windows_are_padded_to_the_longest_with_the_outputs_of_max_seq_le
     logits = model(features, training=False)["logits"].numpy()
     full = model(padded_to(features, SEQ), training=False)["logits"].numpy()  # pad_id and the mask are 0
     np.testing.assert_allclose(logits, full[:, :width], atol=1e-5, rtol=0)
+
+
+# Short windows only (each question + context under SEQ tokens), then one context over several full windows.
+SQUAD_BATCHES = [(SQUAD_QUESTIONS[:1], SQUAD_CONTEXTS[:1]), (SQUAD_QUESTIONS[::3], SQUAD_CONTEXTS[::3]),
+                 (SQUAD_QUESTIONS, SQUAD_CONTEXTS), (SQUAD_QUESTIONS[::-1], SQUAD_CONTEXTS[::-1])]
+
+
+def squad_features(server, questions, contexts):
+    _, _, doc_ids, tok_to_orig, _ = server._documents(tf.constant(contexts))
+    return server._windows(tf.constant(questions), doc_ids, tok_to_orig)
+
+
+@pytest.mark.parametrize("questions,contexts", SQUAD_BATCHES)
+def test_squad_windows_are_padded_to_the_longest_with_the_outputs_of_max_seq_length(squad, questions,  # noqa: F811
+                                                                                     contexts):
+    model, tokenizer, settings, _, server_class = squad
+    server = server_class(model, tokenizer, settings)
+    features, windows = squad_features(server, questions, contexts)
+    width = features["input_ids"].shape[1]
+    if len(contexts) < 3:  # short contexts: one window each, under SEQ tokens
+        assert width < SEQ
+    assert width == max(int(tf.reduce_max(windows["num_tokens"])), server.min_width)
+    outputs = model(features, training=False)
+    full = model(padded_to(features, SEQ), training=False)  # pad_id and the mask are 0
+    assert set(outputs) >= {"start_logits", "start_top_index", "end_top_index", "answerable_logit"}
+    # A beam wider than a window's answer positions fills up with masked ones (log-prob near −MASK_PENALTY), which
+    # differ with the padding and which decoding never takes: compare the entries of positions that can answer.
+    answers = {name: full[name.replace("index", "log_probs")].numpy() > -MASK_PENALTY / 2
+               for name in ("start_top_index", "end_top_index")}
+    answers.update({name.replace("index", "log_probs"): keep for name, keep in answers.items()})
+    assert answers["start_top_index"].any() and answers["end_top_index"].any()
+    for name, value in outputs.items():
+        value, expected = value.numpy(), full[name].numpy()
+        if name == "start_logits":
+            expected = expected[:, :width]
+        keep = answers.get(name, np.ones(value.shape, bool))
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(value[keep], expected[keep], atol=1e-5, rtol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(value[keep], expected[keep], err_msg=name)
+
+
+@pytest.mark.parametrize("questions,contexts", SQUAD_BATCHES)
+def test_served_answers_equal_those_of_windows_padded_to_max_seq_length(squad, questions, contexts):  # noqa: F811
+    model, tokenizer, settings, path, server_class = squad
+    served = tf.saved_model.load(path).signatures["serving_default"](question=tf.constant(questions),
+                                                                      context=tf.constant(contexts))
+    padded = server_class(model, tokenizer, settings)
+    padded.min_width = SEQ  # every window row max_seq_length long, as before serving padded to the longest
+    assert_same_outputs(served, tf.function(padded.answer)(tf.constant(questions), tf.constant(contexts)))

@@ -11,8 +11,8 @@ takes two string batches, `question` and `context`, and returns per question
 Everything runs in the graph and reproduces `run_finetuning`'s Python path step by step
 (`electra_tf.finetuning.squad`): whitespace words, pieces per word (`serving.text`'s in-graph
 tokeniser), the question cut to `max_query_length`, `doc_stride` windows with their max-context
-flags, the head's candidate spans (joint beam or independent top-n) with the official filters, the
-best by score (first on ties, as the stable sort), the answer text and the 2.0 null odds. The text:
+flags (each row padded to the batch's longest window, not to `max_seq_length`), the head's
+candidate spans (joint beam or independent top-n) with the official filters, the best by score (first on ties, as the stable sort), the answer text and the 2.0 null odds. The text:
 WordPiece, `get_final_text` (BERT's basic tokenisation of the span's words, the first occurrence of
 the WordPiece text, the non-space character alignment); SentencePiece, the pieces' own character
 offsets in their words (tensorflow-text's `tokenize_with_offsets`). Only the best answer is decoded:
@@ -140,6 +140,10 @@ class SquadServer(tf.Module):
                              f"a {settings.max_query_length}-token question; lower --max_query_length")
         self.model = model
         self.settings = settings
+        # The fewest positions a window row gets: the decoding's top-k (`n_best_size` starts and ends, or the joint
+        # head's beam) needs that many, and every index it returns then names a real column.
+        self.min_width = min(settings.max_seq_length,
+                             max(settings.n_best_size, getattr(model.head, "beam_size", 0), 1))
         self.tokenizer = graph_tokenizer(tokenizer)
         # SentencePiece: answers from the pieces' character offsets (`decoding._final_text` decides the same way).
         self.char_spans = is_sentencepiece(tokenizer.vocab_file)
@@ -187,10 +191,11 @@ class SquadServer(tf.Module):
                            question_of)
         doc_rows = tf.gather(tf.pad(doc_ids.to_tensor(0), [[0, 0], [0, 1]]), question_of)
         orig_rows = tf.gather(tf.pad(tok_to_orig.to_tensor(-1), [[0, 0], [0, 1]], constant_values=-1), question_of)
-        j = tf.broadcast_to(tf.range(seq)[None, :], [tf.size(question_of), seq])  # positions, for batched gathers
         ql = tf.gather(q_len, question_of)[:, None]
         off = ql + 2  # the window's first document token
         end = off + length[:, None]  # its closing [SEP]
+        width = self._width(end[:, 0] + 1)
+        j = tf.broadcast_to(tf.range(width)[None, :], [tf.size(question_of), width])  # positions, for batched gathers
         doc_pos = start[:, None] + j - off
         in_doc = (j >= off) & (j < end)
         doc_index = tf.clip_by_value(doc_pos, 0, tf.shape(doc_rows)[1] - 1)
@@ -205,6 +210,13 @@ class SquadServer(tf.Module):
         max_context = in_doc & self._is_max_context(doc_pos, k, question_of, count, stride, room, n)
         return features, {"question_of": question_of, "start": start, "offset": off[:, 0], "num_tokens": end[:, 0] + 1,
                           "token_to_orig": token_to_orig, "max_context": max_context}
+
+    def _width(self, num_tokens):
+        """The rows' length: the batch's longest window, not max_seq_length (as `serving.text.pad_to_longest`:
+        outputs at the real positions do not depend on the padding, which the mask hides from every key and the
+        head's answer penalty (−1000) keeps out of every softmax and top-k ahead of a real position), and at least
+        `min_width`."""
+        return tf.maximum(tf.reduce_max(tf.concat([[0], num_tokens], 0)), self.min_width)
 
     @staticmethod
     def _is_max_context(doc_pos, k, question_of, count, stride, room, n):
@@ -231,7 +243,7 @@ class SquadServer(tf.Module):
             start_scores = tf.repeat(outputs["start_top_log_probs"], beam, axis=1)
             flat = lambda x: tf.reshape(x, [tf.shape(x)[0], -1])  # noqa: E731
             return starts, flat(outputs["end_top_index"]), start_scores, flat(outputs["end_top_log_probs"])
-        top = min(self.settings.n_best_size, self.settings.max_seq_length)
+        top = min(self.settings.n_best_size, self.min_width)  # rows have at least min_width positions
         start_scores, starts = tf.math.top_k(outputs["start_logits"], top)  # ties: lower position first
         end_scores, ends = tf.math.top_k(outputs["end_logits"], top)
         return (tf.repeat(starts, top, axis=1), tf.tile(ends, [1, top]),
@@ -239,10 +251,10 @@ class SquadServer(tf.Module):
 
     def _valid(self, starts, ends, windows):
         """`decoding.is_valid_span` for every candidate."""
-        seq = self.settings.max_seq_length
         num_tokens = windows["num_tokens"][:, None]
-        first, last = tf.clip_by_value(starts, 0, seq - 1), tf.clip_by_value(ends, 0, seq - 1)
         orig = windows["token_to_orig"]
+        width = tf.shape(orig)[1]
+        first, last = tf.clip_by_value(starts, 0, width - 1), tf.clip_by_value(ends, 0, width - 1)
         return ((starts < num_tokens) & (ends < num_tokens) & (starts != 0)
                 & (tf.gather(orig, first, batch_dims=1) >= 0) & (tf.gather(orig, last, batch_dims=1) >= 0)
                 & tf.gather(windows["max_context"], first, batch_dims=1)
