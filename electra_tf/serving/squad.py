@@ -9,16 +9,15 @@ takes two string batches, `question` and `context`, and returns per question
 * 2.0 only: `best_span` (the answer before the null decision) and `null_odds`.
 
 Everything runs in the graph and reproduces `run_finetuning`'s Python path step by step
-(`electra_tf.finetuning.squad`): whitespace words, pieces per word (`serving.text`'s in-graph
-tokeniser), the question cut to `max_query_length`, `doc_stride` windows with their max-context
-flags (each row padded to the batch's longest window, not to `max_seq_length`), the head's
-candidate spans (joint beam or independent top-n) with the official filters, the best by score
-(first on ties, as the stable sort), the answer text and the 2.0 null odds. The text: WordPiece,
-`get_final_text` (BERT's basic tokenisation of the span's words, the first occurrence of the WordPiece text, the non-space character alignment); SentencePiece, the pieces' own character
-offsets in their words (tensorflow-text's `tokenize_with_offsets`). Only the best answer is decoded:
-the n-best list and its probabilities stay in `nbest_predictions.json`. Gaps are `serving.text`'s
-(WordPiece: ICU lower-casing, words over 100 characters).
-Where the Python path finds no valid span it predicts the official nonce "empty"; so does this.
+(`electra_tf.finetuning.squad`): whitespace words, pieces per word (`serving.text`'s in-graph tokeniser), the
+question cut to `max_query_length`, `doc_stride` windows with their max-context flags (each row padded to the
+batch's longest window, not to `max_seq_length`), the head's candidate spans (joint beam or independent top-n) with
+the official filters, the best by score (first on ties, as the stable sort), the answer text and the 2.0 null odds.
+The text: WordPiece, `get_final_text` (BERT's basic tokenisation of the span's words, the first occurrence of the
+WordPiece text, the non-space character alignment); SentencePiece, the pieces' own character offsets in their words
+(tensorflow-text's `tokenize_with_offsets`). Only the best answer is decoded: the n-best list and its probabilities
+stay in `nbest_predictions.json`. Gaps are `serving.text`'s (WordPiece: ICU lower-casing, words over 100
+characters). Where the Python path finds no valid span it predicts the official nonce "empty"; so does this.
 
 Load it with TensorFlow and tensorflow-text only, or ask it with `python -m electra_tf.ask`.
 """
