@@ -194,11 +194,7 @@ def _plot_vs_flops(plt, results, colours, out_dir):
             ax.set_title(title)
             ax.set_xscale("log")
             ax.set_xlabel("pre-training FLOPs (none at 1e12); label arm/pre-training seed")
-    fig.tight_layout()
-    path = out_dir / "compare_objectives_vs_flops.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_figure(plt, fig, out_dir / "compare_objectives_vs_flops.png")
 
 
 def _plot_generator_width(plt, results, out_dir):
@@ -223,11 +219,7 @@ def _plot_generator_width(plt, results, out_dir):
     ax.set_ylabel("STS-B Spearman × 100")
     ax.set_title("generator size (rtd, equal steps)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / "compare_objectives_generator_size.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_figure(plt, fig, out_dir / "compare_objectives_generator_size.png")
 
 
 def _plot_curves(plt, results, colours, out_dir):
@@ -245,8 +237,12 @@ def _plot_curves(plt, results, colours, out_dir):
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
+    return _save_figure(plt, fig, out_dir / "compare_objectives_pretraining.png")
+
+
+def _save_figure(plt, fig, path: Path) -> Path:
+    """Writes `fig` to `path` (100 dpi, tight layout) and closes it."""
     fig.tight_layout()
-    path = out_dir / "compare_objectives_pretraining.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
