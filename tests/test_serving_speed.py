@@ -11,6 +11,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.encoding import encode_pairs
 from electra_tf.finetuning.heads import MASK_PENALTY
+from electra_tf.serving.compact import ROW, FlatWeights
 from electra_tf.serving.text import python_whitespace
 from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
                                    assert_same_outputs, classifier, squad, tagger)
@@ -52,10 +53,27 @@ def stored_values(path) -> int:
                if name != "_CHECKPOINTABLE_OBJECT_GRAPH")  # the object graph, not a weight
 
 
-def test_exports_store_each_weight_once(classifier):  # noqa: F811
-    """Loading restores every weight once (ExportArchive's `track(model)` stored each twice)."""
+def test_exports_store_each_weight_once_in_one_variable(classifier):  # noqa: F811
+    """Loading restores one variable holding every weight once (ExportArchive's `track(model)` stored each twice, and
+    a variable per weight costs the loader a Python object, a restore and save/restore function nodes each), each
+    weight in whole rows of `compact.ROW` floats; the seed generators' states (dropout's) are not stored."""
     model, _, path, _ = classifier
-    assert stored_values(path) == sum(int(np.prod(w.shape)) for w in model.weights)
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    assert len([name for name in reader.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]) == 1
+    assert stored_values(path) == sum(-(-int(np.prod(w.shape)) // ROW) * ROW for w in model.trainable_weights)
+
+
+def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811
+    model, tokenizer, _, _ = classifier
+    flat = FlatWeights(model)
+    assert any(int(np.prod(w.shape)) % ROW for w in model.trainable_weights)  # a padded weight is covered
+    for value, weight in zip(flat.values(), model.trainable_weights):
+        np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
+    features = encode_pairs(tokenizer, TEXTS, None, SEQ)
+    np.testing.assert_allclose(flat(features)["logits"].numpy(), model(features, training=False)["logits"].numpy(),
+                               atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="inference only"):
+        flat(features, training=True)
 
 
 def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811

@@ -59,9 +59,10 @@ class ServingEncoder(ElectraEncoder):
             rows = dense(rows, self.embeddings_projection)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
+        shapes = LayerShapes(batch, length, layer_parts(layers[0])["attention"])  # every layer's the same
         for i, layer in enumerate(layers):
             query_length = output_length if i == len(layers) - 1 else None
-            rows = transformer_layer(layer, rows, batch, length, mask_bias, query_length)
+            rows = transformer_layer(layer, rows, shapes, mask_bias, query_length)
         return tf.reshape(rows, [batch, -1, self.hidden_size])
 
 
@@ -89,32 +90,48 @@ def dense(rows, layer, kernel=None, bias=None):
     return out if activation is None or activation is keras.activations.linear else activation(out)
 
 
-def transformer_layer(layer, rows, batch, length, mask_bias, query_length=None):
+class LayerShapes:
+    """The shape and permutation tensors every layer reuses, made once per trace: a traced graph holds one node
+    for each instead of one per use (fewer nodes to load and for grappler to optimise on the first request)."""
+
+    def __init__(self, batch, length, attention):
+        heads, size = attention.num_heads, attention.key_dim
+        self.heads, self.size, self.width = heads, size, heads * size
+        self.hidden = attention.output_dense.kernel.shape[-1]
+        self.by_heads = tf.stack([batch, length, heads, size])  # [batch · length, width] → these, then transposed
+        self.sequences = tf.stack([batch, length, self.hidden])
+        self.kernel = tf.constant([-1, self.width])  # EinsumDense [hidden, heads, size] → [hidden, width]
+        self.bias = tf.constant([self.width])
+        self.rows = tf.constant([-1, self.width])
+        self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
+        self.scale = tf.constant(1.0 / math.sqrt(size))
+        self.batch = batch
+
+
+def transformer_layer(layer, rows, shapes: LayerShapes, mask_bias, query_length=None):
     """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows; with
     `query_length=n`, only each sequence's first n positions are computed (keys and values span all)."""
     parts = layer_parts(layer)
     attention = parts["attention"]
-    heads, size = attention.num_heads, attention.key_dim
-    hidden = attention.output_dense.kernel.shape[-1]
 
     def projection(x, einsum_dense):  # EinsumDense "abc,cde->abde" as a 2-D matmul
-        return tf.nn.bias_add(tf.matmul(x, tf.reshape(einsum_dense.kernel, [-1, heads * size])),
-                              tf.reshape(einsum_dense.bias, [heads * size]))
+        return tf.nn.bias_add(tf.matmul(x, tf.reshape(einsum_dense.kernel, shapes.kernel)),
+                              tf.reshape(einsum_dense.bias, shapes.bias))
 
-    def by_heads(x, tokens):  # [batch · tokens, heads · size] → [batch, heads, tokens, size]
-        return transpose_bits(tf.reshape(x, [batch, tokens, heads, size]), [0, 2, 1, 3])
+    def by_heads(x, shape):  # [batch · tokens, width] → [batch, heads, tokens, size]
+        return transpose_bits(tf.reshape(x, shape), shapes.swap)
 
-    queries, query_tokens = rows, length
+    queries, query_shape = rows, shapes.by_heads
     if query_length is not None:
-        queries = tf.reshape(tf.reshape(rows, [batch, length, hidden])[:, :query_length], [-1, hidden])
-        query_tokens = query_length
-    q = by_heads(projection(queries, attention.query_dense), query_tokens)
-    k = by_heads(projection(rows, attention.key_dense), length)
-    v = by_heads(projection(rows, attention.value_dense), length)
-    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size)) + mask_bias
+        queries = tf.reshape(tf.reshape(rows, shapes.sequences)[:, :query_length], [-1, shapes.hidden])
+        query_shape = tf.stack([shapes.batch, query_length, shapes.heads, shapes.size])
+    q = by_heads(projection(queries, attention.query_dense), query_shape)
+    k = by_heads(projection(rows, attention.key_dense), shapes.by_heads)
+    v = by_heads(projection(rows, attention.value_dense), shapes.by_heads)
+    scores = tf.matmul(q, k, transpose_b=True) * shapes.scale + mask_bias
     context = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
-    context = tf.reshape(transpose_bits(context, [0, 2, 1, 3]), [-1, heads * size])
-    attended = dense(context, attention.output_dense, tf.reshape(attention.output_dense.kernel, [heads * size, hidden]))
+    context = tf.reshape(transpose_bits(context, shapes.swap), shapes.rows)
+    attended = dense(context, attention.output_dense, tf.reshape(attention.output_dense.kernel, shapes.rows))
     hidden_rows = layer_norm(attended + queries, parts["attention_norm"])
     feedforward = dense(dense(hidden_rows, parts["intermediate"]), parts["output"])
     return layer_norm(feedforward + hidden_rows, parts["feedforward_norm"])

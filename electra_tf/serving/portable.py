@@ -6,7 +6,7 @@ CPUs) and its precision for the run (`--mixed_precision`). A SavedModel traced f
 functions marked `_XlaMustCompile`, which TF Serving does not compile on CPU unless an experimental flag is set
 and fails on in its GPU build (tensorflow/serving#2214). So every export traces `serving_copy(model)` instead: the
 same encoder and head rebuilt with `ExecutionOptions.portable()` (TensorFlow's standard ops, no XLA) in float32,
-holding the trained weights. Its encoder is `serving.forward.ServingEncoder`: the same layers and weights, its
+holding the trained weights, served by `serving_model` with those weights in one variable (`serving.compact`). Its encoder is `serving.forward.ServingEncoder`: the same layers and weights, its
 inference forward in a few standard ops per layer (a served request is short, so op count is much of its time).
 
 Example:
@@ -28,9 +28,16 @@ from __future__ import annotations
 
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.options import ExecutionOptions
+from electra_tf.serving.compact import FlatWeights
 from electra_tf.serving.forward import ServingEncoder
 
 SERVING_DTYPE = "float32"  # what every device computes; bf16 and fp16 are training choices
+
+
+def serving_model(model: FinetuningModel, seq_length: int) -> FlatWeights:
+    """What every export serves: `serving_copy(model, seq_length)` with its weights in one variable
+    (`serving.compact.FlatWeights`); call it as the model, `served(features, training=False)`."""
+    return FlatWeights(serving_copy(model, seq_length))
 
 
 def serving_copy(model: FinetuningModel, seq_length: int) -> FinetuningModel:
