@@ -14,7 +14,7 @@ from electra_tf.finetuning.heads import MASK_PENALTY
 from electra_tf.serving.compact import ROW, FlatWeights
 from electra_tf.serving.text import python_whitespace
 from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
-                                   assert_same_outputs, classifier, squad, tagger)
+                                   assert_same_outputs, classifier, functions, squad, tagger)
 
 # Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
 TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
@@ -61,6 +61,27 @@ def test_exports_store_each_weight_once_in_one_variable(classifier):  # noqa: F8
     reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
     assert len([name for name in reader.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]) == 1
     assert stored_values(path) == sum(-(-int(np.prod(w.shape)) // ROW) * ROW for w in model.trainable_weights)
+
+
+def signature_nodes(path) -> int:
+    return max(len(f.node_def) for f in functions(path))
+
+
+def test_exports_hold_the_pruned_graph(classifier, monkeypatch, tmp_path):  # noqa: F811
+    """The export's signature graph is grappler's pruned one (`compact.pruned_endpoint`), not the traced one: fewer
+    nodes, the same outputs. Fails where TensorFlow's private grappler API moved and the export fell back."""
+    from electra_tf.serving import compact
+    from electra_tf.serving.classifier import export_classifier
+
+    model, tokenizer, path, _ = classifier
+    def moved(*args):
+        raise ImportError("tf_optimizer moved")
+
+    monkeypatch.setattr(compact, "_pruned_graph_def", moved)  # the fallback: the traced graph, as before
+    traced = export_classifier(model, tokenizer, ["neg", "neutral", "pos"], SEQ, str(tmp_path / "traced"), False)
+    assert signature_nodes(path) < 0.8 * signature_nodes(traced)
+    served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(TEXTS))
+    assert_same_outputs(served, tf.saved_model.load(traced).signatures["serving_default"](text=tf.constant(TEXTS)))
 
 
 def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811

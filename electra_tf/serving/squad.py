@@ -32,7 +32,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_model
-from electra_tf.serving.text import char_offsets, graph_tokenizer, serving_archive, write_archive
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, serving_archive,
+                                     write_archive)
 from electra_tf.text import normalization
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -382,6 +383,5 @@ def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) ->
     question = tf.TensorSpec([None], tf.string, name="question")
     context = tf.TensorSpec([None], tf.string, name="context")
     archive = serving_archive(server.tokenizer)
-    archive.add_endpoint("serving_default", lambda question, context: server.answer(question, context),
-                         [question, context])
+    add_serving_endpoint(archive, lambda question, context: server.answer(question, context), [question, context])
     return write_archive(archive, path)
