@@ -13,7 +13,8 @@ directory renamed; `--exports` names them, the first is the baseline):
   in-graph tokenisation alone, and the model alone on the tokenised ids;
 * `ops`: per export, TF Serving's way in (the TF1 session loader) with TensorFlow's step stats of
   `--traced` requests of one sentence: time per op type, summed over the executed kernels (oneDNN's rewrites
-  named as they run, e.g. `_MklTranspose`), and the executed node count.
+  named as they run, e.g. `_MklTranspose`; function-call ops left out, their ops counted), and the executed
+  node count.
 
 `--threads=INTRA,INTER` sets TensorFlow's thread pools in the process (default: TensorFlow's).
 
@@ -35,6 +36,11 @@ import numpy as np
 
 from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, commit, cpu_name,
                                    finetuning_model, read_sentences)
+
+
+# Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
+# ops too, so the call's own time would count them twice.
+CALLS = ("StatefulPartitionedCall", "PartitionedCall")
 
 
 def interleaved(calls: dict, requests: int, sentences) -> dict:
@@ -131,6 +137,8 @@ def ops(path: str, sentence: str, traced: int, threads) -> dict:
                 for node in device.node_stats:
                     label = node.timeline_label
                     op = label.split(" = ")[1].split("(")[0] if " = " in label else "other"
+                    if op in CALLS:  # its time is its ops', counted one by one
+                        continue
                     micros[op] += node.op_end_rel_micros
                     nodes[op] += 1
     return {"op_us_per_request": round(sum(micros.values()) / traced), "nodes_per_request": sum(nodes.values()) // traced,
