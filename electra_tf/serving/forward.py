@@ -41,7 +41,7 @@ def transpose_bits(x, perm):
     """`tf.transpose(x, perm)` of a float32 `x`, moving its bits as int32 (`Bitcast` copies nothing).
 
     Where oneDNN is on (TensorFlow's x86 default), TensorFlow runs a float32 `Transpose` as oneDNN's, which cost
-    about 70 µs a call on these [batch, tokens, heads, size] tensors at batch 1 against 3 µs for TensorFlow's own
+    about 66 µs a call on these [batch, tokens, heads, size] tensors at batch 1 against 4 µs for TensorFlow's own
     (`bench/results/inference-batch1-breakdown.json`, step stats); oneDNN takes int32 only on the CPUs where it
     says so (else it logs "oneDNN supports DT_INT32 only on platforms with AVX-512" and TensorFlow's kernel runs).
     Same bits out, either way."""
