@@ -4,9 +4,11 @@
 
 Draws the uint16 keep bits of every dropout of one step of `--size` (`bench.step_bench`'s batch, 128 tokens):
 the discriminator's and the generator's attention probabilities `[B, heads, S, S]` and hidden states
-`[B, S, H]` in every layer, and the embeddings, as the CPU option set draws them (16-bit masks), once with
-`ops.random_bits.example_keyed_bits` (per example, the stream since #56) and once with `dropout_keep_bits`
-(one seed per layer, before). The two alternate, `--rounds` times, in one process; the result,
+`[B, S, H]` in every layer, and the embeddings, as the CPU option set draws them (16-bit masks): with
+`ops.random_bits.example_keyed_bits` (per example, the stream since #56, interleaved into the masks' shape),
+with `example_keyed_words` (the same draws before the interleave, as the XLA:CPU kernels take them: they
+interleave inside their own fused loops) and with `dropout_keep_bits` (one seed per layer, before #56). They
+alternate, `--rounds` times, in one process; the result,
 `bench/results/dropout_bits-<size>.json`, holds each round's milliseconds, the medians and the machine. Read it
 beside a step's time (`bench.step_compare`): a measurement, not a test.
 """
@@ -25,7 +27,7 @@ import tensorflow as tf
 from bench.step_bench.workload import BATCH, SEQ_LENGTH
 from electra_tf.config import get_config
 from electra_tf.model.example_dropout import example_streams
-from electra_tf.ops.random_bits import dropout_keep_bits, example_keyed_bits
+from electra_tf.ops.random_bits import dropout_keep_bits, example_keyed_bits, example_keyed_words
 from electra_tf.text.manifest import write_text_atomic
 from experiments.provenance import machine_line
 
@@ -56,11 +58,17 @@ def drawing_functions(shapes):
                 for i, s in enumerate(shapes)]
 
     @tf.function
+    def keyed_words(step):  # what the XLA:CPU kernels take: the interleave happens inside their fusions
+        streams = example_streams(0, step, tf.range(batch))
+        return [tf.add_n([tf.reduce_sum(tf.cast(w, tf.int32)) for w in example_keyed_words(tf.zeros(s), streams, i)[:4]])
+                for i, s in enumerate(shapes)]
+
+    @tf.function
     def per_layer(step):
         return [tf.reduce_sum(tf.cast(dropout_keep_bits(tf.zeros(s), tf.stack([i, tf.cast(step, tf.int32)])),
                                       tf.int32)) for i, s in enumerate(shapes)]
 
-    return {"keyed_by_example": keyed, "per_layer_seed": per_layer}
+    return {"keyed_by_example": keyed, "keyed_words": keyed_words, "per_layer_seed": per_layer}
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,10 @@ machine CPU seconds are the steadier measure.
 
     python -m bench.startup_bench --size=small --rounds=4
     python -m bench.startup_bench --size=small --grappler_log   # per-pass grappler times
+    python -m bench.startup_bench --size=small --grappler=off --rounds=0   # the CPU default's first step alone
+
+Under `TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR` a second process finds the XLA kernels the first
+compiled: the difference of their first calls is the kernels' compile time.
 
 `--grappler_log` sets `TF_CPP_VMODULE=meta_optimizer=1` before TensorFlow is imported and sends
 TF's log (file descriptor 2) to a file; the script sums each grappler pass's time from it, for the
@@ -115,6 +119,9 @@ def parse_args(argv):
     parser.add_argument("--rounds", type=int, default=4,
                         help="interleaved rounds of the grappler on/off step comparison (0: skip it)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per build per round")
+    parser.add_argument("--grappler", default="both", choices=["both", "off"],
+                        help="first steps to time: grappler on then off (the A/B), or off only (the CPU default's "
+                             "first step, with nothing compiled before it in the process)")
     parser.add_argument("--grappler_log", action="store_true",
                         help="also report grappler's per-pass times (from TF's own log)")
     parser.add_argument("--json_out", default=None, help="write the numbers here as JSON")
@@ -141,7 +148,7 @@ def main(argv):
               "precision": args.precision}
 
     impls = {}
-    for grappler in (True, False):
+    for grappler in (True, False) if args.grappler == "both" else (False,):
         impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision)
         impls[grappler] = impl
         report[f"grappler_{'on' if grappler else 'off'}"] = times
@@ -151,13 +158,13 @@ def main(argv):
     print("traced loop, nodes by part:", report["graph_nodes"], flush=True)
 
     per_round = {True: [], False: []}
-    for round_index in range(args.rounds):
+    for round_index in range(args.rounds if args.grappler == "both" else 0):
         for grappler in ((True, False) if round_index % 2 == 0 else (False, True)):
             per_round[grappler].append(timed_steps(impls[grappler], args.steps))
         on, off = per_round[True][-1], per_round[False][-1]
         print(f"round {round_index}: CPU-s/step on {on['cpu_s']:.3f}, off {off['cpu_s']:.3f} "
               f"(on ÷ off {on['cpu_s'] / off['cpu_s']:.3f})", flush=True)
-    if args.rounds:
+    if args.rounds and args.grappler == "both":
         ratios = [on["cpu_s"] / off["cpu_s"] for on, off in zip(per_round[True], per_round[False])]
         report["steps"] = {"on": per_round[True], "off": per_round[False],
                            "cpu_ratio_on_over_off": ratios, "median_ratio": statistics.median(ratios)}

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import get_config
+from electra_tf.model import example_dropout
 from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.model.heads import DiscriminatorHead
 from electra_tf.model.layers import ElectraDense
@@ -79,6 +80,28 @@ def test_xla_cpu_layer_equals_the_reference_call_with_the_same_dropout_masks(tra
     if training:  # dropout was on: a second call draws new masks
         again, _ = _run_layer(layer, True, X, MASK, training, [s.numpy() for s in _dropout_states(layer)])
         assert not np.allclose(again.numpy(), y.numpy())
+
+
+@pytest.mark.parametrize("length", [7, 16])
+def test_xla_cpu_layer_keyed_by_the_example_equals_the_reference_call(length):
+    """Inside `keyed_by`, the XLA:CPU kernels take the keyed words uninterleaved (`random_bits.KeyedWords`)
+    and interleave them in the fusion; the reference call takes the interleaved bits: the same masks, so
+    the same outputs and gradients, with rows (7) that do not fill the last block of 8."""
+    layer = _layer()
+    x, mask = tf.tile(X, [1, 3, 1])[:, :length], tf.tile(MASK, [1, 3])[:, :length]
+    streams = example_dropout.example_streams(seed=3, step=5, global_indices=tf.range(3))
+    runs = []
+    for fused_on in (True, False):
+        with example_dropout.keyed_by(streams):
+            runs.append(_run_layer(layer, fused_on, x, mask, True, [s.numpy() for s in _dropout_states(layer)]))
+    (y, grads), (y_ref, grads_ref) = runs
+    np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-5, atol=2e-6)
+    for got, want in zip(grads[:1] + grads[-4:], grads_ref[:1] + grads_ref[-4:]):  # inputs; last dense, LayerNorm
+        got, want = np.asarray(tf.convert_to_tensor(got)), np.asarray(tf.convert_to_tensor(want))
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    with example_dropout.keyed_by(streams):  # and dropout is on: another run's streams drop out others
+        y_off, _ = _run_layer(layer, True, x, mask, False, [s.numpy() for s in _dropout_states(layer)])
+    assert not np.allclose(y_off.numpy(), y.numpy())
 
 
 def test_xla_cpu_bfloat16_layer_is_as_close_to_float32_as_the_reference():

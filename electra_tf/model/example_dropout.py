@@ -95,6 +95,16 @@ def keyed_keep_bits(x, halves: bool = True):
     return example_keyed_bits(x, scope.streams, scope.take_site(), halves=halves)
 
 
+def keyed_keep_words(x):
+    """`keyed_keep_bits(x)` before the interleave (`random_bits.KeyedWords`, for a fused kernel), or None."""
+    from electra_tf.ops.random_bits import example_keyed_words
+
+    scope = active_scope()
+    if scope is None:
+        return None
+    return example_keyed_words(x, scope.streams, scope.take_site())
+
+
 def batch_size_of_scope():
     """The number of examples of the current scope (its streams' rows)."""
     return tf.shape(active_scope().streams)[0]

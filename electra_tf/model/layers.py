@@ -162,9 +162,10 @@ class ElectraDropout(layers.Dropout):
         return super().call(inputs, training=training)
 
     def keep_bits(self, x):
-        """The uint16 keep draws this layer's next call would compare (for the XLA:CPU kernels):
-        keyed by the example inside `keyed_by`, from the seed generator outside."""
-        keyed = example_dropout.keyed_keep_bits(x)
+        """The uint16 keep draws this layer's next call would compare, for the XLA:CPU kernels:
+        keyed by the example inside `keyed_by`, as `random_bits.KeyedWords` (the kernel interleaves
+        them, `random_bits.bits_like`); from the seed generator outside, shaped like `x`."""
+        keyed = example_dropout.keyed_keep_words(x)
         return keyed if keyed is not None else dropout_keep_bits(x, self.seed_generator.next())
 
     def get_config(self):

@@ -49,9 +49,9 @@ def _dropout_bits(dropout, training, rows=False):
     def bits(x):
         if not training or dropout.rate <= 0:
             return None
-        if rows and example_dropout.active_scope() is not None:
+        if rows and example_dropout.active_scope() is not None:  # the kernel reshapes them to `x`'s rows
             batch = example_dropout.batch_size_of_scope()
-            return ops.reshape(dropout.keep_bits(ops.reshape(x, (batch, -1, x.shape[-1]))), ops.shape(x))
+            return dropout.keep_bits(ops.reshape(x, (batch, -1, x.shape[-1])))
         return dropout.keep_bits(x)
 
     return bits

@@ -16,6 +16,7 @@ Example:
 
 import functools
 import math
+from typing import NamedTuple
 
 import keras
 from keras import ops
@@ -135,19 +136,40 @@ def dropout_keep_bits(x, seed):
 
 # Keyed bits. Element (b, head, row, unit) of `[B, heads, rows, units]` comes from the Philox call keyed
 # by example b's stream (run seed, step) at counter (unit, (head << 16) | row // P, index of b, site),
-# its output plane row % P (P = 8 uint16 halves or 4 uint32 words): a function of the element's
-# coordinates only, not of the batch's size, split or sequence length. Planes are computed whole and
-# interleaved by one transpose of rows (XLA vectorises that; interleaving units does not).
+# its output plane row % P (P = 8 uint16 halves, low halves of words 0…3 then high halves, or 4 uint32
+# words): a function of the element's coordinates only, not of the batch's size, split or sequence
+# length. The four words are computed whole, as separate outputs of one XLA function (XLA vectorises
+# that; stacked or interleaved outputs make it recompute the rounds), and interleaved by another: a copy
+# where the bits are wanted on their own (`example_keyed_bits`), or no pass at all inside the kernel that
+# consumes them (`KeyedWords`, `bits_like`).
 _HEAD_SHIFT = 16
 
 
-def _keyed_bits(template, streams, site, halves: bool):
+class KeyedWords(NamedTuple):
+    """Example-keyed draws before their interleave: Philox's four uint32 output words, each
+    `[B, heads, blocks, units]`, for an `x` of `size` elements; `bits_like` makes them the uint16 (`halves`)
+    or uint32 integers shaped like `x` that `example_keyed_bits` returns."""
+
+    w0: "tf.Tensor"
+    w1: "tf.Tensor"
+    w2: "tf.Tensor"
+    w3: "tf.Tensor"
+    halves: bool
+
+
+def _template_axes(template):
+    import tensorflow as tf
+
+    shape = tf.shape(template)
+    return {2: lambda: (shape[0], 1, 1, shape[1]), 3: lambda: (shape[0], 1, shape[1], shape[2]),
+            4: lambda: tf.unstack(shape)}[template.shape.rank]()
+
+
+def _keyed_words(template, streams, site, halves: bool):
     import tensorflow as tf
 
     u32 = tf.uint32
-    shape, rank = tf.shape(template), template.shape.rank
-    batch, heads, rows, units = {2: lambda: (shape[0], 1, 1, shape[1]), 3: lambda: (shape[0], 1, shape[1], shape[2]),
-                                 4: lambda: tf.unstack(shape)}[rank]()
+    batch, heads, rows, units = _template_axes(template)
     planes = 8 if halves else 4
     blocks = (rows + planes - 1) // planes
     lanes = tf.cast(tf.bitwise.bitwise_and(streams, tf.constant(0xFFFFFFFF, tf.int64)), u32)  # [B, 3]
@@ -156,20 +178,50 @@ def _keyed_bits(template, streams, site, halves: bool):
     head = tf.bitwise.left_shift(tf.reshape(tf.cast(tf.range(heads), u32), [1, -1, 1, 1]), tf.constant(_HEAD_SHIFT, u32))
     row_block = tf.bitwise.bitwise_or(head, tf.reshape(tf.cast(tf.range(blocks), u32), [1, 1, -1, 1]))
     full = tf.stack([batch, heads, blocks, units])
-    words = tf.stack([tf.broadcast_to(w, full)
-                      for w in _philox_rounds(k0, k1, unit, row_block, index, tf.cast(site, u32))])  # [4, B, M, blocks, U]
-    if halves:
-        words = tf.concat([tf.cast(tf.bitwise.bitwise_and(words, tf.constant(0xFFFF, u32)), tf.uint16),
-                           tf.cast(tf.bitwise.right_shift(words, tf.constant(16, u32)), tf.uint16)], 0)
+    return tuple(tf.broadcast_to(w, full) for w in _philox_rounds(k0, k1, unit, row_block, index, tf.cast(site, u32)))
+
+
+def bits_like(bits, x):
+    """The integers shaped like `x` of `bits`: `KeyedWords` interleaved (row r of a block from plane
+    r % P), anything else as it is. Inside an XLA function the interleave fuses into the consumer."""
+    import tensorflow as tf
+
+    if not isinstance(bits, KeyedWords):
+        return bits
+    words = tf.stack(bits[:4])  # [4, B, heads, blocks, units]
+    if bits.halves:
+        words = tf.concat([tf.cast(tf.bitwise.bitwise_and(words, tf.constant(0xFFFF, tf.uint32)), tf.uint16),
+                           tf.cast(tf.bitwise.right_shift(words, tf.constant(16, tf.uint32)), tf.uint16)], 0)
+    planes, batch, heads, blocks, units = tf.unstack(tf.shape(words))
     interleaved = tf.reshape(tf.transpose(words, [1, 2, 3, 0, 4]), tf.stack([batch, heads, blocks * planes, units]))
-    return tf.reshape(interleaved[:, :, :rows], shape)
+    rows = tf.size(x) // (batch * heads * units)
+    return tf.reshape(interleaved[:, :, :rows], tf.shape(x))
 
 
 @functools.cache
-def _keyed_bits_jit(halves: bool):
+def _keyed_words_jit(halves: bool):
     import tensorflow as tf
 
-    return tf.function(functools.partial(_keyed_bits, halves=halves), jit_compile=True, autograph=False)
+    return tf.function(functools.partial(_keyed_words, halves=halves), jit_compile=True, autograph=False)
+
+
+@functools.cache
+def _bits_like_jit():
+    import tensorflow as tf
+
+    return tf.function(bits_like, jit_compile=True, autograph=False)
+
+
+def example_keyed_words(x, streams, site: int, halves: bool = True) -> KeyedWords:
+    """`example_keyed_bits` before the interleave (`KeyedWords`): what a fused kernel takes, calling
+    `bits_like` inside, so that the bits never take a pass over memory of their own."""
+    import tensorflow as tf
+
+    rank = len(x.shape)
+    if rank not in (2, 3, 4):
+        raise ValueError(f"example-keyed dropout takes [batch, (1 or 2 axes,) units], got shape {x.shape}")
+    words = _keyed_words_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.constant(site, tf.int32))
+    return KeyedWords(*words, halves=bool(halves))
 
 
 def example_keyed_bits(x, streams, site: int, halves: bool = True):
@@ -179,9 +231,4 @@ def example_keyed_bits(x, streams, site: int, halves: bool = True):
     the step), its position (or head and query position) and `u` only: one example gets the same
     bits in any batch, at any sequence length. Philox-4x32-10, computed by XLA (also when called
     outside a compiled function: TensorFlow's uint64 kernels are slow on CPU)."""
-    import tensorflow as tf
-
-    rank = len(x.shape)
-    if rank not in (2, 3, 4):
-        raise ValueError(f"example-keyed dropout takes [batch, (1 or 2 axes,) units], got shape {x.shape}")
-    return _keyed_bits_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.constant(site, tf.int32))
+    return _bits_like_jit()(example_keyed_words(x, streams, site, halves), x)

@@ -37,6 +37,7 @@ from typing import Callable, NamedTuple
 import tensorflow as tf
 
 from electra_tf.ops.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
+from electra_tf.ops.random_bits import bits_like
 
 # What a masked attention score becomes before the softmax (Keras' masked softmax uses the same).
 _MASKED_SCORE = -1e9
@@ -67,12 +68,14 @@ def _row_mean(t):
     return _row_sum(t, mean=True)
 
 
-def _keep_scale(bits, threshold: int):
-    """float32 multiplier: 0 where dropped, `dropout_scale` where kept (1 without dropout)."""
+def _keep_scale(bits, threshold: int, like):
+    """float32 multiplier for `like`: 0 where dropped, `dropout_scale` where kept (1 without dropout).
+    `bits`: uint16 shaped like `like`, or `random_bits.KeyedWords` (interleaved here, inside the fusion)."""
     if bits is None or threshold <= 0:
         return tf.constant(1.0)
     if threshold >= DROPOUT_LEVELS:  # everything dropped (the threshold does not fit in uint16)
         return tf.constant(0.0)
+    bits = bits_like(bits, like)
     return tf.where(bits >= tf.cast(threshold, bits.dtype), tf.constant(dropout_scale(threshold), tf.float32), 0.0)
 
 
@@ -136,12 +139,12 @@ def _masked_probs(scores, key_mask):
 
 def _softmax_dropout_forward(scores, key_mask, bits, threshold):
     p = _masked_probs(scores, key_mask)
-    return tf.cast(p * _keep_scale(bits, threshold), scores.dtype)
+    return tf.cast(p * _keep_scale(bits, threshold, scores), scores.dtype)
 
 
 def _softmax_dropout_backward(scores, key_mask, bits, dy, threshold):
     p = _masked_probs(scores, key_mask)
-    dp = _f32(dy) * _keep_scale(bits, threshold)
+    dp = _f32(dy) * _keep_scale(bits, threshold, scores)
     ds = p * (dp - _row_sum(dp * p))
     return tf.cast(ds, scores.dtype)
 
@@ -154,7 +157,8 @@ def softmax_dropout(scores, key_mask=None, bits=None, rate=0.0):
     """`dropout(masked_softmax(scores))` over the last axis.
 
     `key_mask`: bool, broadcastable to `scores` (False = masked key); `bits`: uint16 random
-    integers shaped like `scores` (dropout on) or None (off); `rate`: the dropout rate.
+    integers shaped like `scores` or `random_bits.KeyedWords` for them (dropout on), or None (off);
+    `rate`: the dropout rate.
     """
     threshold = dropout_threshold(rate) if bits is not None else 0
 
@@ -174,7 +178,7 @@ def softmax_dropout(scores, key_mask=None, bits=None, rate=0.0):
 
 
 def _pre_norm(x, bias, residual, bits, threshold):
-    return _f32(residual) + (_f32(x) + _f32(bias)) * _keep_scale(bits, threshold)
+    return _f32(residual) + (_f32(x) + _f32(bias)) * _keep_scale(bits, threshold, x)
 
 
 def _normalize(h, epsilon):
@@ -194,7 +198,7 @@ def _add_norm_backward(x, bias, residual, gamma, beta, bits, dy, threshold, epsi
     dy = _f32(dy)
     g = dy * _f32(gamma)
     dh = inv * (g - _row_mean(g) - xhat * _row_mean(g * xhat))
-    dx = dh * _keep_scale(bits, threshold)
+    dx = dh * _keep_scale(bits, threshold, x)
     return (tf.cast(dx, x.dtype), _column_sum(dx), tf.cast(dh, residual.dtype), _column_sum(dy * xhat),
             _column_sum(dy))
 
@@ -206,7 +210,8 @@ _add_norm_backward_jit = _jit(_add_norm_backward)
 def bias_dropout_add_norm(x, bias, residual, gamma, beta, bits=None, rate=0.0, epsilon=1e-12):
     """`LayerNorm(residual + dropout(x + bias))` over the last axis (a post-LN block's end).
 
-    `bits`: uint16 random integers shaped like `x` (dropout on) or None (off). The output has
+    `bits`: uint16 random integers shaped like `x` or `random_bits.KeyedWords` for them (dropout on),
+    or None (off). The output has
     `residual`'s dtype.
     """
     threshold = dropout_threshold(rate) if bits is not None else 0
@@ -418,7 +423,8 @@ class LayerWeights(NamedTuple):
 
 
 class LayerDropout(NamedTuple):
-    """`bits(x)` callables (uint16 random integers shaped like `x`, or None without dropout) for
+    """`bits(x)` callables (uint16 random integers shaped like `x` or their `random_bits.KeyedWords`,
+    or None without dropout) for
     the attention probabilities, the attention block's output and the feed-forward output, and
     the dropout rate."""
 
