@@ -1,13 +1,16 @@
-"""Where our serving SavedModel's load + first request go: grappler on (TensorFlow's default) against off.
+"""Where our serving SavedModel's load + first request go: grappler on (TensorFlow's default) against off, per export.
 
-Not a test. Each (round, setting) is a fresh process that imports TensorFlow, then times `tf.saved_model.load` of
-`WORKDIR/serving` (written by `python -m bench.inference_bench --stage=prepare`), the first request (one sentence:
-the signature's function instantiated, grappler run over it) and a second one. `off` disables grappler's
+Not a test. Each (round, export, setting) is a fresh process that imports TensorFlow, then times
+`tf.saved_model.load` of `WORKDIR/EXPORT` (`--exports`, default `serving`, written by `python -m
+bench.inference_bench --stage=prepare`; an earlier commit's by `--stage=export_ours` there, the directory renamed),
+the first request (one sentence: the signature's function instantiated, grappler run over it) and a second one, in
+wall and CPU seconds (CPU seconds are the steadier figure on a shared machine). `off` disables grappler's
 meta-optimizer in that process (`tf.config.optimizer.set_experimental_options`), which only a loading process can
-do: a SavedModel carries no optimizer options, and TF Serving sets its own.
+do: a SavedModel carries no optimizer options, and TF Serving sets its own. The exports and settings are rotated
+within each round.
 
     python -m bench.inference_bench_first_request --workdir=/tmp/inference_bench --rounds=4 \\
-        --out=bench/results/inference-first-request.json
+        --exports=serving_main,serving --out=bench/results/inference-first-request.json
 """
 
 from __future__ import annotations
@@ -26,29 +29,31 @@ SETTINGS = ("on", "off")
 SENTENCE = "it 's a charming and often affecting journey ."
 
 
-def child(workdir: str, grappler: str) -> dict:
+def child(workdir: str, export: str, grappler: str) -> dict:
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the tokenizer ops)
 
     if grappler == "off":
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    started = time.perf_counter()
-    signature = tf.saved_model.load(os.path.join(workdir, "serving")).signatures["serving_default"]
-    loaded = time.perf_counter()
+    clock = lambda: (time.perf_counter(), time.process_time())  # noqa: E731
+    started = clock()
+    signature = tf.saved_model.load(os.path.join(workdir, export)).signatures["serving_default"]
+    loaded = clock()
     signature(text=tf.constant([SENTENCE]))
-    first = time.perf_counter()
+    first = clock()
     signature(text=tf.constant([SENTENCE]))
-    second = time.perf_counter()
-    return {"grappler": grappler, "load_s": loaded - started, "first_request_s": first - loaded,
-            "second_request_s": second - first}
+    second = clock()
+    return {"export": export, "grappler": grappler, "load_s": loaded[0] - started[0],
+            "load_cpu_s": loaded[1] - started[1], "first_request_s": first[0] - loaded[0],
+            "first_request_cpu_s": first[1] - loaded[1], "second_request_s": second[0] - first[0]}
 
 
-def spawn(workdir: str, grappler: str) -> dict:
+def spawn(workdir: str, export: str, grappler: str) -> dict:
     result = subprocess.run([sys.executable, "-m", "bench.inference_bench_first_request", "--child", grappler,
-                             f"--workdir={workdir}"], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                             f"--export={export}", f"--workdir={workdir}"], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     if result.returncode != 0:
-        raise SystemExit(f"child (grappler {grappler}) failed:\n{result.stderr[-3000:]}")
+        raise SystemExit(f"child ({export}, grappler {grappler}) failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -57,20 +62,26 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--exports", default="serving", help="export directories in WORKDIR, comma-separated")
     parser.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)
+    parser.add_argument("--export", default="serving", help=argparse.SUPPRESS)
     parser.add_argument("--out", help="the results JSON to write")
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.workdir, args.child)))
+        print(json.dumps(child(args.workdir, args.export, args.child)))
         return 0
+    cases = [(export, grappler) for export in args.exports.split(",") if export for grappler in SETTINGS]
     runs = []
     for i in range(args.rounds):
-        order = SETTINGS if i % 2 == 0 else SETTINGS[::-1]
-        runs += [spawn(args.workdir, grappler) for grappler in order]
-        print(f"round {i + 1}: " + ", ".join(f"grappler {r['grappler']}: load {r['load_s']:.2f} s, first "
-                                             f"{r['first_request_s']:.2f} s" for r in runs[-2:]), flush=True)
-    summary = {grappler: {key: round(statistics.median(r[key] for r in runs if r["grappler"] == grappler), 3)
-                          for key in ("load_s", "first_request_s", "second_request_s")} for grappler in SETTINGS}
+        order = cases[i % len(cases):] + cases[:i % len(cases)]
+        runs += [spawn(args.workdir, export, grappler) for export, grappler in order]
+        print(f"round {i + 1}: " + ", ".join(f"{r['export']} grappler {r['grappler']}: load {r['load_s']:.2f} s, "
+                                             f"first {r['first_request_s']:.2f} s" for r in runs[-len(cases):]),
+              flush=True)
+    keys = ("load_s", "load_cpu_s", "first_request_s", "first_request_cpu_s", "second_request_s")
+    summary = {f"{export}, grappler {grappler}": {
+        key: round(statistics.median(r[key] for r in runs if (r["export"], r["grappler"]) == (export, grappler)), 3)
+        for key in keys} for export, grappler in cases}
     record = {"command": "python -m bench.inference_bench_first_request " + " ".join(
                   a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
               "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "medians": summary, "runs": runs}

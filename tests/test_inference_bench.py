@@ -55,3 +55,15 @@ def test_the_docs_table_is_rendered_from_the_results(tmp_path):
     assert "batch-1 median: 1.71 (goal ≤ 1, acceptance ≤ 1.5)" in text
     assert "load + first request: 2.50 s (acceptance ≤ 0.5 s)" in text
     assert "ours vs hf 1.0e-03" in text and "Before: commit 0000000." in text
+
+
+def test_the_breakdown_sends_every_request_to_each_call_in_rotated_order():
+    from bench import inference_bench_breakdown
+
+    order = []
+    calls = {name: (lambda name: lambda texts: order.append((name, texts[0])))(name) for name in ("a", "b", "c")}
+    result = inference_bench_breakdown.interleaved(calls, 4, ["s0", "s1", "s2"])
+    assert order == [("a", "s0"), ("b", "s0"), ("c", "s0"), ("b", "s1"), ("c", "s1"), ("a", "s1"),
+                     ("c", "s2"), ("a", "s2"), ("b", "s2"), ("a", "s0"), ("b", "s0"), ("c", "s0")]
+    assert set(result) == {"a", "b", "c"}
+    assert set(result["a"]) == {"batch1_median_ms", "batch1_p90_ms", "batch1_cpu_ms"}

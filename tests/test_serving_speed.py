@@ -11,9 +11,10 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.encoding import encode_pairs
 from electra_tf.finetuning.heads import MASK_PENALTY
+from electra_tf.serving.compact import ROW, FlatWeights
 from electra_tf.serving.text import python_whitespace
 from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
-                                   assert_same_outputs, classifier, squad, tagger)
+                                   assert_same_outputs, classifier, functions, squad, tagger)
 
 # Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
 TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
@@ -52,10 +53,48 @@ def stored_values(path) -> int:
                if name != "_CHECKPOINTABLE_OBJECT_GRAPH")  # the object graph, not a weight
 
 
-def test_exports_store_each_weight_once(classifier):  # noqa: F811
-    """Loading restores every weight once (ExportArchive's `track(model)` stored each twice)."""
+def test_exports_store_each_weight_once_in_one_variable(classifier):  # noqa: F811
+    """Loading restores one variable holding every weight once (ExportArchive's `track(model)` stored each twice, and
+    a variable per weight costs the loader a Python object, a restore and save/restore function nodes each), each
+    weight in whole rows of `compact.ROW` floats; the seed generators' states (dropout's) are not stored."""
     model, _, path, _ = classifier
-    assert stored_values(path) == sum(int(np.prod(w.shape)) for w in model.weights)
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    assert len([name for name in reader.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]) == 1
+    assert stored_values(path) == sum(-(-int(np.prod(w.shape)) // ROW) * ROW for w in model.trainable_weights)
+
+
+def signature_nodes(path) -> int:
+    return max(len(f.node_def) for f in functions(path))
+
+
+def test_exports_hold_the_pruned_graph(classifier, monkeypatch, tmp_path):  # noqa: F811
+    """The export's signature graph is grappler's pruned one (`compact.pruned_endpoint`), not the traced one: fewer
+    nodes, the same outputs. Fails where TensorFlow's private grappler API moved and the export fell back."""
+    from electra_tf.serving import compact
+    from electra_tf.serving.classifier import export_classifier
+
+    model, tokenizer, path, _ = classifier
+    def moved(*args):
+        raise ImportError("tf_optimizer moved")
+
+    monkeypatch.setattr(compact, "_pruned_graph_def", moved)  # the fallback: the traced graph, as before
+    traced = export_classifier(model, tokenizer, ["neg", "neutral", "pos"], SEQ, str(tmp_path / "traced"), False)
+    assert signature_nodes(path) < 0.8 * signature_nodes(traced)
+    served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(TEXTS))
+    assert_same_outputs(served, tf.saved_model.load(traced).signatures["serving_default"](text=tf.constant(TEXTS)))
+
+
+def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811
+    model, tokenizer, _, _ = classifier
+    flat = FlatWeights(model)
+    assert any(int(np.prod(w.shape)) % ROW for w in model.trainable_weights)  # a padded weight is covered
+    for value, weight in zip(flat.values(), model.trainable_weights):
+        np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
+    features = encode_pairs(tokenizer, TEXTS, None, SEQ)
+    np.testing.assert_allclose(flat(features)["logits"].numpy(), model(features, training=False)["logits"].numpy(),
+                               atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="inference only"):
+        flat(features, training=True)
 
 
 def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811

@@ -27,8 +27,9 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import graph_tokenizer, pad_to_longest, serving_archive, write_archive
+from electra_tf.serving.portable import serving_model
+from electra_tf.serving.text import (add_serving_endpoint, graph_tokenizer, pad_to_longest, serving_archive,
+                                     write_archive)
 
 
 def _keep_first(tokens, lengths):
@@ -83,15 +84,15 @@ class ClassifierServer(tf.Module):
 
 
 def export_classifier(model, tokenizer, label_names, max_seq_length: int, path: str, two_texts: bool) -> str:
-    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable.serving_model`) to `path` (via a temporary
     directory renamed into place)."""
-    server = ClassifierServer(serving_copy(model, max_seq_length), tokenizer, label_names, max_seq_length)
+    server = ClassifierServer(serving_model(model, max_seq_length), tokenizer, label_names, max_seq_length)
     text = tf.TensorSpec([None], tf.string, name="text")
     archive = serving_archive(server.tokenizer)
     if two_texts:
         text_b = tf.TensorSpec([None], tf.string, name="text_b")
-        archive.add_endpoint("serving_default", lambda text, text_b: server.predict(text, text_b), [text, text_b])
+        add_serving_endpoint(archive, lambda text, text_b: server.predict(text, text_b), [text, text_b])
     else:
-        archive.add_endpoint("serving_default", lambda text: server.predict(text), [text])
+        add_serving_endpoint(archive, lambda text: server.predict(text), [text])
     return write_archive(archive, path)
 

@@ -1,12 +1,13 @@
 """The model a serving SavedModel holds: the trained weights in a copy of the model built to run wherever
-TensorFlow runs.
+TensorFlow runs, computing inference in few ops.
 
 Training chooses its kernels for its devices (`ExecutionOptions.resolve`: XLA-compiled element-wise kernels on
 CPUs) and its precision for the run (`--mixed_precision`). A SavedModel traced from that model would carry both:
 functions marked `_XlaMustCompile`, which TF Serving does not compile on CPU unless an experimental flag is set
 and fails on in its GPU build (tensorflow/serving#2214). So every export traces `serving_copy(model)` instead: the
 same encoder and head rebuilt with `ExecutionOptions.portable()` (TensorFlow's standard ops, no XLA) in float32,
-holding the trained weights.
+holding the trained weights, served by `serving_model` with those weights in one variable (`serving.compact`). Its encoder is `serving.forward.ServingEncoder`: the same layers and weights, its
+inference forward in a few standard ops per layer (a served request is short, so op count is much of its time).
 
 Example:
 
@@ -26,16 +27,23 @@ Example:
 from __future__ import annotations
 
 from electra_tf.finetuning.model import FinetuningModel
-from electra_tf.model.encoder import ElectraEncoder
 from electra_tf.options import ExecutionOptions
+from electra_tf.serving.compact import FlatWeights
+from electra_tf.serving.forward import ServingEncoder
 
 SERVING_DTYPE = "float32"  # what every device computes; bf16 and fp16 are training choices
 
 
+def serving_model(model: FinetuningModel, seq_length: int) -> FlatWeights:
+    """What every export serves: `serving_copy(model, seq_length)` with its weights in one variable
+    (`serving.compact.FlatWeights`); call it as the model, `served(features, training=False)`."""
+    return FlatWeights(serving_copy(model, seq_length))
+
+
 def serving_copy(model: FinetuningModel, seq_length: int) -> FinetuningModel:
-    """`model` (a built `FinetuningModel`) rebuilt with the portable execution options in float32, its weights
-    copied in; built for `seq_length` tokens (any length runs afterwards)."""
-    encoder = ElectraEncoder(**{**model.encoder.get_config(), "dtype": SERVING_DTYPE},
+    """`model` (a built `FinetuningModel`) rebuilt with the portable execution options in float32 and the serving
+    encoder's forward, its weights copied in; built for `seq_length` tokens (any length runs afterwards)."""
+    encoder = ServingEncoder(**{**model.encoder.get_config(), "dtype": SERVING_DTYPE},
                              execution=ExecutionOptions.portable())
     head = type(model.head).from_config({**model.head.get_config(), "dtype": SERVING_DTYPE})
     copy = FinetuningModel(encoder, head, clip_norm=model.clip_norm, loss_reduction=model.loss_reduction,

@@ -31,8 +31,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import char_offsets, graph_tokenizer, serving_archive, write_archive
+from electra_tf.serving.portable import serving_model
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, serving_archive,
+                                     write_archive)
 from electra_tf.text import normalization
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -376,12 +377,11 @@ class SquadServer(tf.Module):
 
 
 def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) -> str:
-    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable.serving_model`) to `path` (via a temporary
     directory renamed into place)."""
-    server = SquadServer(serving_copy(model, settings.max_seq_length), tokenizer, settings)
+    server = SquadServer(serving_model(model, settings.max_seq_length), tokenizer, settings)
     question = tf.TensorSpec([None], tf.string, name="question")
     context = tf.TensorSpec([None], tf.string, name="context")
     archive = serving_archive(server.tokenizer)
-    archive.add_endpoint("serving_default", lambda question, context: server.answer(question, context),
-                         [question, context])
+    add_serving_endpoint(archive, lambda question, context: server.answer(question, context), [question, context])
     return write_archive(archive, path)

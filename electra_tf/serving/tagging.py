@@ -29,8 +29,9 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.tagging import SEGMENT_ID_CHOICES
-from electra_tf.serving.portable import serving_copy
-from electra_tf.serving.text import char_offsets, graph_tokenizer, python_whitespace, serving_archive, write_archive
+from electra_tf.serving.portable import serving_model
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, python_whitespace,
+                                     serving_archive, write_archive)
 
 INPUT_NAMES = ("text",)
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
@@ -213,10 +214,10 @@ class TaggingServer(tf.Module):
 
 
 def export_tagging(model, tokenizer, labels, scheme: str, max_seq_length: int, path: str, *, segment_id: int) -> str:
-    """Writes the SavedModel of `model`'s portable copy (`serving.portable`) to `path` (via a temporary directory
-    renamed into place); `segment_id` is the one the model was trained with (no default, so an export cannot
-    silently feed another)."""
-    server = TaggingServer(serving_copy(model, max_seq_length), tokenizer, labels, scheme, max_seq_length, segment_id)
+    """Writes the SavedModel of `model`'s portable copy (`serving.portable.serving_model`) to `path` (via a temporary
+    directory renamed into place); `segment_id` is the one the model was trained with (no default, so an export
+    cannot silently feed another)."""
+    server = TaggingServer(serving_model(model, max_seq_length), tokenizer, labels, scheme, max_seq_length, segment_id)
     archive = serving_archive(server.tokenizer)
-    archive.add_endpoint("serving_default", server.tag, [tf.TensorSpec([None], tf.string, name="text")])
+    add_serving_endpoint(archive, lambda text: server.tag(text), [tf.TensorSpec([None], tf.string, name="text")])
     return write_archive(archive, path)

@@ -96,6 +96,16 @@ def serving_archive(tokenizer: GraphTokenizer):
     return archive
 
 
+def add_serving_endpoint(archive, function, input_signature) -> None:
+    """Adds `function` (on `input_signature`, named `TensorSpec`s) as the archive's `serving_default`, its graph
+    pruned once at export (`serving.compact.pruned_endpoint`), and the variables it reads."""
+    from electra_tf.serving.compact import pruned_endpoint
+
+    endpoint, variables = pruned_endpoint(function, input_signature)
+    archive.add_variable_collection("weights", variables)
+    archive.add_endpoint("serving_default", endpoint, input_signature)
+
+
 def write_archive(archive, path: str) -> str:
     """Writes `archive` to `path` through a temporary sibling directory, so `path` is never half-written."""
     parent = os.path.dirname(os.path.abspath(path))

@@ -1,0 +1,192 @@
+"""Where a batch-1 request to our classifier SavedModel goes, and what an export change buys: one process, interleaved.
+
+Not a test. Three parts, all on the SST-2 dev sentences, from the exports in WORKDIR (`python -m
+bench.inference_bench --stage=prepare`, then an export per variant: `--stage=export_ours` at each commit, the
+directory renamed; `--exports` names them, the first is the baseline):
+
+* `ab`: every export loaded in ONE process and called in turn on each request (the order rotated), so load on the
+  machine hits them alike: batch 1 (median, p90 and CPU ms per request over `--requests` sentences) and batch 32
+  (sentences/s and CPU ms per sentence, two passes over the dev set in alternating order), and the largest
+  |logit difference| against the first export;
+* `parts`: one request's pieces, interleaved the same way, on the weights of WORKDIR's current commit: the
+  signature call, an empty `tf.function` call on a string (Python's and TensorFlow's fixed cost of a call), the
+  in-graph tokenisation alone, and the model alone on the tokenised ids;
+* `ops`: per export, TF Serving's way in (the TF1 session loader) with TensorFlow's step stats of
+  `--traced` requests of one sentence: time per op type, summed over the executed kernels (oneDNN's rewrites
+  named as they run, e.g. `_MklTranspose`; function-call ops left out, their ops counted), and the executed
+  node count.
+
+`--threads=INTRA,INTER` sets TensorFlow's thread pools in the process (default: TensorFlow's).
+
+    python -m bench.inference_bench_breakdown --workdir=/tmp/inference_bench --exports=serving_main,serving \\
+        --out=bench/results/inference-batch1-breakdown.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, commit, cpu_name,
+                                   finetuning_model, read_sentences)
+
+
+# Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
+# ops too, so the call's own time would count them twice.
+CALLS = ("StatefulPartitionedCall", "PartitionedCall")
+
+
+def interleaved(calls: dict, requests: int, sentences) -> dict:
+    """Batch-1 median / p90 ms and mean CPU ms of each call, the calls rotated on every request."""
+    names = list(calls)
+    wall, cpu = {n: [] for n in names}, {n: [] for n in names}
+    for i in range(requests):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            started, started_cpu = time.perf_counter(), time.process_time()
+            calls[name]([sentences[i % len(sentences)]])
+            cpu[name].append(time.process_time() - started_cpu)
+            wall[name].append(time.perf_counter() - started)
+    return {n: {"batch1_median_ms": round(1e3 * statistics.median(wall[n]), 2),
+                "batch1_p90_ms": round(1e3 * float(np.percentile(wall[n], 90)), 2),
+                "batch1_cpu_ms": round(1e3 * statistics.mean(cpu[n]), 2)} for n in names}
+
+
+def signature_call(path: str):
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    return lambda texts: signature(text=tf.constant(texts))["logits"].numpy()
+
+
+def ab(workdir: str, exports: list[str], sentences, requests: int) -> dict:
+    calls = {name: signature_call(os.path.join(workdir, name)) for name in exports}
+    for call in calls.values():
+        for sentence in sentences[:10]:  # warm: the first request instantiates the function
+            call([sentence])
+    result = interleaved(calls, requests, sentences)
+    logits = {}
+    for rep in range(2):
+        for name in exports if rep == 0 else exports[::-1]:
+            started, started_cpu = time.perf_counter(), time.process_time()
+            logits[name] = np.concatenate([calls[name](sentences[i:i + BATCH])
+                                           for i in range(0, len(sentences), BATCH)])
+            result[name].setdefault("batch32_sentences_per_s", []).append(
+                round(len(sentences) / (time.perf_counter() - started), 1))
+            result[name].setdefault("batch32_cpu_ms_per_sentence", []).append(
+                round(1e3 * (time.process_time() - started_cpu) / len(sentences), 2))
+    for name in exports[1:]:
+        result[name]["max_abs_logit_difference_vs_" + exports[0]] = float(np.max(np.abs(logits[name]
+                                                                                       - logits[exports[0]])))
+    return result
+
+
+def parts(workdir: str, export: str, sentences, requests: int) -> dict:
+    import tensorflow as tf
+
+    from electra_tf.serving.classifier import ClassifierServer
+    from electra_tf.serving.portable import serving_model
+    from electra_tf.text.tokenization import WordPieceTokenizer
+
+    model = finetuning_model(workdir)
+    head = np.load(os.path.join(workdir, "head.npz"))
+    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    server = ClassifierServer(serving_model(model, MAX_SEQ_LENGTH), WordPieceTokenizer(DEFAULT_VOCAB),
+                              [str(i) for i in range(NUM_LABELS)], MAX_SEQ_LENGTH)
+    text = tf.TensorSpec([None], tf.string)
+    encode = tf.function(server.encode, input_signature=[text])
+    ids = {name: tf.TensorSpec([None, None], tf.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+    forward = tf.function(lambda features: server.model(features, training=False)["logits"], input_signature=[ids])
+    empty = tf.function(tf.strings.length, input_signature=[text])
+    tokenised = {s: {k: v.numpy() for k, v in encode(tf.constant([s])).items()} for s in sentences[:requests]}
+    calls = {"signature": signature_call(os.path.join(workdir, export)),
+             "empty_function": lambda texts: empty(tf.constant(texts)).numpy(),
+             "tokenise": lambda texts: {k: v.numpy() for k, v in encode(tf.constant(texts)).items()},
+             "model": lambda texts: forward(tokenised[texts[0]]).numpy()}
+    for call in calls.values():
+        for sentence in sentences[:10]:
+            call([sentence])
+    result = interleaved(calls, requests, sentences)
+    lengths = [tokenised[s]["input_ids"].shape[1] for s in sentences[:requests]]
+    result["tokens"] = {"median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)}
+    return result
+
+
+def ops(path: str, sentence: str, traced: int, threads) -> dict:
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads[0], inter_op_parallelism_threads=threads[1])
+    micros, nodes = collections.Counter(), collections.Counter()
+    with tf.Graph().as_default(), tf.compat.v1.Session(config=config) as session:
+        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def["serving_default"]
+        fetch, feed = signature.outputs["logits"].name, signature.inputs["text"].name
+        for _ in range(10):
+            session.run(fetch, {feed: [sentence]})
+        options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        for _ in range(traced):
+            metadata = config_pb2.RunMetadata()
+            session.run(fetch, {feed: [sentence]}, options=options, run_metadata=metadata)
+            for device in metadata.step_stats.dev_stats:
+                for node in device.node_stats:
+                    label = node.timeline_label
+                    op = label.split(" = ")[1].split("(")[0] if " = " in label else "other"
+                    if op in CALLS:  # its time is its ops', counted one by one
+                        continue
+                    micros[op] += node.op_end_rel_micros
+                    nodes[op] += 1
+    return {"op_us_per_request": round(sum(micros.values()) / traced), "nodes_per_request": sum(nodes.values()) // traced,
+            "by_op": {op: {"us": round(us / traced), "nodes": nodes[op] // traced} for op, us in micros.most_common(12)}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.inference_bench_breakdown",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--exports", required=True, help="export directories in WORKDIR, the baseline first")
+    parser.add_argument("--parts", choices=("ab", "parts", "ops"), nargs="*", default=["ab", "parts", "ops"])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--traced", type=int, default=10, help="ops: traced requests per export")
+    parser.add_argument("--threads", default="0,0", help="INTRA,INTER (0: TensorFlow's default)")
+    parser.add_argument("--sst2_dev", default=DEFAULT_SST2)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    threads = tuple(int(t) for t in args.threads.split(","))
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer ops)
+
+    if threads != (0, 0):
+        tf.config.threading.set_intra_op_parallelism_threads(threads[0])
+        tf.config.threading.set_inter_op_parallelism_threads(threads[1])
+    sentences = read_sentences(args.sst2_dev)
+    exports = [e for e in args.exports.split(",") if e]
+    record = {"command": "python -m bench.inference_bench_breakdown " + " ".join(
+                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
+              "commit": commit(), "machine": cpu_name(), "threads": args.threads,
+              "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default (on)"),
+              "load_average_1min_at_start": round(os.getloadavg()[0], 2)}
+    if "ab" in args.parts:
+        record["ab"] = ab(args.workdir, exports, sentences, args.requests)
+    if "parts" in args.parts:
+        record["parts"] = parts(args.workdir, exports[-1], sentences, args.requests)
+    if "ops" in args.parts:
+        record["ops"] = {name: ops(os.path.join(args.workdir, name), sentences[0], args.traced, threads)
+                         for name in exports}
+    record["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(record, indent=1))
+    if args.out:
+        with open(args.out + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+        os.replace(args.out + ".tmp", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
