@@ -57,6 +57,15 @@ SEED = 7
 BATCH = 32
 
 
+def emit(record: dict, out: str | None) -> None:
+    """Prints a bench's `record` as JSON and, with `out`, writes it there (atomically)."""
+    from electra_tf.text.manifest import write_json_atomic
+
+    print(json.dumps(record, indent=1))
+    if out:
+        write_json_atomic(out, record)
+
+
 def read_sentences(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8", newline="") as f:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,7 @@ import time
 import numpy as np
 
 from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, commit, cpu_name,
-                                   finetuning_model, read_sentences)
+                                   emit, finetuning_model, read_sentences)
 
 
 # Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
@@ -179,12 +178,7 @@ def main(argv=None) -> int:
         record["ops"] = {name: ops(os.path.join(args.workdir, name), sentences[0], args.traced, threads)
                          for name in exports}
     record["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(record, indent=1))
-    if args.out:
-        with open(args.out + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.replace(args.out + ".tmp", args.out)
+    emit(record, args.out)
     return 0
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from bench.inference_bench import ROOT, commit, cpu_name
+from bench.inference_bench import ROOT, commit, cpu_name, emit
 
 SETTINGS = ("on", "off")
 SENTENCE = "it 's a charming and often affecting journey ."
@@ -85,12 +85,7 @@ def main(argv=None) -> int:
     record = {"command": "python -m bench.inference_bench_first_request " + " ".join(
                   a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
               "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "medians": summary, "runs": runs}
-    print(json.dumps(record, indent=1))
-    if args.out:
-        with open(args.out + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.replace(args.out + ".tmp", args.out)
+    emit(record, args.out)
     return 0
 
 
