@@ -195,6 +195,14 @@ class ElectraTransformerEncoder(layers.Layer):
             epsilon=self.layer_norm_epsilon,
         )
 
+    def sublayers(self) -> dict:
+        """The sub-layers that hold the weights, by role (what another forward of the same function, such
+        as `serving.forward.ServingEncoder`, reads): "attention" (`SelfAttention`: query, key, value and
+        output dense layers), "attention_norm", "intermediate", "output", "feedforward_norm"."""
+        return {"attention": self._self_attention_layer, "attention_norm": self._self_attention_layer_norm,
+                "intermediate": self._feedforward_intermediate_dense, "output": self._feedforward_output_dense,
+                "feedforward_norm": self._feedforward_layer_norm}
+
     def get_config(self):
         config = super().get_config()
         config.update(

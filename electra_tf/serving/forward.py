@@ -61,7 +61,7 @@ class ServingEncoder(ElectraEncoder):
             rows = dense(rows, self.embeddings_projection)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
-        shapes = LayerShapes(batch, length, layer_parts(layers[0])["attention"])  # every layer's the same
+        shapes = LayerShapes(batch, length, layers[0].sublayers()["attention"])  # every layer's the same
         for i, layer in enumerate(layers):
             query_length = output_length if i == len(layers) - 1 else None
             rows = transformer_layer(layer, rows, shapes, mask_bias, query_length)
@@ -113,7 +113,7 @@ class LayerShapes:
 def transformer_layer(layer, rows, shapes: LayerShapes, mask_bias, query_length=None):
     """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows; with
     `query_length=n`, only each sequence's first n positions are computed (keys and values span all)."""
-    parts = layer_parts(layer)
+    parts = layer.sublayers()
     attention = parts["attention"]
 
     def projection(x, einsum_dense):  # EinsumDense "abc,cde->abde" as a 2-D matmul
@@ -137,11 +137,3 @@ def transformer_layer(layer, rows, shapes: LayerShapes, mask_bias, query_length=
     hidden_rows = layer_norm(attended + queries, parts["attention_norm"])
     feedforward = dense(dense(hidden_rows, parts["intermediate"]), parts["output"])
     return layer_norm(feedforward + hidden_rows, parts["feedforward_norm"])
-
-
-def layer_parts(layer) -> dict:
-    """The sub-layers of an `ElectraTransformerEncoder` this forward reads. They are the layer's private
-    attributes (as its own XLA:CPU call reads them): a rename there fails every serving test at once."""
-    return {"attention": layer._self_attention_layer, "attention_norm": layer._self_attention_layer_norm,
-            "intermediate": layer._feedforward_intermediate_dense, "output": layer._feedforward_output_dense,
-            "feedforward_norm": layer._feedforward_layer_norm}
