@@ -157,14 +157,15 @@ def main(argv):
     report["graph_nodes"] = graph_parts(concrete)
     print("traced loop, nodes by part:", report["graph_nodes"], flush=True)
 
+    rounds = args.rounds if args.grappler == "both" else 0  # the on/off A/B needs both first steps
     per_round = {True: [], False: []}
-    for round_index in range(args.rounds if args.grappler == "both" else 0):
+    for round_index in range(rounds):
         for grappler in ((True, False) if round_index % 2 == 0 else (False, True)):
             per_round[grappler].append(timed_steps(impls[grappler], args.steps))
         on, off = per_round[True][-1], per_round[False][-1]
         print(f"round {round_index}: CPU-s/step on {on['cpu_s']:.3f}, off {off['cpu_s']:.3f} "
               f"(on ÷ off {on['cpu_s'] / off['cpu_s']:.3f})", flush=True)
-    if args.rounds and args.grappler == "both":
+    if rounds:
         ratios = [on["cpu_s"] / off["cpu_s"] for on, off in zip(per_round[True], per_round[False])]
         report["steps"] = {"on": per_round[True], "off": per_round[False],
                            "cpu_ratio_on_over_off": ratios, "median_ratio": statistics.median(ratios)}

@@ -85,24 +85,23 @@ def active_scope():
     return _ACTIVE.get()
 
 
-def keyed_keep_bits(x, halves: bool = True):
-    """The next site's keep bits for `x` `[B, …, U]` in the current scope (None outside one)."""
-    from electra_tf.ops.random_bits import example_keyed_bits
-
-    scope = active_scope()
-    if scope is None:
-        return None
-    return example_keyed_bits(x, scope.streams, scope.take_site(), halves=halves)
-
-
-def keyed_keep_words(x):
-    """`keyed_keep_bits(x)` before the interleave (`random_bits.KeyedWords`, for a fused kernel), or None."""
+def keyed_keep_words(x, halves: bool = True):
+    """The next site's keep draws for `x` `[B, …, U]` in the current scope before their interleave
+    (`random_bits.KeyedWords`: what a fused kernel takes), or None outside a scope."""
     from electra_tf.ops.random_bits import example_keyed_words
 
     scope = active_scope()
     if scope is None:
         return None
-    return example_keyed_words(x, scope.streams, scope.take_site())
+    return example_keyed_words(x, scope.streams, scope.take_site(), halves=halves)
+
+
+def keyed_keep_bits(x, halves: bool = True):
+    """The next site's keep bits for `x`, shaped like it, in the current scope (None outside one)."""
+    from electra_tf.ops.random_bits import interleave
+
+    words = keyed_keep_words(x, halves)
+    return None if words is None else interleave(words, x)
 
 
 def batch_size_of_scope():

@@ -169,11 +169,12 @@ class ElectraTransformerEncoder(layers.Layer):
     def _xla_cpu_weights(self):
         from electra_tf.ops import xla_cpu
 
-        attention = self._self_attention_layer
+        parts = self.sublayers()
+        attention = parts["attention"]
         hidden = attention.output_dense.kernel.shape[-1]
         projections = (attention.query_dense, attention.key_dense, attention.value_dense)
-        norms = (self._self_attention_layer_norm, self._feedforward_layer_norm)
-        intermediate, output = self._feedforward_intermediate_dense, self._feedforward_output_dense
+        norms = (parts["attention_norm"], parts["feedforward_norm"])
+        intermediate, output = parts["intermediate"], parts["output"]
 
         def matrix(variable, rows=None, columns=None):
             shape = tuple(variable.shape) if rows is columns is None else (rows or -1, columns or -1)

@@ -147,8 +147,8 @@ _HEAD_SHIFT = 16
 
 class KeyedWords(NamedTuple):
     """Example-keyed draws before their interleave: Philox's four uint32 output words, each
-    `[B, heads, blocks, units]`, for an `x` of `size` elements; `bits_like` makes them the uint16 (`halves`)
-    or uint32 integers shaped like `x` that `example_keyed_bits` returns."""
+    `[B, heads, blocks, units]`, for some `x`; `bits_like(words, x)` makes them the uint16 (`halves`) or
+    uint32 integers shaped like `x` that `example_keyed_bits` returns."""
 
     w0: "tf.Tensor"
     w1: "tf.Tensor"
@@ -157,19 +157,13 @@ class KeyedWords(NamedTuple):
     halves: bool
 
 
-def _template_axes(template):
-    import tensorflow as tf
-
-    shape = tf.shape(template)
-    return {2: lambda: (shape[0], 1, 1, shape[1]), 3: lambda: (shape[0], 1, shape[1], shape[2]),
-            4: lambda: tf.unstack(shape)}[template.shape.rank]()
-
-
 def _keyed_words(template, streams, site, halves: bool):
     import tensorflow as tf
 
     u32 = tf.uint32
-    batch, heads, rows, units = _template_axes(template)
+    shape = tf.shape(template)
+    batch, heads, rows, units = {2: lambda: (shape[0], 1, 1, shape[1]), 3: lambda: (shape[0], 1, shape[1], shape[2]),
+                                 4: lambda: tf.unstack(shape)}[template.shape.rank]()
     planes = 8 if halves else 4
     blocks = (rows + planes - 1) // planes
     lanes = tf.cast(tf.bitwise.bitwise_and(streams, tf.constant(0xFFFFFFFF, tf.int64)), u32)  # [B, 3]
@@ -212,6 +206,12 @@ def _bits_like_jit():
     return tf.function(bits_like, jit_compile=True, autograph=False)
 
 
+def interleave(words: KeyedWords, x):
+    """`bits_like(words, x)` as an XLA function of its own: the bits shaped like `x`, where no fused kernel
+    consumes them (one copy)."""
+    return _bits_like_jit()(words, x)
+
+
 def example_keyed_words(x, streams, site: int, halves: bool = True) -> KeyedWords:
     """`example_keyed_bits` before the interleave (`KeyedWords`): what a fused kernel takes, calling
     `bits_like` inside, so that the bits never take a pass over memory of their own."""
@@ -231,4 +231,4 @@ def example_keyed_bits(x, streams, site: int, halves: bool = True):
     the step), its position (or head and query position) and `u` only: one example gets the same
     bits in any batch, at any sequence length. Philox-4x32-10, computed by XLA (also when called
     outside a compiled function: TensorFlow's uint64 kernels are slow on CPU)."""
-    return _bits_like_jit()(example_keyed_words(x, streams, site, halves), x)
+    return interleave(example_keyed_words(x, streams, site, halves), x)

@@ -20,8 +20,8 @@ Python graph. The traced graph repeats much (shape arithmetic, constants, identi
 `If` branches): grappler's passes that remove, fold, inline or simplify (`PRUNING_PASSES`; no fusion, layout or
 device-specific rewrite, so the result holds standard ops only) run once at export, and the export holds their
 result instead of the traced graph (ELECTRA-Small's classifier: 6 functions of 1,481 nodes instead of 32 of 2,470).
-The loader's grappler runs these passes too, so what the model computes is what it computed before. Grappler has no public
-Python API, so this one function uses TensorFlow's private modules (`tensorflow.python.grappler.tf_optimizer`,
+The loader's grappler runs these passes too, so what the model computes is what it computed before. Grappler has no
+public Python API, so this one function uses TensorFlow's private modules (`tensorflow.python.grappler.tf_optimizer`,
 `tensorflow.python.eager.wrap_function`); where a TensorFlow release moves them, the export falls back to the
 traced graph with a warning, and `tests/test_serving_speed.py::test_exports_hold_the_pruned_graph` fails.
 """

@@ -103,6 +103,7 @@ class LayerShapes:
         self.by_heads = tf.stack([batch, length, heads, size])  # [batch · length, width] → these, then transposed
         self.sequences = tf.stack([batch, length, self.hidden])
         self.kernel = tf.constant([-1, self.width])  # EinsumDense [hidden, heads, size] → [hidden, width]
+        self.output_kernel = tf.constant([self.width, -1])  # the output projection's [heads, size, hidden]
         self.bias = tf.constant([self.width])
         self.rows = tf.constant([-1, self.width])
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
@@ -133,7 +134,8 @@ def transformer_layer(layer, rows, shapes: LayerShapes, mask_bias, query_length=
     scores = tf.matmul(q, k, transpose_b=True) * shapes.scale + mask_bias
     context = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
     context = tf.reshape(transpose_bits(context, shapes.swap), shapes.rows)
-    attended = dense(context, attention.output_dense, tf.reshape(attention.output_dense.kernel, shapes.rows))
+    output_kernel = tf.reshape(attention.output_dense.kernel, shapes.output_kernel)
+    attended = dense(context, attention.output_dense, output_kernel)
     hidden_rows = layer_norm(attended + queries, parts["attention_norm"])
     feedforward = dense(dense(hidden_rows, parts["intermediate"]), parts["output"])
     return layer_norm(feedforward + hidden_rows, parts["feedforward_norm"])

@@ -6,8 +6,9 @@ CPUs) and its precision for the run (`--mixed_precision`). A SavedModel traced f
 functions marked `_XlaMustCompile`, which TF Serving does not compile on CPU unless an experimental flag is set
 and fails on in its GPU build (tensorflow/serving#2214). So every export traces `serving_copy(model)` instead: the
 same encoder and head rebuilt with `ExecutionOptions.portable()` (TensorFlow's standard ops, no XLA) in float32,
-holding the trained weights, served by `serving_model` with those weights in one variable (`serving.compact`). Its encoder is `serving.forward.ServingEncoder`: the same layers and weights, its
-inference forward in a few standard ops per layer (a served request is short, so op count is much of its time).
+holding the trained weights, served by `serving_model` with those weights in one variable (`serving.compact`).
+Its encoder is `serving.forward.ServingEncoder`: the same layers and weights, its inference forward in a few
+standard ops per layer (a served request is short, so op count is much of its time).
 
 Example:
 
