@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from electra_tf.config import ElectraConfig
+from electra_tf.model import layer_loop
 from electra_tf.model.embeddings import ElectraEmbeddings
 from electra_tf.model.execution import layer_execution, without_legacy_fields
 from electra_tf.model.layers import ElectraDense, get_activation, truncated_normal
@@ -165,8 +166,11 @@ class ElectraEncoder(keras.Model):
         if output_length is not None:
             *transformer_layers, last = transformer_layers
         masks = {} if attention_mask is None else {"attention_mask": attention_mask}
-        for layer in transformer_layers:
-            x = layer(x, padding_mask=padding_mask, training=training, **masks)
+        if layer_loop.applies(transformer_layers, training, attention_mask):
+            x = layer_loop.run(transformer_layers, x, padding_mask, training)
+        else:
+            for layer in transformer_layers:
+                x = layer(x, padding_mask=padding_mask, training=training, **masks)
         if output_length is None:
             return x
         return last(x, padding_mask=padding_mask, training=training, query_length=output_length, **masks)

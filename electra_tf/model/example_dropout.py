@@ -42,14 +42,21 @@ _ACTIVE = contextvars.ContextVar("example_dropout", default=None)
 
 
 class _Scope:
-    """The streams of one forward pass and the next site number."""
+    """The streams of one forward pass and the next site number (`first_site` + the sites taken: a Python
+    int, or a tensor inside a loop over layers, `sites_from`)."""
 
-    def __init__(self, streams):
+    def __init__(self, streams, first_site=0):
         self.streams = streams
-        self.next_site = 0
+        self.first_site = first_site
+        self.taken = 0
 
-    def take_site(self) -> int:
-        site, self.next_site = self.next_site, self.next_site + 1
+    @property
+    def next_site(self):
+        return self.first_site + self.taken
+
+    def take_site(self):
+        site = self.next_site
+        self.taken += 1
         return site
 
 
@@ -78,6 +85,29 @@ def keyed_by(streams):
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def sites_from(first_site):
+    """Inside: the current scope's streams, sites numbered from `first_site` (an int32 tensor: one
+    iteration of a loop over identical layers, iteration i from first + i × the sites one layer takes).
+    Yields that scope, whose `taken` is the sites the body took. Outside any scope: does nothing."""
+    outer = active_scope()
+    if outer is None:
+        yield None
+        return
+    token = _ACTIVE.set(_Scope(outer.streams, first_site))
+    try:
+        yield _ACTIVE.get()
+    finally:
+        _ACTIVE.reset(token)
+
+
+def skip_sites(count: int) -> None:
+    """Advances the current scope (if any) past `count` sites (those a loop's iterations took)."""
+    scope = active_scope()
+    if scope is not None:
+        scope.taken += count
 
 
 def active_scope():

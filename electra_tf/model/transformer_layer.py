@@ -39,7 +39,7 @@ from electra_tf.model.attention import SelfAttention, clone_initializer
 from electra_tf.model.execution import layer_execution, without_legacy_fields
 from electra_tf.model import example_dropout
 from electra_tf.model.layers import ElectraDense, dropout_layer, is_exact_gelu
-from electra_tf.ops.reference import PACKAGE
+from electra_tf.ops.reference import PACKAGE, own_dtype_value as value
 
 
 def _dropout_bits(dropout, training, rows=False):
@@ -156,7 +156,9 @@ class ElectraTransformerEncoder(layers.Layer):
         output = self._feedforward_layer_norm(self._feedforward_dropout(feedforward, training=training) + hidden)
         return (output, scores) if return_attention_scores else output
 
-    def _xla_cpu_call(self, x, padding_mask, training, query_length):
+    def _xla_cpu_call(self, x, padding_mask, training, query_length, weights=None):
+        """`weights`: another layer's `xla_cpu_weights()` of the same shapes (a loop over identical
+        layers computes them all with this one's code and dropout rate); default: this layer's."""
         from electra_tf.ops import xla_cpu
 
         key_mask = None if padding_mask is None else ops.cast(padding_mask, "bool")[:, None, None, :]
@@ -164,9 +166,10 @@ class ElectraTransformerEncoder(layers.Layer):
             attention_bits=_dropout_bits(self._self_attention_layer.dropout_layer, training),
             attention_output_bits=_dropout_bits(self._self_attention_dropout, training, rows=True),
             ffn_bits=_dropout_bits(self._feedforward_dropout, training, rows=True), rate=self.dropout)
-        return xla_cpu.transformer_layer(x, key_mask, self._xla_cpu_weights(), dropout, query_length)
+        return xla_cpu.transformer_layer(x, key_mask, weights or self.xla_cpu_weights(), dropout, query_length)
 
-    def _xla_cpu_weights(self):
+    def xla_cpu_weights(self):
+        """This layer's weights as the XLA:CPU kernels take them (`ops.xla_cpu.LayerWeights` of tensors)."""
         from electra_tf.ops import xla_cpu
 
         parts = self.sublayers()
@@ -176,17 +179,16 @@ class ElectraTransformerEncoder(layers.Layer):
         norms = (parts["attention_norm"], parts["feedforward_norm"])
         intermediate, output = parts["intermediate"], parts["output"]
 
+        # Read in the variables' own dtype also where an autocasting caller reads them (a loop over the
+        # layers, `layer_loop`): tensors, not variables, as the kernels' custom gradients take.
         def matrix(variable, rows=None, columns=None):
             shape = tuple(variable.shape) if rows is columns is None else (rows or -1, columns or -1)
-            return ops.cast(ops.reshape(variable, shape), self.compute_dtype)
-
-        def value(variable):  # a tensor, not the variable: the kernels' custom gradients take tensors
-            return ops.copy(variable)
+            return ops.cast(ops.reshape(value(variable), shape), self.compute_dtype)
 
         return xla_cpu.LayerWeights(
             num_heads=attention.num_heads,
             qkv_kernel=ops.concatenate([matrix(d.kernel, rows=hidden) for d in projections], axis=1),
-            qkv_bias=ops.concatenate([ops.reshape(d.bias, (-1,)) for d in projections], axis=0),
+            qkv_bias=ops.concatenate([ops.reshape(value(d.bias), (-1,)) for d in projections], axis=0),
             output_kernel=matrix(attention.output_dense.kernel, columns=hidden),
             output_bias=value(attention.output_dense.bias),
             attention_gamma=value(norms[0].gamma), attention_beta=value(norms[0].beta),

@@ -212,7 +212,7 @@ def interleave(words: KeyedWords, x):
     return _bits_like_jit()(words, x)
 
 
-def example_keyed_words(x, streams, site: int, halves: bool = True) -> KeyedWords:
+def example_keyed_words(x, streams, site, halves: bool = True) -> KeyedWords:
     """`example_keyed_bits` before the interleave (`KeyedWords`): what a fused kernel takes, calling
     `bits_like` inside, so that the bits never take a pass over memory of their own."""
     import tensorflow as tf
@@ -220,7 +220,7 @@ def example_keyed_words(x, streams, site: int, halves: bool = True) -> KeyedWord
     rank = len(x.shape)
     if rank not in (2, 3, 4):
         raise ValueError(f"example-keyed dropout takes [batch, (1 or 2 axes,) units], got shape {x.shape}")
-    words = _keyed_words_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.constant(site, tf.int32))
+    words = _keyed_words_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.cast(site, tf.int32))
     return KeyedWords(*words, halves=bool(halves))
 
 
