@@ -7,8 +7,9 @@ Each round runs `python -m bench.step_bench --sizes=small --precisions=fp32 --on
 checkout of each commit (a temporary `git worktree`), the two commits alternating and the order flipped every
 round, so a machine that slows down or speeds up during the comparison weighs on both alike. The result,
 `bench/results/step_compare-<name>.json`, holds both commits, the command, the machine, every round's
-sequences/s and the ratios after ÷ before (> 1: the later commit is faster). A measurement, not a test: read
-it with the spread of its rounds.
+sequences/s and the ratios after ÷ before (> 1: the later commit is faster), and every round's first step
+(step_bench's `first_step_s`: tracing, graph instantiation, XLA compilation and one step, in a fresh process).
+A measurement, not a test: read it with the spread of its rounds.
 """
 
 from __future__ import annotations
@@ -37,17 +38,18 @@ def bench_command(steps: int, json_out: Path, precision: str = "fp32") -> list[s
             "--rounds=1", f"--steps={steps}", "--warmup=1", f"--json_out={json_out}"]
 
 
-def ours_seq_per_second(report: dict) -> float:
-    """Our step's sequences/s in a step_bench report of one round."""
+def ours_timings(report: dict) -> tuple[float, float]:
+    """Our step's sequences/s and first step (seconds) in a step_bench report of one round."""
     (group,) = [g for g in report["groups"] if "ours" in g.get("results", {})]
-    (timing,) = group["results"]["ours"]["rounds"]
-    return timing["seq_s"]
+    ours = group["results"]["ours"]
+    (timing,) = ours["rounds"]
+    return timing["seq_s"], ours["first_step_s"]
 
 
-def time_once(checkout: Path, steps: int, out: Path, precision: str = "fp32") -> float:
+def time_once(checkout: Path, steps: int, out: Path, precision: str = "fp32") -> tuple[float, float]:
     subprocess.run(bench_command(steps, out, precision), cwd=checkout, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    return ours_seq_per_second(json.loads(out.read_text()))
+    return ours_timings(json.loads(out.read_text()))
 
 
 def main(argv=None) -> int:
@@ -60,16 +62,18 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="the step's precision (step_bench's)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="step_compare_"))
-    commits, seq_s = {}, {"before": [], "after": []}
+    commits, seq_s, first_s = {}, {"before": [], "after": []}, {"before": [], "after": []}
     try:
         for label in ("before", "after"):
             commits[label] = git("rev-parse", "--short", getattr(args, label))
             git("worktree", "add", "--detach", str(work / label), commits[label])
         for round_ in range(args.rounds):
             for label in (("before", "after") if round_ % 2 == 0 else ("after", "before")):
-                value = time_once(work / label, args.steps, work / f"{label}-{round_}.json", args.precision)
+                value, first = time_once(work / label, args.steps, work / f"{label}-{round_}.json", args.precision)
                 seq_s[label].append(value)
-                print(f"round {round_ + 1}/{args.rounds} {label} ({commits[label]}): {value:.2f} seq/s", flush=True)
+                first_s[label].append(first)
+                print(f"round {round_ + 1}/{args.rounds} {label} ({commits[label]}): {value:.2f} seq/s, "
+                      f"first step {first:.1f} s", flush=True)
     finally:
         for label in ("before", "after"):
             if (work / label).exists():
@@ -81,11 +85,14 @@ def main(argv=None) -> int:
                          f"--name={args.name} --rounds={args.rounds} --steps={args.steps} --precision={args.precision}",
               "each_run": " ".join(bench_command(args.steps, Path("OUT.json"), args.precision)[1:]),
               "seq_per_s": seq_s,
-              "ratio_after_over_before": {"per_round": ratios, "median": statistics.median(ratios)}}
+              "ratio_after_over_before": {"per_round": ratios, "median": statistics.median(ratios)},
+              "first_step_s": {**first_s, "median": {label: statistics.median(first_s[label]) for label in first_s}}}
     out = ROOT / "bench" / "results" / f"step_compare-{args.name}.json"
     write_text_atomic(out, json.dumps(result, indent=1) + "\n")
     print(f"after ÷ before: median {result['ratio_after_over_before']['median']:.3f} over {args.rounds} rounds "
-          f"({', '.join(f'{r:.3f}' for r in ratios)}); wrote {out}")
+          f"({', '.join(f'{r:.3f}' for r in ratios)}); first step, medians: before "
+          f"{result['first_step_s']['median']['before']:.1f} s, after {result['first_step_s']['median']['after']:.1f} s; "
+          f"wrote {out}")
     return 0
 
 

@@ -1,16 +1,19 @@
-"""bench/step_compare.py reads our step's rate out of a step_bench report (the rest runs step_bench itself)."""
+"""bench/step_compare.py reads our step's rate and first step out of a step_bench report (the rest runs step_bench
+itself)."""
 
 import pytest
 
 from bench import step_compare
 
 
-def test_our_rate_is_read_from_the_one_group_that_holds_ours():
+def test_our_rate_and_first_step_are_read_from_the_one_group_that_holds_ours():
     report = {"groups": [{"name": "pipeline", "results": {}},
-                         {"name": "small/fp32", "results": {"ours": {"rounds": [{"seq_s": 6.25, "wall_s": 1.0}]}}}]}
-    assert step_compare.ours_seq_per_second(report) == 6.25
+                         {"name": "small/fp32", "results": {"ours": {"first_step_s": 21.5,
+                                                                     "rounds": [{"seq_s": 6.25, "wall_s": 1.0}]}}}]}
+    assert step_compare.ours_timings(report) == (6.25, 21.5)
     with pytest.raises(ValueError):  # two rounds: the comparison times one per run
-        step_compare.ours_seq_per_second({"groups": [{"results": {"ours": {"rounds": [{"seq_s": 1}, {"seq_s": 2}]}}}]})
+        step_compare.ours_timings({"groups": [{"results": {"ours": {"first_step_s": 1,
+                                                                    "rounds": [{"seq_s": 1}, {"seq_s": 2}]}}}]})
 
 
 def test_each_run_is_the_step_bench_of_our_small_fp32_step():
