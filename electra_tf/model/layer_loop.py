@@ -1,9 +1,9 @@
 """An encoder's identical transformer layers as one `tf.while_loop` over their stacked weights.
 
 Why: Python traces a graph op by op (about half a millisecond each), and TensorFlow instantiates
-the traced graph op by op; twelve layers unrolled, forward and backward, are most of a Small
-pre-training step's 17,700 ops. In a loop one layer is traced and one layer's gradient, whatever
-the depth. The function is the same: iteration i computes layer i's weights with the same kernels
+the traced graph op by op; unrolled, every layer of both towers is traced forward and backward. In
+a loop one layer is traced and one layer's gradient, whatever the depth (docs/performance.md, "The
+first step, measured"). The function is the same: iteration i computes layer i's weights with the same kernels
 (`ops.xla_cpu.transformer_layer`), and its dropout draws come from the sites layer i would take
 unrolled (`example_dropout.sites_from`), so losses, gradients and masks equal the unrolled layers'.
 
@@ -25,8 +25,11 @@ def applies(layers, training, attention_mask=None) -> bool:
     layer, no attention mask, and dropout (if it drops out) keyed by the example."""
     if len(layers) < 2 or attention_mask is not None or any(layer.kernels != "xla_cpu" for layer in layers):
         return False
-    drops_out = bool(training) and layers[0].dropout > 0
-    return not drops_out or example_dropout.active_scope() is not None
+    return not _drops_out(layers, training) or example_dropout.active_scope() is not None
+
+
+def _drops_out(layers, training) -> bool:
+    return bool(training) and layers[0].dropout > 0
 
 
 # The dropout sites one XLA:CPU layer takes when it drops out: the attention probabilities, the
@@ -43,7 +46,7 @@ def run(layers, x, padding_mask, training):
     arrays = {name: _layer_array([getattr(weights, name) for weights in per_layer])
               for name, value in template._asdict().items() if isinstance(value, tf.Tensor)}
     outer = example_dropout.active_scope()
-    sites = SITES_PER_LAYER if outer is not None and training and layers[0].dropout > 0 else 0
+    sites = SITES_PER_LAYER if outer is not None and _drops_out(layers, training) else 0
 
     def body(i, x):
         weights = template._replace(**{name: array.read(i) for name, array in arrays.items()})
