@@ -84,6 +84,28 @@ def test_exports_hold_the_pruned_graph(classifier, monkeypatch, tmp_path):  # no
     assert_same_outputs(served, tf.saved_model.load(traced).signatures["serving_default"](text=tf.constant(TEXTS)))
 
 
+@pytest.mark.parametrize("export", ["classifier", "tagger", "squad"])
+def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request):
+    """The loader's grappler would rerun on the first request the passes the export ran (a SavedModel carries no
+    session options): the signature calls the pruned graph, the one function marked `_noinline` (not inlined into
+    the signature, so the loader's grappler optimizes the one-node signature only), through one call node carrying
+    `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel optimizes the function it instantiates with."""
+    from tensorflow.core.protobuf import config_pb2
+
+    path = request.getfixturevalue(export)[-2]
+    library = functions(path)
+    not_inlined = [f for f in library if f.attr["_noinline"].b]
+    assert [len(f.node_def) for f in not_inlined] == [signature_nodes(path)]  # the whole pruned graph
+    name = not_inlined[0].signature.name
+    calls = [node for f in library for node in f.node_def if node.attr["f"].func.name == name]
+    assert [node.op for node in calls] in (["PartitionedCall"], ["StatefulPartitionedCall"])
+    options = config_pb2.ConfigProto.FromString(calls[0].attr["config_proto"].s)
+    assert options.graph_options.rewrite_options.disable_meta_optimizer
+    callers = [f for f in library if any(node.attr["f"].func.name == name for node in f.node_def)]
+    # What the loader's grappler still optimizes: the call and the identities of its outputs.
+    assert {node.op for node in callers[0].node_def} <= {calls[0].op, "Identity", "NoOp"}
+
+
 def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811
     model, tokenizer, _, _ = classifier
     flat = FlatWeights(model)
