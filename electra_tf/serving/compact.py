@@ -113,8 +113,7 @@ def pruned_endpoint(function, input_signature):
         current_context = context.context
     except (ImportError, AttributeError, TypeError) as e:
         logging.warning("serving export: the signature's graph is not pruned (TensorFlow's grappler or call-options "
-                        "API moved: %s); "
-                        "it loads and answers its first request slower, and computes the same", e)
+                        "API moved: %s); it loads and answers its first request slower, and computes the same", e)
         return tf.function(function, input_signature=input_signature), variables
     pruned = _graph_function(graph_def, traced)
 
