@@ -129,6 +129,27 @@ def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa:
     np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("export,inputs", [("tagger", {"text": TAGGING_TEXTS}),
+                                           ("squad", {"question": SQUAD_QUESTIONS, "context": SQUAD_CONTEXTS})])
+def test_the_tf1_session_loader_serves_what_tf2_serves(export, inputs, request):
+    """TF Serving's loader runs the call into the pruned graph (grappler off, its `If`s and SQuAD's windows `While`
+    lowered by TensorFlow at instantiation) to the outputs `tf.saved_model.load` serves."""
+    path = request.getfixturevalue(export)[-2]
+    expected = tf.saved_model.load(path).signatures["serving_default"](
+        **{name: tf.constant(value) for name, value in inputs.items()})
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def["serving_default"]
+        names = sorted(signature.outputs)
+        served = session.run([signature.outputs[name].name for name in names],
+                             {signature.inputs[name].name: value for name, value in inputs.items()})
+    assert names == sorted(expected)
+    for name, value in zip(names, served):
+        if value.dtype.kind in "fc":
+            np.testing.assert_allclose(value, expected[name].numpy(), atol=1e-5, rtol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(value, expected[name].numpy(), err_msg=name)
+
+
 def padded_to(features, length):
     return {name: np.pad(value.numpy(), [[0, 0], [0, length - value.shape[1]]]) for name, value in features.items()}
 
