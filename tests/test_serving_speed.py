@@ -84,6 +84,28 @@ def test_exports_hold_the_pruned_graph(classifier, monkeypatch, tmp_path):  # no
     assert_same_outputs(served, tf.saved_model.load(traced).signatures["serving_default"](text=tf.constant(TEXTS)))
 
 
+@pytest.mark.parametrize("export", ["classifier", "tagger", "squad"])
+def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request):
+    """The loader's grappler would rerun on the first request the passes the export ran (a SavedModel carries no
+    session options): the signature calls the pruned graph, the one function marked `_noinline` (not inlined into
+    the signature, so the loader's grappler optimizes the one-node signature only), through one call node carrying
+    `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel optimizes the function it instantiates with."""
+    from tensorflow.core.protobuf import config_pb2
+
+    path = request.getfixturevalue(export)[-2]
+    library = functions(path)
+    not_inlined = [f for f in library if f.attr["_noinline"].b]
+    assert [len(f.node_def) for f in not_inlined] == [signature_nodes(path)]  # the whole pruned graph
+    name = not_inlined[0].signature.name
+    calls = [node for f in library for node in f.node_def if node.attr["f"].func.name == name]
+    assert [node.op for node in calls] in (["PartitionedCall"], ["StatefulPartitionedCall"])
+    options = config_pb2.ConfigProto.FromString(calls[0].attr["config_proto"].s)
+    assert options.graph_options.rewrite_options.disable_meta_optimizer
+    callers = [f for f in library if any(node.attr["f"].func.name == name for node in f.node_def)]
+    # What the loader's grappler still optimizes: the call and the identities of its outputs.
+    assert {node.op for node in callers[0].node_def} <= {calls[0].op, "Identity", "NoOp"}
+
+
 def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811
     model, tokenizer, _, _ = classifier
     flat = FlatWeights(model)
@@ -105,6 +127,27 @@ def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa:
         signature = meta_graph.signature_def["serving_default"]
         logits = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: TEXTS})
     np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("export,inputs", [("tagger", {"text": TAGGING_TEXTS}),
+                                           ("squad", {"question": SQUAD_QUESTIONS, "context": SQUAD_CONTEXTS})])
+def test_the_tf1_session_loader_serves_what_tf2_serves(export, inputs, request):
+    """TF Serving's loader runs the call into the pruned graph (grappler off, its `If`s and SQuAD's windows `While`
+    lowered by TensorFlow at instantiation) to the outputs `tf.saved_model.load` serves."""
+    path = request.getfixturevalue(export)[-2]
+    expected = tf.saved_model.load(path).signatures["serving_default"](
+        **{name: tf.constant(value) for name, value in inputs.items()})
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def["serving_default"]
+        names = sorted(signature.outputs)
+        served = session.run([signature.outputs[name].name for name in names],
+                             {signature.inputs[name].name: value for name, value in inputs.items()})
+    assert names == sorted(expected)
+    for name, value in zip(names, served):
+        if value.dtype.kind in "fc":
+            np.testing.assert_allclose(value, expected[name].numpy(), atol=1e-5, rtol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(value, expected[name].numpy(), err_msg=name)
 
 
 def padded_to(features, length):

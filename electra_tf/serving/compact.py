@@ -19,11 +19,26 @@ passed as constants. TF Serving's TF1 session loader restores the one variable l
 Python graph. The traced graph repeats much (shape arithmetic, constants, identities, the ragged ops' assertions in
 `If` branches): grappler's passes that remove, fold, inline or simplify (`PRUNING_PASSES`; no fusion, layout or
 device-specific rewrite, so the result holds standard ops only) run once at export, and the export holds their
-result instead of the traced graph (ELECTRA-Small's classifier: 6 functions of 1,481 nodes instead of 32 of 2,470).
-The loader's grappler runs these passes too, so what the model computes is what it computed before. Grappler has no
-public Python API, so this one function uses TensorFlow's private modules (`tensorflow.python.grappler.tf_optimizer`,
-`tensorflow.python.eager.wrap_function`); where a TensorFlow release moves them, the export falls back to the
-traced graph with a warning, and `tests/test_serving_speed.py::test_exports_hold_the_pruned_graph` fails.
+result instead of the traced graph (ELECTRA-Small's classifier: 1,291 nodes instead of 2,470). `If` and `While` stay
+functional there (TensorFlow lowers them at load): the ragged ops' 12 assertion `If`s keep their small branch functions.
+
+Grappler would run those passes again on the first request, over a graph they no longer change: a SavedModel
+carries no session options, and the loader's (TF Serving's, or `tf.saved_model.load`'s process) turn grappler on.
+So the signature's function holds one call into the pruned graph (`PRUNED_FUNCTION`, a function marked `_noinline`,
+which neither grappler nor TensorFlow's function inlining inlines) whose call node carries its own session options,
+`GRAPPLER_OFF`: the `PartitionedCall` kernel optimizes the function it instantiates with its node's `config_proto`,
+not the session's, and the loader's grappler optimizes the signature's few nodes only. What grappler no longer does
+at load is fuse (its remapper's `MatMul` + `BiasAdd` + activation into oneDNN's fused matmul). Measured on
+ELECTRA-Small's classifier (`bench/results/inference-first-request-call-options.json`,
+`bench/results/inference-batch1-call-options.json`, a shared 2-core machine): the first request 0.84 → 0.47 s,
+batch 1 18.2 → 16.4 ms, batch 32 5–15 % slower (`bench/results/inference-sst2-small.json`). TF Serving's TF1
+session loader optimizes the library's functions with its own options at load, and serves the call
+(`tests/test_serving_speed.py`).
+
+Grappler has no public Python API, nor the call options of a traced call: this one function uses TensorFlow's
+private modules (`tensorflow.python.grappler.tf_optimizer`, `tensorflow.python.eager.context`); where a TensorFlow
+release moves them, the export falls back to the traced graph with a warning, and
+`tests/test_serving_speed.py::test_exports_hold_the_pruned_graph` fails.
 """
 
 from __future__ import annotations
@@ -31,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
 ROW = 16  # floats per row of the weight variable: 64 bytes, Eigen's largest alignment
 # Grappler passes that remove, fold, inline or simplify nodes into standard ops (none that fuses, changes layouts or
@@ -73,34 +89,71 @@ class FlatWeights(tf.Module):
         return outputs
 
 
+# The session options the call into the pruned graph carries: grappler's meta-optimizer off (its passes ran at
+# export); soft placement, as TensorFlow's own function calls ask.
+GRAPPLER_OFF = config_pb2.ConfigProto(
+    allow_soft_placement=True,
+    graph_options=config_pb2.GraphOptions(rewrite_options=rewriter_config_pb2.RewriterConfig(
+        disable_meta_optimizer=True)))
+PRUNED_FUNCTION = "pruned_graph"  # the name (prefix) of the function holding the pruned graph
+
+
 def pruned_endpoint(function, input_signature):
     """`function` traced on `input_signature` (named `TensorSpec`s), its graph pruned by `PRUNING_PASSES`, as a
-    `tf.function` over the same inputs; and the variables it reads (an `ExportArchive` must track them). The traced
-    function itself where TensorFlow's private grappler or graph-import modules are not there (a warning says so)."""
+    `tf.function` over the same inputs that calls the pruned graph with `GRAPPLER_OFF`; and the variables it reads
+    (an `ExportArchive` must track them). The traced function itself where TensorFlow's private grappler or
+    call-options modules are not there (a warning says so)."""
     traced = tf.function(function).get_concrete_function(*input_signature)
     variables = list(traced.graph.variables)
     try:
-        from tensorflow.python.eager import wrap_function
+        from tensorflow.python.eager import context
         from tensorflow.python.grappler import tf_optimizer
 
         graph_def = _pruned_graph_def(traced, tf_optimizer.OptimizeGraph)
-        captures = {internal.name.split(":")[0]: external
-                    for external, internal in zip(traced.captured_inputs, traced.graph.internal_captures)}
-        num_inputs = len(traced.inputs) - len(traced.captured_inputs)
-        pruned = wrap_function.function_from_graph_def(
-            graph_def, [t.name for t in traced.inputs[:num_inputs]],
-            {name: t.name for name, t in traced.structured_outputs.items()}, captures)
+        call_options = context.FunctionCallOptions(config_proto=GRAPPLER_OFF)
+        current_context = context.context
     except (ImportError, AttributeError, TypeError) as e:
-        logging.warning("serving export: the signature's graph is not pruned (TensorFlow's grappler API moved: %s); "
-                        "it loads and answers its first request slower, and computes the same", e)
+        logging.warning("serving export: the signature's graph is not pruned (TensorFlow's grappler or call-options "
+                        "API moved: %s); it loads and answers its first request slower, and computes the same", e)
         return tf.function(function, input_signature=input_signature), variables
-    return tf.function(lambda *args: pruned(*args), input_signature=input_signature), variables
+    pruned = _graph_function(graph_def, traced)
+
+    def endpoint(*args):
+        # A traced call node takes the calling thread's function-call options as its `config_proto`.
+        eager_context = current_context()
+        saved = eager_context.function_call_options
+        eager_context.function_call_options = call_options
+        try:
+            return pruned(*args)
+        finally:
+            eager_context.function_call_options = saved
+
+    return tf.function(endpoint, input_signature=input_signature), variables
+
+
+def _graph_function(graph_def, traced):
+    """A `tf.function` marked `_noinline` whose graph is `graph_def` (`traced`'s graph pruned) imported: `traced`'s
+    inputs in, its outputs (a dict) out, its captured tensors (the weights' variable) captured again."""
+    num_inputs = len(traced.inputs) - len(traced.captured_inputs)
+    inputs = [t.name for t in traced.inputs[:num_inputs]]
+    captures = {internal.name: external
+                for external, internal in zip(traced.captured_inputs, traced.graph.internal_captures)}
+    names = list(traced.structured_outputs)
+    outputs = [traced.structured_outputs[name].name for name in names]
+
+    def pruned_graph(*args):
+        input_map = dict(zip(inputs, args))
+        input_map.update({name: tf.identity(external) for name, external in captures.items()})
+        return dict(zip(names, tf.graph_util.import_graph_def(graph_def, input_map, outputs, name="")))
+
+    pruned_graph.__name__ = PRUNED_FUNCTION
+    return tf.function(pruned_graph, experimental_attributes={"_noinline": True})
 
 
 def _pruned_graph_def(traced, optimize_graph):
     """The traced graph after `PRUNING_PASSES` (`optimize_graph`: grappler's `tf_optimizer.OptimizeGraph`),
     keeping its inputs and outputs."""
-    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
 
     meta_graph = tf.compat.v1.train.export_meta_graph(graph_def=traced.graph.as_graph_def(), graph=traced.graph)
     fetch = meta_graph_pb2.CollectionDef()
@@ -109,6 +162,10 @@ def _pruned_graph_def(traced, optimize_graph):
     config = config_pb2.ConfigProto()
     config.graph_options.rewrite_options.min_graph_nodes = -1
     config.graph_options.rewrite_options.optimizers.extend(PRUNING_PASSES)
+    # Keeps `If` and `While` functional: grappler's function pass lowers them to Switch/Merge frames unless the
+    # executor is this one (`MetaOptimizer::LowerControlFlow`), and TensorFlow's own lowering at load, which runs
+    # on the call with grappler off, cannot lower an `If` left inside such a frame (SQuAD's windows loop).
+    config.experimental.executor_type = "SINGLE_THREADED_EXECUTOR"
     graph_def = optimize_graph(config, meta_graph)
     _rename_functions(graph_def, suffix="_pruned")
     return graph_def
