@@ -31,7 +31,8 @@ not the session's, and the loader's grappler optimizes the signature's few nodes
 at load is fuse (its remapper's `MatMul` + `BiasAdd` + activation into oneDNN's fused matmul). Measured on
 ELECTRA-Small's classifier (`bench/results/inference-first-request-call-options.json`,
 `bench/results/inference-batch1-call-options.json`, a shared 2-core machine): the first request 0.84 → 0.47 s,
-batch 1 18.2 → 16.4 ms, batch 32 5–15 % slower (`bench/results/inference-sst2-small.json`). TF Serving's TF1
+batch 1 18.2 → 16.4 ms, batch 32 about 5 % more CPU per sentence (the four-system runs of
+`bench/results/inference-sst2-small.json` do not resolve it). TF Serving's TF1
 session loader optimizes the library's functions with its own options at load, and serves the call
 (`tests/test_serving_speed.py`).
 
