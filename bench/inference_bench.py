@@ -317,11 +317,9 @@ def main(argv=None) -> int:
               **summary}
     print(json.dumps({k: v for k, v in record.items() if k != "systems"}, indent=1))
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, args.out)
+        from electra_tf.text.manifest import write_json_atomic
+
+        write_json_atomic(args.out, record)
     return 0
 
 

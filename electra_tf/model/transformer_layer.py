@@ -166,7 +166,7 @@ class ElectraTransformerEncoder(layers.Layer):
             attention_bits=_dropout_bits(self._self_attention_layer.dropout_layer, training),
             attention_output_bits=_dropout_bits(self._self_attention_dropout, training, rows=True),
             ffn_bits=_dropout_bits(self._feedforward_dropout, training, rows=True), rate=self.dropout)
-        return xla_cpu.transformer_layer(x, key_mask, weights or self.xla_cpu_weights(), dropout, query_length)
+        return xla_cpu.transformer_layer(x, key_mask, weights if weights is not None else self.xla_cpu_weights(), dropout, query_length)
 
     def xla_cpu_weights(self):
         """This layer's weights as the XLA:CPU kernels take them (`ops.xla_cpu.LayerWeights` of tensors)."""
@@ -179,11 +179,12 @@ class ElectraTransformerEncoder(layers.Layer):
         norms = (parts["attention_norm"], parts["feedforward_norm"])
         intermediate, output = parts["intermediate"], parts["output"]
 
-        # Read in the variables' own dtype also where an autocasting caller reads them (a loop over the
-        # layers, `layer_loop`): tensors, not variables, as the kernels' custom gradients take.
+        # Kernels are cast to the compute dtype either way; biases and LayerNorm parameters are read with
+        # `value`, in their own dtype also where an autocasting caller reads them (a loop over the layers,
+        # `layer_loop`), as tensors: the kernels' custom gradients take no variables.
         def matrix(variable, rows=None, columns=None):
             shape = tuple(variable.shape) if rows is columns is None else (rows or -1, columns or -1)
-            return ops.cast(ops.reshape(value(variable), shape), self.compute_dtype)
+            return ops.cast(ops.reshape(variable, shape), self.compute_dtype)
 
         return xla_cpu.LayerWeights(
             num_heads=attention.num_heads,
