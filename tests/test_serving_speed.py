@@ -2,6 +2,7 @@
 window), not to `max_seq_length`, and the outputs stay the trained model's on inputs padded to `max_seq_length`
 (≤ 1e-5), batch by batch whatever lengths a batch mixes."""
 
+import json
 import os
 
 import numpy as np
@@ -11,10 +12,13 @@ import tensorflow_text as tf_text
 
 from electra_tf.finetuning.encoding import encode_pairs
 from electra_tf.finetuning.heads import MASK_PENALTY
+from electra_tf.serving import compact
 from electra_tf.serving.compact import ROW, FlatWeights
 from electra_tf.serving.text import python_whitespace
+from test_finetuning_run import TINY, VOCAB
 from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
-                                   assert_same_outputs, classifier, functions, squad, tagger)
+                                   assert_same_outputs, classifier, functions, squad, tagger, trained_model,
+                                   write_vocab)
 
 # Rows of 3, 10, 2 (an empty text) and more than SEQ tokens (truncated) with [CLS] and [SEP].
 TEXTS = ["good movie", "the movie was great . the plot is fine ?", "", " ".join(["bad"] * (SEQ + 8))]
@@ -218,3 +222,101 @@ def test_served_answers_equal_those_of_windows_padded_to_max_seq_length(squad, q
     padded = server_class(model, tokenizer, settings)
     padded.min_width = SEQ  # every window row max_seq_length long, as before serving padded to the longest
     assert_same_outputs(served, tf.function(padded.answer)(tf.constant(questions), tf.constant(contexts)))
+
+
+# ---- the layers as one loop, the assertions' guards left out ------------------------------------------------
+
+def deep_classifier(tmp_path, layers: int):
+    """A classifier of `layers` transformer layers (the fixtures' have one), its export and its function nodes."""
+    from electra_tf.finetuning.heads import ClassificationHead
+    from electra_tf.serving.classifier import export_classifier
+
+    tokenizer = write_vocab(tmp_path / "vocab.txt", VOCAB)
+    hparams = json.dumps({**json.loads(TINY), "num_layers": layers})
+    model = trained_model(lambda config: ClassificationHead(3, name="classification_head"), len(VOCAB), hparams)
+    path = export_classifier(model, tokenizer, ["neg", "neutral", "pos"], SEQ, str(tmp_path / f"export{layers}"), False)
+    return model, tokenizer, path
+
+
+def test_the_export_holds_one_transformer_layer_whatever_the_depth(tmp_path):
+    """The serving encoder runs its layers (all but a [CLS] head's last) as one `While` over their weights stacked in
+    the weights variable: a loader imports, optimises and instantiates one layer, not one per layer (before: 2 layers'
+    nodes grew by a layer's for each layer more). The outputs stay the trained model's."""
+    counts = {}
+    for layers in (2, 4):
+        model, tokenizer, path = deep_classifier(tmp_path, layers)
+        nodes = [node for f in functions(path) for node in f.node_def]
+        counts[layers] = (len(nodes), sum(node.op == "MatMul" for node in nodes))
+        served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(TEXTS))["logits"].numpy()
+        np.testing.assert_allclose(served, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+        assert {"While", "StatelessWhile"} & {node.op for node in nodes}
+        # The stacks are the variable's rows (`stacked_weights` under `FlatWeights`), not float Packs of the weights.
+        assert not [node.name for node in nodes if node.op == "Pack" and node.attr["T"].type == tf.float32]
+    assert counts[2][1] == counts[4][1]  # the same matmuls
+    assert abs(counts[4][0] - counts[2][0]) <= 4  # a layer is about 40 nodes (the loop's bounds differ)
+
+
+def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable(tmp_path):
+    from electra_tf.serving.portable import serving_model
+
+    model, _, _ = deep_classifier(tmp_path, 3)
+    flat = serving_model(model, SEQ)
+    values, stacks = flat.read()
+    for value, weight in zip(values, flat._model.trainable_weights):  # noqa: SLF001
+        np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
+    groups = flat._model.encoder.weight_stacks()  # noqa: SLF001
+    assert len(stacks) == len(groups) == 16
+    for group in groups:
+        stack = stacks[tuple(id(v) for v in group)]
+        np.testing.assert_array_equal(stack.numpy(), np.stack([v.numpy() for v in group]))
+        np.testing.assert_array_equal(compact.stacked_weights(group).numpy(), stack.numpy())  # outside: a copy
+
+
+def assertion_graph():
+    @tf.function
+    def add(x, y):
+        tf.debugging.assert_less(x, y, message="x ≥ y")  # float data: an `If` guards the `Assert`
+        return x + y
+
+    spec = tf.TensorSpec([None], tf.float32)
+    return add.get_concrete_function(spec, spec).graph.as_graph_def()
+
+
+def if_nodes(graph_def):
+    return [node.name for node in graph_def.node if node.op in ("If", "StatelessIf")]
+
+
+def test_assertion_guards_are_left_out_with_their_branch_functions():
+    graph_def = assertion_graph()
+    assert if_nodes(graph_def) and graph_def.library.function
+    stripped = compact.without_assertion_guards(graph_def)
+    assert not if_nodes(stripped) and not stripped.library.function
+    assert all(not i.startswith("^") or i[1:] in {n.name for n in stripped.node}
+               for node in stripped.node for i in node.input)
+    with tf.Graph().as_default():  # what is left imports and computes x + y
+        x, y = tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])
+        inputs = [n.name for n in stripped.node if n.op == "Placeholder"]
+        output = [n.name for n in stripped.node if n.op == "AddV2"][0]
+        (result,) = tf.graph_util.import_graph_def(stripped, dict(zip(inputs, (x, y))), [output + ":0"], name="")
+        with tf.compat.v1.Session() as session:
+            np.testing.assert_array_equal(session.run(result), [4.0, 6.0])
+
+
+def test_a_guard_whose_output_feeds_data_is_kept():
+    @tf.function
+    def chosen(x, flag):
+        return tf.cond(flag, lambda: tf.identity(x), lambda: tf.identity(x)) * 2.0
+
+    graph_def = chosen.get_concrete_function(tf.TensorSpec([None]), tf.TensorSpec([], tf.bool)).graph.as_graph_def()
+    assert if_nodes(graph_def)
+    assert compact.without_assertion_guards(graph_def) is graph_def
+
+
+def test_exports_hold_no_assertion_guards(classifier, tagger, squad):  # noqa: F811
+    """The ragged ops' validations (`tf.debugging.assert_*`: an `If` of two branch functions each, which the export's
+    `debug_stripper` left selecting between no-ops) are left out: 36 functions to import and instantiate at load
+    were 12 in an ELECTRA-Small classifier export."""
+    for export in (classifier, tagger, squad):
+        path = [value for value in export if isinstance(value, str)][0]
+        guards = [node.name for f in functions(path) for node in f.node_def if node.name.endswith("AssertGuard")]
+        assert not guards, (path, guards[:3])

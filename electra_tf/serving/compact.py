@@ -8,7 +8,9 @@ Python. `FlatWeights` stores the model's weights in one `[rows, 16]` float32 var
 (its size padded to a multiple of 16 floats, 64 bytes), and calls the model on them
 (`keras.Model.stateless_call`): the signature splits the variable along rows (`SplitV` on the first dimension)
 and reshapes each part, which copies nothing but a padded part. What it saves at load, and that a request costs
-no more, is in `bench/results/inference-batch1-breakdown.json`.
+no more, is in `bench/results/inference-batch1-breakdown.json`. The weights of one kind across an encoder's layers
+(`stacks`) lie side by side, so that the serving encoder's layer loop reads them as one `[layers, ...]` tensor
+(`stacked_weights`), also without a copy.
 
 The model's non-trainable variables (the dropout layers' int64 seed-generator states, unused at inference) are
 passed as constants. TF Serving's TF1 session loader restores the one variable like any other
@@ -20,7 +22,9 @@ Python graph. The traced graph repeats much (shape arithmetic, constants, identi
 `If` branches): grappler's passes that remove, fold, inline or simplify (`PRUNING_PASSES`; no fusion, layout or
 device-specific rewrite, so the result holds standard ops only) run once at export, and the export holds their
 result instead of the traced graph (ELECTRA-Small's classifier: 1,291 nodes instead of 2,470). `If` and `While` stay
-functional there (TensorFlow lowers them at load): the ragged ops' 12 assertion `If`s keep their small branch functions.
+functional there (TensorFlow lowers them at load). The assertions' `If`s (the ragged ops' validations, 12 in a
+classifier export, two branch functions each) are left out before the passes run (`without_assertion_guards`):
+`debug_stripper` makes their `Assert`s no-ops anyway, and a loader would still import and instantiate each branch.
 
 Grappler would run those passes again on the first request, over a graph they no longer change: a SavedModel
 carries no session options, and the loader's (TF Serving's, or `tf.saved_model.load`'s process) turn grappler on.
@@ -44,6 +48,8 @@ release moves them, the export falls back to the traced graph with a warning, an
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -58,36 +64,87 @@ PRUNING_PASSES = ("pruning", "constfold", "common_subgraph_elimination", "depend
 
 class FlatWeights(tf.Module):
     """`model` (a built Keras model of float32 weights) called on its weights read from one variable:
-    `flat(features, training=False)` computes `model(features, training=False)`."""
+    `flat(features, training=False)` computes `model(features, training=False)`.
 
-    def __init__(self, model):
+    `stacks`: groups of the model's weights of one shape each (an encoder's layers' query kernels, ...) to store
+    side by side; while the model runs, `stacked_weights(group)` is that group as one `[len(group), ...]` tensor
+    read from the variable, which copies nothing."""
+
+    def __init__(self, model, stacks=()):
         super().__init__()
         if any(v.dtype != "float32" for v in model.trainable_variables):
             raise ValueError(f"{model.name}: FlatWeights holds float32 weights only")
         self._model = model
         self.head = getattr(model, "head", None)  # what a server reads of the model's configuration (SQuAD's beam)
-        arrays = [np.asarray(v.numpy(), np.float32).reshape(-1) for v in model.trainable_variables]
-        self._shapes = [tuple(v.shape) for v in model.trainable_variables]
+        variables = list(model.trainable_variables)
+        position = {id(v): i for i, v in enumerate(variables)}
+        self._stacks = [[position[id(v)] for v in group] for group in stacks if _stackable(group)]
+        stacked = {i for group in self._stacks for i in group}
+        self._singles = [i for i in range(len(variables)) if i not in stacked]
+        # Storage order: the weights no stack holds, then each stack's members in order.
+        self._order = self._singles + [i for group in self._stacks for i in group]
+        arrays = [np.asarray(v.numpy(), np.float32).reshape(-1) for v in variables]
+        self._shapes = [tuple(v.shape) for v in variables]
         self._rows = [-(-a.size // ROW) for a in arrays]
-        padded = [np.pad(a, (0, rows * ROW - a.size)) for a, rows in zip(arrays, self._rows)]
+        padded = [np.pad(arrays[i], (0, self._rows[i] * ROW - arrays[i].size)) for i in self._order]
         self.weights = tf.Variable(np.concatenate(padded).reshape(-1, ROW), trainable=False, name="weights")
         self._others = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
+        self._stack_keys = [tuple(id(variables[i]) for i in group) for group in self._stacks]
 
     def values(self):
         """The model's trainable weights, in `model.trainable_variables`' order, as tensors read from the variable."""
-        values = []
-        for part, shape in zip(tf.split(self.weights, self._rows, axis=0), self._shapes):
-            size = int(np.prod(shape))
+        return self.read()[0]
+
+    def read(self):
+        """The model's trainable weights read from the variable: (each, in `model.trainable_variables`' order;
+        {the ids of a stack's variables: the stack as one tensor})."""
+        singles = self._singles
+        parts = tf.split(self.weights, [self._rows[i] for i in singles] + [len(group) * self._rows[group[0]]
+                                                                           for group in self._stacks], axis=0)
+        values = [None] * len(self._shapes)
+        for i, part in zip(singles, parts):
+            size = int(np.prod(self._shapes[i]))
             if size % ROW:  # the padding of its last row: a copy, of a small weight (a head's bias)
                 part = tf.reshape(part, [-1])[:size]
-            values.append(tf.reshape(part, shape))
-        return values
+            values[i] = tf.reshape(part, self._shapes[i])
+        stacks = {}
+        for key, group, part in zip(self._stack_keys, self._stacks, parts[len(singles):]):
+            stacks[key] = tf.reshape(part, (len(group),) + self._shapes[group[0]])
+            for i, member in zip(group, tf.split(part, len(group), axis=0)):
+                values[i] = tf.reshape(member, self._shapes[i])
+        return values, stacks
 
     def __call__(self, features, training=False):
         if training:
             raise ValueError("FlatWeights serves inference only (training=False)")
-        outputs, _ = self._model.stateless_call(self.values(), self._others, features, training=False)
+        values, stacks = self.read()
+        previous = _STACKS.current
+        _STACKS.current = stacks
+        try:
+            outputs, _ = self._model.stateless_call(values, self._others, features, training=False)
+        finally:
+            _STACKS.current = previous
         return outputs
+
+
+def _stackable(group) -> bool:
+    """Whether `group`'s weights can be stored as one stack: one shape, each in whole rows (no padding between)."""
+    shapes = {tuple(v.shape) for v in group}
+    return len(shapes) == 1 and int(np.prod(group[0].shape)) % ROW == 0
+
+
+class _Stacks(threading.local):
+    current = None  # while a `FlatWeights` model runs: {tuple of variable ids: their stack}
+
+
+_STACKS = _Stacks()
+
+
+def stacked_weights(variables):
+    """`variables` (one shape) as one `[len(variables), ...]` tensor: the stack a running `FlatWeights` holds them
+    in (no copy), else their values stacked."""
+    stack = (_STACKS.current or {}).get(tuple(id(v) for v in variables))
+    return stack if stack is not None else tf.stack([tf.convert_to_tensor(v) for v in variables])
 
 
 # The session options the call into the pruned graph carries: grappler's meta-optimizer off (its passes ran at
@@ -156,7 +213,8 @@ def _pruned_graph_def(traced, optimize_graph):
     keeping its inputs and outputs."""
     from tensorflow.core.protobuf import meta_graph_pb2
 
-    meta_graph = tf.compat.v1.train.export_meta_graph(graph_def=traced.graph.as_graph_def(), graph=traced.graph)
+    graph_def = without_assertion_guards(traced.graph.as_graph_def())
+    meta_graph = tf.compat.v1.train.export_meta_graph(graph_def=graph_def, graph=traced.graph)
     fetch = meta_graph_pb2.CollectionDef()
     fetch.node_list.value.extend(t.name for t in traced.inputs + traced.outputs)
     meta_graph.collection_def["train_op"].CopyFrom(fetch)  # what grappler must keep
@@ -170,6 +228,62 @@ def _pruned_graph_def(traced, optimize_graph):
     graph_def = optimize_graph(config, meta_graph)
     _rename_functions(graph_def, suffix="_pruned")
     return graph_def
+
+
+# What an assertion's `If` (`tf.debugging.assert_*` in a traced graph: "…/Assert/AssertGuard") runs in its branches.
+ASSERTION_BRANCH_OPS = frozenset({"Assert", "Const", "NoOp", "Identity"})  # Const: its message
+
+
+def without_assertion_guards(graph_def):
+    """`graph_def` without its assertions' `If`s (whose branches run an `Assert` or nothing), the `Identity`s of
+    their outputs and the control edges from them; their branch functions left out of the library.
+
+    `PRUNING_PASSES`' `debug_stripper` makes every `Assert` a `NoOp` anyway, but leaves its guard: an `If` (the
+    ragged ops' validations: 12 in a classifier export) that a loader imports and instantiates with two branch
+    functions each, and that then selects between two no-ops. Unchanged where a guard's output feeds data."""
+    from tensorflow.core.framework import graph_pb2
+
+    functions = {f.signature.name: f for f in graph_def.library.function}
+
+    def runs_assertion_only(node):
+        if node.op not in ("If", "StatelessIf"):
+            return False  # (reading a missing attr of a NodeDef would add it)
+        branches = [node.attr[key].func.name for key in ("then_branch", "else_branch")]
+        return all(name in functions and {n.op for n in functions[name].node_def} <= ASSERTION_BRANCH_OPS
+                   for name in branches)
+
+    removed = {node.name for node in graph_def.node if runs_assertion_only(node)}
+    for node in graph_def.node:  # the graph is in topological order: an Identity follows its input
+        if node.op == "Identity" and node.input and node.input[0].split(":")[0] in removed:
+            removed.add(node.name)
+    if not removed or any(not i.startswith("^") and i.split(":")[0] in removed and node.name not in removed
+                          for node in graph_def.node for i in node.input):
+        return graph_def
+    pruned = graph_pb2.GraphDef(versions=graph_def.versions)
+    for node in graph_def.node:
+        if node.name not in removed:
+            kept = pruned.node.add()
+            kept.CopyFrom(node)
+            del kept.input[:]
+            kept.input.extend(i for i in node.input if not (i.startswith("^") and i[1:] in removed))
+    used = _functions_called(pruned.node, functions)
+    pruned.library.function.extend(f for f in graph_def.library.function if f.signature.name in used)
+    pruned.library.gradient.extend(g for g in graph_def.library.gradient if g.function_name in used)
+    return pruned
+
+
+def _functions_called(nodes, functions) -> set:
+    """The names of the library functions `nodes` call, directly or through other functions."""
+    called, pending = set(), list(nodes)
+    while pending:
+        node = pending.pop()
+        for attr in node.attr.values():
+            names = ([attr.func.name] if attr.HasField("func") else []) + [f.name for f in attr.list.func]
+            for name in names:
+                if name in functions and name not in called:
+                    called.add(name)
+                    pending.extend(functions[name].node_def)
+    return called
 
 
 def _rename_functions(graph_def, suffix: str) -> None:

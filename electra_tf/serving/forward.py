@@ -17,6 +17,12 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
 * the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
   `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm.
 
+The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: each kind of weight is one
+`[layers, ...]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a copy),
+so the graph a loader imports, optimises and instantiates holds one layer whatever the depth (ELECTRA-Small's
+classifier: its pruned graph 1,291 nodes unrolled, 389 + a 94-node loop body). A [CLS] head's last layer, which
+computes fewer queries, runs after the loop.
+
 Inference only: no dropout, and no `attention_mask` (Electric's one-directional towers are a pre-training model);
 `training=True` or an attention mask raise. `output_length=n` computes the last layer's queries at the first n
 positions only, as `ElectraEncoder.call` does (a [CLS] head). The outputs equal the reference kernels' to float
@@ -27,11 +33,13 @@ model's within 1e-5).
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
 
 from electra_tf.model.encoder import ElectraEncoder
+from electra_tf.serving.compact import stacked_weights
 
 # What Keras' masked softmax (`_apply_masks`) puts at a masked score: −0.7 × float32's largest value.
 MASKED_SCORE = -0.7 * float(tf.float32.max)
@@ -58,14 +66,32 @@ class ServingEncoder(ElectraEncoder):
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         rows = embedded_rows(self.embeddings, ids, segments, length)
         if self.embeddings_projection is not None:
-            rows = dense(rows, self.embeddings_projection)
+            rows = dense(rows, self.embeddings_projection.kernel, self.embeddings_projection.bias,
+                         self.embeddings_projection.activation)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
-        shapes = LayerShapes(batch, length, layers[0].sublayers()["attention"])  # every layer's the same
-        for i, layer in enumerate(layers):
-            query_length = output_length if i == len(layers) - 1 else None
-            rows = transformer_layer(layer, rows, shapes, mask_bias, query_length)
+        form = LayerForm(batch, length, layers[0])  # every layer's the same
+        stacks = LayerWeights(*map(stacked_weights, self.weight_stacks()))
+        looped = len(layers) - (output_length is not None)  # the last layer computes n queries only
+        if looped:
+            rows = loop_layers(stacks, looped, rows, form, mask_bias)
+        if output_length is not None:
+            rows = transformer_layer(stacks.at(len(layers) - 1), rows, form, mask_bias, output_length)
         return tf.reshape(rows, [batch, -1, self.hidden_size])
+
+    def weight_stacks(self) -> list:
+        """Each kind of layer weight, all layers' variables of it in order (what `stacked_weights` stacks)."""
+        return [list(kind) for kind in zip(*map(LayerWeights.of, self.transformer_layers))]
+
+
+def loop_layers(stacks, count: int, rows, form, mask_bias):
+    """The first `count` layers as one `tf.while_loop`, iteration i on layer i's weights (`stacks.at(i)`): the
+    graph holds one layer, which a loader instantiates and optimises once, not once per layer."""
+    def body(i, rows):
+        return i + 1, transformer_layer(stacks.at(i), rows, form, mask_bias)
+
+    _, rows = tf.while_loop(lambda i, _: i < count, body, (tf.constant(0), rows), maximum_iterations=count)
+    return rows
 
 
 def embedded_rows(embeddings, ids, segments, length):
@@ -73,31 +99,69 @@ def embedded_rows(embeddings, ids, segments, length):
     x = (tf.gather(embeddings.token_embedding.embeddings, ids)
          + embeddings.position_embedding.position_embeddings[:length]
          + tf.gather(embeddings.segment_embedding.embeddings, segments))
-    return tf.reshape(layer_norm(x, embeddings.embeddings_layer_norm), [-1, embeddings.embedding_size])
+    norm = embeddings.embeddings_layer_norm
+    return tf.reshape(layer_norm(x, norm.gamma, norm.beta, norm.epsilon), [-1, embeddings.embedding_size])
 
 
-def layer_norm(x, norm: keras.layers.LayerNormalization):
-    """`norm(x)` over the last axis, Keras' formula (`keras.ops.layer_normalization`)."""
+def layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm of `x` over the last axis, Keras' formula (`keras.ops.layer_normalization`)."""
     mean = tf.reduce_mean(x, axis=-1, keepdims=True)
     variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
-    inv = tf.math.rsqrt(variance + norm.epsilon) * norm.gamma
-    return x * inv + (norm.beta - mean * inv)
+    inv = tf.math.rsqrt(variance + epsilon) * gamma
+    return x * inv + (beta - mean * inv)
 
 
-def dense(rows, layer, kernel=None, bias=None):
-    """`rows @ kernel + bias`, then the layer's activation (if any); kernel and bias default to the layer's."""
-    kernel = layer.kernel if kernel is None else kernel
-    out = tf.nn.bias_add(tf.matmul(rows, kernel), layer.bias if bias is None else bias)
-    activation = getattr(layer, "activation", None)
+def dense(rows, kernel, bias, activation=None):
+    """`rows @ kernel + bias`, then `activation` (if any)."""
+    out = tf.nn.bias_add(tf.matmul(rows, kernel), bias)
     return out if activation is None or activation is keras.activations.linear else activation(out)
 
 
-class LayerShapes:
-    """The shape and permutation tensors every layer reuses, made once per trace: a traced graph holds one node
-    for each instead of one per use (fewer nodes to load and for grappler to optimise on the first request)."""
+class LayerWeights(NamedTuple):
+    """One transformer layer's weights (variables, or tensors) in the shapes its sub-layers hold them; or, stacked,
+    every layer's, `[layers, ...]` (`at(i)`: layer i's)."""
+    query_kernel: Any  # EinsumDense [hidden, heads, size]
+    query_bias: Any  # [heads, size]
+    key_kernel: Any
+    key_bias: Any
+    value_kernel: Any
+    value_bias: Any
+    output_kernel: Any  # EinsumDense [heads, size, hidden]
+    output_bias: Any
+    attention_gamma: Any
+    attention_beta: Any
+    intermediate_kernel: Any
+    intermediate_bias: Any
+    ffn_kernel: Any
+    ffn_bias: Any
+    ffn_gamma: Any
+    ffn_beta: Any
 
-    def __init__(self, batch, length, attention):
+    @classmethod
+    def of(cls, layer) -> "LayerWeights":
+        """`layer`'s (an `ElectraTransformerEncoder`'s) variables."""
+        parts = layer.sublayers()
+        attention, norms = parts["attention"], (parts["attention_norm"], parts["feedforward_norm"])
+        dense_layers = (attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense)
+        projections = [w for d in dense_layers for w in (d.kernel, d.bias)]
+        return cls(*projections, norms[0].gamma, norms[0].beta, parts["intermediate"].kernel,
+                   parts["intermediate"].bias, parts["output"].kernel, parts["output"].bias, norms[1].gamma,
+                   norms[1].beta)
+
+    def at(self, i) -> "LayerWeights":
+        return LayerWeights(*[stack[i] for stack in self])
+
+
+class LayerForm:
+    """What every layer shares: its activations and LayerNorm epsilons, and the shape and permutation tensors it
+    reuses, made once per trace (a traced graph holds one node for each instead of one per use)."""
+
+    def __init__(self, batch, length, layer):
+        parts = layer.sublayers()
+        attention = parts["attention"]
         heads, size = attention.num_heads, attention.key_dim
+        self.activations = (parts["intermediate"].activation, parts["output"].activation)
+        self.epsilons = (parts["attention_norm"].epsilon, parts["feedforward_norm"].epsilon)
         self.heads, self.size, self.width = heads, size, heads * size
         self.hidden = attention.output_dense.kernel.shape[-1]
         self.by_heads = tf.stack([batch, length, heads, size])  # [batch · length, width] → these, then transposed
@@ -111,31 +175,28 @@ class LayerShapes:
         self.batch = batch
 
 
-def transformer_layer(layer, rows, shapes: LayerShapes, mask_bias, query_length=None):
-    """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows; with
-    `query_length=n`, only each sequence's first n positions are computed (keys and values span all)."""
-    parts = layer.sublayers()
-    attention = parts["attention"]
-
-    def projection(x, einsum_dense):  # EinsumDense "abc,cde->abde" as a 2-D matmul
-        return tf.nn.bias_add(tf.matmul(x, tf.reshape(einsum_dense.kernel, shapes.kernel)),
-                              tf.reshape(einsum_dense.bias, shapes.bias))
+def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, query_length=None):
+    """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows, computing with
+    `weights` (tensors); with `query_length=n`, only each sequence's first n positions are computed (keys and values
+    span all)."""
+    def projection(x, kernel, bias):  # EinsumDense "abc,cde->abde" as a 2-D matmul
+        return tf.nn.bias_add(tf.matmul(x, tf.reshape(kernel, form.kernel)), tf.reshape(bias, form.bias))
 
     def by_heads(x, shape):  # [batch · tokens, width] → [batch, heads, tokens, size]
-        return transpose_bits(tf.reshape(x, shape), shapes.swap)
+        return transpose_bits(tf.reshape(x, shape), form.swap)
 
-    queries, query_shape = rows, shapes.by_heads
+    queries, query_shape = rows, form.by_heads
     if query_length is not None:
-        queries = tf.reshape(tf.reshape(rows, shapes.sequences)[:, :query_length], [-1, shapes.hidden])
-        query_shape = tf.stack([shapes.batch, query_length, shapes.heads, shapes.size])
-    q = by_heads(projection(queries, attention.query_dense), query_shape)
-    k = by_heads(projection(rows, attention.key_dense), shapes.by_heads)
-    v = by_heads(projection(rows, attention.value_dense), shapes.by_heads)
-    scores = tf.matmul(q, k, transpose_b=True) * shapes.scale + mask_bias
+        queries = tf.reshape(tf.reshape(rows, form.sequences)[:, :query_length], [-1, form.hidden])
+        query_shape = tf.stack([form.batch, query_length, form.heads, form.size])
+    q = by_heads(projection(queries, weights.query_kernel, weights.query_bias), query_shape)
+    k = by_heads(projection(rows, weights.key_kernel, weights.key_bias), form.by_heads)
+    v = by_heads(projection(rows, weights.value_kernel, weights.value_bias), form.by_heads)
+    scores = tf.matmul(q, k, transpose_b=True) * form.scale + mask_bias
     context = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
-    context = tf.reshape(transpose_bits(context, shapes.swap), shapes.rows)
-    output_kernel = tf.reshape(attention.output_dense.kernel, shapes.output_kernel)
-    attended = dense(context, attention.output_dense, output_kernel)
-    hidden_rows = layer_norm(attended + queries, parts["attention_norm"])
-    feedforward = dense(dense(hidden_rows, parts["intermediate"]), parts["output"])
-    return layer_norm(feedforward + hidden_rows, parts["feedforward_norm"])
+    context = tf.reshape(transpose_bits(context, form.swap), form.rows)
+    attended = dense(context, tf.reshape(weights.output_kernel, form.output_kernel), weights.output_bias)
+    hidden_rows = layer_norm(attended + queries, weights.attention_gamma, weights.attention_beta, form.epsilons[0])
+    intermediate = dense(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias, form.activations[0])
+    feedforward = dense(intermediate, weights.ffn_kernel, weights.ffn_bias, form.activations[1])
+    return layer_norm(feedforward + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])

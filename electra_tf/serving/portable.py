@@ -38,7 +38,8 @@ SERVING_DTYPE = "float32"  # what every device computes; bf16 and fp16 are train
 def serving_model(model: FinetuningModel, seq_length: int) -> FlatWeights:
     """What every export serves: `serving_copy(model, seq_length)` with its weights in one variable
     (`serving.compact.FlatWeights`); call it as the model, `served(features, training=False)`."""
-    return FlatWeights(serving_copy(model, seq_length))
+    copy = serving_copy(model, seq_length)
+    return FlatWeights(copy, stacks=copy.encoder.weight_stacks())
 
 
 def serving_copy(model: FinetuningModel, seq_length: int) -> FinetuningModel:
