@@ -98,17 +98,16 @@ class FlatWeights(tf.Module):
     def read(self):
         """The model's trainable weights read from the variable: (each, in `model.trainable_variables`' order;
         {the ids of a stack's variables: the stack as one tensor})."""
-        singles = self._singles
-        parts = tf.split(self.weights, [self._rows[i] for i in singles] + [len(group) * self._rows[group[0]]
-                                                                           for group in self._stacks], axis=0)
+        sizes = [self._rows[i] for i in self._singles] + [len(group) * self._rows[group[0]] for group in self._stacks]
+        parts = tf.split(self.weights, sizes, axis=0)
         values = [None] * len(self._shapes)
-        for i, part in zip(singles, parts):
+        for i, part in zip(self._singles, parts):
             size = int(np.prod(self._shapes[i]))
             if size % ROW:  # the padding of its last row: a copy, of a small weight (a head's bias)
                 part = tf.reshape(part, [-1])[:size]
             values[i] = tf.reshape(part, self._shapes[i])
         stacks = {}
-        for key, group, part in zip(self._stack_keys, self._stacks, parts[len(singles):]):
+        for key, group, part in zip(self._stack_keys, self._stacks, parts[len(self._singles):]):
             stacks[key] = tf.reshape(part, (len(group),) + self._shapes[group[0]])
             for i, member in zip(group, tf.split(part, len(group), axis=0)):
                 values[i] = tf.reshape(member, self._shapes[i])
