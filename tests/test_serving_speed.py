@@ -226,14 +226,20 @@ def test_served_answers_equal_those_of_windows_padded_to_max_seq_length(squad, q
 
 # ---- the layers as one loop, the assertions' guards left out ------------------------------------------------
 
-def deep_classifier(tmp_path, layers: int):
-    """A classifier of `layers` transformer layers (the fixtures' have one), its export and its function nodes."""
+def deep_model(layers: int):
+    """A classifier of `layers` transformer layers (the fixtures' have one)."""
     from electra_tf.finetuning.heads import ClassificationHead
+
+    hparams = json.dumps({**json.loads(TINY), "num_layers": layers})
+    return trained_model(lambda config: ClassificationHead(3, name="classification_head"), len(VOCAB), hparams)
+
+
+def deep_classifier(tmp_path, layers: int):
+    """`deep_model(layers)`, its tokenizer and its export."""
     from electra_tf.serving.classifier import export_classifier
 
     tokenizer = write_vocab(tmp_path / "vocab.txt", VOCAB)
-    hparams = json.dumps({**json.loads(TINY), "num_layers": layers})
-    model = trained_model(lambda config: ClassificationHead(3, name="classification_head"), len(VOCAB), hparams)
+    model = deep_model(layers)
     path = export_classifier(model, tokenizer, ["neg", "neutral", "pos"], SEQ, str(tmp_path / f"export{layers}"), False)
     return model, tokenizer, path
 
@@ -256,11 +262,10 @@ def test_the_export_holds_one_transformer_layer_whatever_the_depth(tmp_path):
     assert abs(counts[4][0] - counts[2][0]) <= 4  # a layer is about 40 nodes (the loop's bounds differ)
 
 
-def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable(tmp_path):
+def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable():
     from electra_tf.serving.portable import serving_model
 
-    model, _, _ = deep_classifier(tmp_path, 3)
-    flat = serving_model(model, SEQ)
+    flat = serving_model(deep_model(3), SEQ)
     values, stacks = flat.read()
     for value, weight in zip(values, flat._model.trainable_weights):  # noqa: SLF001
         np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
