@@ -123,14 +123,18 @@ def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier)
         flat(features, training=True)
 
 
-def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811
-    """TF Serving's loader (a TF1 session) restores the variables the signature reads."""
-    model, tokenizer, path, _ = classifier
+def session_logits(path, texts):
+    """The logits TF Serving's loader (a TF1 session) serves."""
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta_graph.signature_def["serving_default"]
-        logits = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: TEXTS})
-    np.testing.assert_allclose(logits, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+        return session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: texts})
+
+
+def test_the_tf1_session_loader_serves_the_trained_weights(classifier):  # noqa: F811
+    """TF Serving's loader (a TF1 session) restores the variables the signature reads."""
+    model, tokenizer, path, _ = classifier
+    np.testing.assert_allclose(session_logits(path, TEXTS), trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("export,inputs", [("tagger", {"text": TAGGING_TEXTS}),
@@ -255,6 +259,7 @@ def test_the_export_holds_one_transformer_layer_whatever_the_depth(tmp_path):
         counts[layers] = (len(nodes), sum(node.op == "MatMul" for node in nodes))
         served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(TEXTS))["logits"].numpy()
         np.testing.assert_allclose(served, trained_logits(model, tokenizer, TEXTS), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(session_logits(path, TEXTS), served, atol=1e-6, rtol=0)  # TF Serving's way in
         assert {"While", "StatelessWhile"} & {node.op for node in nodes}
         # The stacks are the variable's rows (`stacked_weights` under `FlatWeights`), not float Packs of the weights.
         assert not [node.name for node in nodes if node.op == "Pack" and node.attr["T"].type == tf.float32]
