@@ -69,6 +69,21 @@ def test_the_breakdown_sends_every_request_to_each_call_in_rotated_order():
     assert set(result["a"]) == {"batch1_median_ms", "batch1_p90_ms", "batch1_cpu_ms"}
 
 
+def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32_in_order():
+    calls = []
+
+    def run(texts):
+        calls.append(len(texts))
+        return [t.upper() for t in texts]
+
+    texts = [f"s{i}" for i in range(70)]
+    timings, outputs = inference_bench.timed("fake", lambda: lambda: run, texts, requests=5)
+    assert calls == [1] * 6 + [32, 32, 6]
+    assert [t for batch in outputs for t in batch] == [t.upper() for t in texts]
+    assert timings["system"] == "fake" and set(timings) >= {"load_s", "first_request_s", "batch1_p90_ms"}
+    assert timings["batch32_sentences_per_s"] > 0
+
+
 # ---- the tagger (bench/inference_bench_tagger.py) ----
 
 
@@ -119,7 +134,7 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
     text = " ".join(out.split())
     results = "bench/results/inference-conll-tagger-small.json"
     assert f"[`{results}`](../{results})" in text
-    assert ("ours vs hf: 85.714 % of 7 words agree, 1 sentences with a disagreement; 2 words past HF's truncation "
-            "(in 1 sentences, 0 of them disagreeing) not compared") in text
-    assert "hf vs ort: 100.000 % of 7 words agree, 0 sentences with a disagreement." in text
+    assert ("ours vs hf: 85.714 % of 7 words agree, disagreeing sentences: 1; words past HF's truncation, not "
+            "compared: 2 (sentences cut: 1, of them disagreeing: 0)") in text
+    assert "hf vs ort: 100.000 % of 7 words agree, disagreeing sentences: 0." in text
     assert "our load + first request: 1.50 s." in text

@@ -390,11 +390,11 @@ def inference_tagger(ctx: Context) -> str:
     data, timings = inference_timings(ctx, INFERENCE_TAGGER_RESULTS)
 
     def agreement(pair, a):
-        cut = (f"; {a['words_tagged_by_one_only']} words past HF's truncation (in "
-               f"{a['sentences_tagged_in_part_by_one']} sentences, {a['of_which_with_disagreement']} of them "
-               "disagreeing) not compared") if a["words_tagged_by_one_only"] else ""
-        return (f"{pair}: {100 * a['agreeing_fraction']:.3f} % of {a['words']} words agree, "
-                f"{a['sentences_with_disagreement']} sentences with a disagreement{cut}")
+        cut = (f"; words past HF's truncation, not compared: {a['words_tagged_by_one_only']} (sentences cut: "
+               f"{a['sentences_tagged_in_part_by_one']}, of them disagreeing: {a['of_which_with_disagreement']})"
+               if a["words_tagged_by_one_only"] else "")
+        return (f"{pair}: {100 * a['agreeing_fraction']:.3f} % of {a['words']} words agree, disagreeing sentences: "
+                f"{a['sentences_with_disagreement']}{cut}")
 
     agreements = "; ".join(agreement(pair, a) for pair, a in data["tag_agreement"].items())
     r = data["ratios"]
