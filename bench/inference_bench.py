@@ -19,6 +19,8 @@ weights, so all three compute the same logits (the benchmark reports the largest
         --out=bench/results/inference-sst2-small.json
 
 `--systems=ours,ours_before,hf,ort --before="commit …"` adds an export of an earlier commit (see `SERVING_DIRS`).
+The NER tagger's bench, `bench/inference_bench_tagger.py`, runs on this module's harness (`timed`, `spawn_worker`,
+`timing_rows`, `ratios`, `interleaved`, `run_header`).
 
 Each (round, system) is a fresh process (`--stage=worker`), the systems rotated within each round. A worker
 times: loading (after the imports) and the first request; batch 1 (`--requests` single sentences, the SST-2
