@@ -19,6 +19,8 @@ weights, so all three compute the same logits (the benchmark reports the largest
         --out=bench/results/inference-sst2-small.json
 
 `--systems=ours,ours_before,hf,ort --before="commit …"` adds an export of an earlier commit (see `SERVING_DIRS`).
+The NER tagger's bench, `bench/inference_bench_tagger.py`, runs on this module's harness (`timed`, `spawn_worker`,
+`timing_rows`, `ratios`, `interleaved`, `run_header`).
 
 Each (round, system) is a fresh process (`--stage=worker`), the systems rotated within each round. A worker
 times: loading (after the imports) and the first request; batch 1 (`--requests` single sentences, the SST-2
@@ -86,6 +88,17 @@ def cpu_name() -> str:
 
 def prepare(workdir: str, vocab_file: str) -> None:
     """Our pre-training export (random weights), its HF conversion, a random head, then every served model."""
+    prepare_encoder(workdir, vocab_file)
+    model = finetuning_model(workdir)
+    kernel, bias = (w.numpy() for w in model.head.dense.weights)
+    np.savez(os.path.join(workdir, "head.npz"), kernel=kernel, bias=bias)
+    export_ours(workdir, vocab_file)
+    export_onnx(workdir)
+
+
+def prepare_encoder(workdir: str, vocab_file: str) -> None:
+    """The weights every task's models share: our pre-training export (random, seeded) in WORKDIR/ours and
+    `python -m electra_tf.convert --to=hf` of it in WORKDIR/hf."""
     import keras
 
     from electra_tf.config import get_config
@@ -99,11 +112,6 @@ def prepare(workdir: str, vocab_file: str) -> None:
     save_ours(build_pretrainer(config), os.path.join(workdir, "ours"), vocab_file, keras_hub=False)
     subprocess.run([sys.executable, "-m", "electra_tf.convert", "--to=hf", f"--input={workdir}/ours",
                     f"--output={workdir}/hf"], check=True, cwd=ROOT)
-    model = finetuning_model(workdir)
-    kernel, bias = (w.numpy() for w in model.head.dense.weights)
-    np.savez(os.path.join(workdir, "head.npz"), kernel=kernel, bias=bias)
-    export_ours(workdir, vocab_file)
-    export_onnx(workdir)
 
 
 def finetuning_model(workdir: str):
@@ -145,15 +153,18 @@ def hf_classifier(workdir: str):
 
 
 def export_onnx(workdir: str) -> None:
+    onnx_export(hf_classifier(workdir), os.path.join(workdir, "model.onnx"), {0: "batch"})
+
+
+def onnx_export(model, path: str, logits_axes: dict) -> None:
+    """`model` (HF, PyTorch) as ONNX: the tokenizer's three inputs, dynamic batch and length, `logits` out."""
     import torch
 
-    model = hf_classifier(workdir)
     names = ["input_ids", "attention_mask", "token_type_ids"]
     example = tuple(torch.ones([2, 8], dtype=torch.int64) for _ in names)
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
-    torch.onnx.export(model, example, os.path.join(workdir, "model.onnx"), input_names=names,
-                      output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}}, opset_version=17,
-                      dynamo=False)
+    torch.onnx.export(model, example, path, input_names=names, output_names=["logits"],
+                      dynamic_axes={**axes, "logits": logits_axes}, opset_version=17, dynamo=False)
 
 
 # ---- worker: one system in its own process ------------------------------------------------------
@@ -202,34 +213,46 @@ def load_system(system: str, workdir: str):
 
 
 def worker(system: str, workdir: str, sentences: list[str], requests: int) -> dict:
+    timings, outputs = timed(system, lambda: load_system(system, workdir), sentences, requests)
+    return {**timings, "logits": np.concatenate(outputs).tolist()}
+
+
+def timed(system: str, load_system, texts: list, requests: int) -> tuple[dict, list]:
+    """Times one system: `load_system()` (its imports) → `load()` → `run(texts)`; returns the timings and the
+    outputs of `run` on every batch of `BATCH` texts, in order."""
     started = time.perf_counter()
-    load = load_system(system, workdir)
+    load = load_system()
     imported = time.perf_counter()
     run = load()
     loaded = time.perf_counter()
-    run(sentences[:1])
+    run(texts[:1])
     first = time.perf_counter()
     single = []
     for i in range(requests):
-        text = sentences[i % len(sentences)]
+        text = texts[i % len(texts)]
         t = time.perf_counter()
         run([text])
         single.append(time.perf_counter() - t)
     t = time.perf_counter()
-    logits = np.concatenate([run(sentences[i:i + BATCH]) for i in range(0, len(sentences), BATCH)])
+    outputs = [run(texts[i:i + BATCH]) for i in range(0, len(texts), BATCH)]
     batch_s = time.perf_counter() - t
     return {"system": system, "import_s": imported - started, "load_s": loaded - imported,
             "first_request_s": first - loaded, "batch1_median_ms": 1e3 * statistics.median(single),
             "batch1_p90_ms": 1e3 * float(np.percentile(single, 90)),
-            "batch32_sentences_per_s": len(sentences) / batch_s, "logits": logits.tolist()}
+            "batch32_sentences_per_s": len(texts) / batch_s}, outputs
 
 
 # ---- run: interleaved rounds, the summary -------------------------------------------------------
 
 
 def spawn(system: str, args) -> dict:
-    command = [sys.executable, "-m", "bench.inference_bench", "--stage=worker", f"--system={system}",
-               f"--workdir={args.workdir}", f"--sst2_dev={args.sst2_dev}", f"--requests={args.requests}"]
+    return spawn_worker("bench.inference_bench", system, [f"--workdir={args.workdir}", f"--sst2_dev={args.sst2_dev}",
+                                                         f"--requests={args.requests}"])
+
+
+def spawn_worker(module: str, system: str, flags: list[str]) -> dict:
+    """`python -m module --stage=worker --system=system flags…` in a fresh process; its last stdout line (JSON)."""
+    command = [sys.executable, "-m", module, "--stage=worker", f"--system={system}", *flags]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     if result.returncode != 0:
@@ -243,26 +266,64 @@ def spread(values: list[float], digits: int) -> dict:
 
 
 def summarise(rounds: list[list[dict]], systems) -> dict:
+    rows = timing_rows(rounds, systems)
+    logits = {r["system"]: np.asarray(r["logits"]) for r in rounds[0]}
+    differences = {f"{a} vs {b}": float(np.max(np.abs(logits[a] - logits[b])))
+                   for i, a in enumerate(systems) for b in systems[i + 1:]}
+    return {"systems": rows, "max_abs_logit_difference": differences,
+            "compared_inputs": int(len(logits[systems[0]])), **ratios(rows)}
+
+
+def timing_rows(rounds: list[list[dict]], systems) -> dict:
+    """Per system, the `spread` of each timing over the rounds."""
     rows = {}
     for system in systems:
         runs = [r for one in rounds for r in one if r["system"] == system]
         rows[system] = {key: spread([r[key] for r in runs], digits) for key, digits in (
             ("batch1_median_ms", 2), ("batch1_p90_ms", 2), ("batch32_sentences_per_s", 1), ("load_s", 3),
             ("first_request_s", 3), ("import_s", 2))}
-    logits = {r["system"]: np.asarray(r["logits"]) for r in rounds[0]}
-    differences = {f"{a} vs {b}": float(np.max(np.abs(logits[a] - logits[b])))
-                   for i, a in enumerate(systems) for b in systems[i + 1:]}
-    summary = {"systems": rows, "max_abs_logit_difference": differences,
-               "compared_inputs": int(len(logits[systems[0]]))}
-    if {"ours", "ort", "hf"} <= set(systems):  # the issue's goal and acceptance, as ratios
-        summary["ratios"] = {
-            "ours_over_ort_batch1_median": round(rows["ours"]["batch1_median_ms"]["median"]
-                                                 / rows["ort"]["batch1_median_ms"]["median"], 2),
-            "ours_over_ort_batch32_throughput": round(rows["ours"]["batch32_sentences_per_s"]["median"]
-                                                      / rows["ort"]["batch32_sentences_per_s"]["median"], 2),
-            "ours_over_hf_batch32_throughput": round(rows["ours"]["batch32_sentences_per_s"]["median"]
-                                                     / rows["hf"]["batch32_sentences_per_s"]["median"], 2)}
-    return summary
+    return rows
+
+
+def ratios(rows: dict) -> dict:
+    """Issue #58's goal and acceptance as ratios (`{"ratios": …}`), when ours, ONNX Runtime and HF all ran."""
+    if not {"ours", "ort", "hf"} <= set(rows):
+        return {}
+
+    def median(system, key):
+        return rows[system][key]["median"]
+    return {"ratios": {
+        "ours_over_ort_batch1_median": round(median("ours", "batch1_median_ms") / median("ort", "batch1_median_ms"), 2),
+        "ours_over_ort_batch32_throughput": round(median("ours", "batch32_sentences_per_s")
+                                                  / median("ort", "batch32_sentences_per_s"), 2),
+        "ours_over_hf_batch32_throughput": round(median("ours", "batch32_sentences_per_s")
+                                                 / median("hf", "batch32_sentences_per_s"), 2)}}
+
+
+def interleaved(systems: list[str], rounds: int, spawn_one) -> list[list[dict]]:
+    """`rounds` rounds of `spawn_one(system)` for every system, the order rotated by one each round."""
+    results = []
+    for i in range(rounds):
+        order = systems[i % len(systems):] + systems[:i % len(systems)]
+        results.append([spawn_one(system) for system in order])
+        print(f"round {i + 1}: " + ", ".join(f"{r['system']} {r['batch1_median_ms']:.1f} ms / "
+                                             f"{r['batch32_sentences_per_s']:.0f} s/s" for r in results[-1]),
+              flush=True)
+    return results
+
+
+def chosen_systems(flag: str, known) -> list[str]:
+    systems = [s for s in flag.split(",") if s]
+    unknown = set(systems) - set(known)
+    if unknown:
+        raise SystemExit(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(known)}")
+    return systems
+
+
+def run_header(module: str, argv) -> dict:
+    """The fields every results file starts with: its command (without `--out`), commit, date and machine."""
+    command = f"python -m {module} " + shlex.join(a for a in (argv or sys.argv[1:]) if not a.startswith("--out"))
+    return {"command": command, "commit": commit(), "date": datetime.date.today().isoformat(), "machine": cpu_name()}
 
 
 def commit() -> str:
@@ -296,25 +357,13 @@ def main(argv=None) -> int:
     if args.stage == "worker":
         print(json.dumps(worker(args.system, args.workdir, sentences, args.requests)))
         return 0
-    systems = [s for s in args.systems.split(",") if s]
-    unknown = set(systems) - set(SYSTEMS)
-    if unknown:
-        raise SystemExit(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
-    rounds = []
-    for i in range(args.rounds):
-        order = systems[i % len(systems):] + systems[:i % len(systems)]
-        rounds.append([spawn(system, args) for system in order])
-        print(f"round {i + 1}: " + ", ".join(f"{r['system']} {r['batch1_median_ms']:.1f} ms / "
-                                             f"{r['batch32_sentences_per_s']:.0f} s/s" for r in rounds[-1]),
-              flush=True)
-    summary = summarise(rounds, systems)
-    command = "python -m bench.inference_bench " + shlex.join(a for a in (argv or sys.argv[1:])
-                                                              if not a.startswith("--out"))
-    record = {"command": command, "commit": commit(), "date": datetime.date.today().isoformat(),
-              "machine": cpu_name(), "model": "ELECTRA-Small, randomly initialised (seed 7), 2 labels",
+    systems = chosen_systems(args.systems, SYSTEMS)
+    rounds = interleaved(systems, args.rounds, lambda system: spawn(system, args))
+    record = {**run_header("bench.inference_bench", argv),
+              "model": "ELECTRA-Small, randomly initialised (seed 7), 2 labels",
               "data": f"SST-2 dev, {len(sentences)} sentences", "rounds": args.rounds, "requests": args.requests,
               "max_seq_length": MAX_SEQ_LENGTH, **({"ours_before": args.before} if args.before else {}),
-              **summary}
+              **summarise(rounds, systems)}
     print(json.dumps({k: v for k, v in record.items() if k != "systems"}, indent=1))
     if args.out:
         from electra_tf.text.manifest import write_json_atomic

@@ -67,3 +67,74 @@ def test_the_breakdown_sends_every_request_to_each_call_in_rotated_order():
                      ("c", "s2"), ("a", "s2"), ("b", "s2"), ("a", "s0"), ("b", "s0"), ("c", "s0")]
     assert set(result) == {"a", "b", "c"}
     assert set(result["a"]) == {"batch1_median_ms", "batch1_p90_ms", "batch1_cpu_ms"}
+
+
+def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32_in_order():
+    calls = []
+
+    def run(texts):
+        calls.append(len(texts))
+        return [t.upper() for t in texts]
+
+    texts = [f"s{i}" for i in range(70)]
+    timings, outputs = inference_bench.timed("fake", lambda: lambda: run, texts, requests=5)
+    assert calls == [1] * 6 + [32, 32, 6]
+    assert [t for batch in outputs for t in batch] == [t.upper() for t in texts]
+    assert timings["system"] == "fake" and set(timings) >= {"load_s", "first_request_s", "batch1_p90_ms"}
+    assert timings["batch32_sentences_per_s"] > 0
+
+
+# ---- the tagger (bench/inference_bench_tagger.py) ----
+
+
+def tagger_rounds():
+    ours = [["B-PER", "I-PER", "O"], ["O", "B-LOC"], ["O"] * 4]
+    hf = [["B-PER", "I-PER", "O"], ["O", "O"], ["O", "O"]]  # sentence 3 cut after two words
+    return [[{**worker_result("ours", 10.0, 100.0, None), "tags": ours},
+             {**worker_result("hf", 20.0, 80.0, None), "tags": hf},
+             {**worker_result("ort", 8.0, 120.0, None), "tags": hf}]]
+
+
+def test_the_tagger_agreement_counts_words_sentences_and_the_words_past_a_truncation_apart():
+    from bench.inference_bench_tagger import agreement
+
+    ours, hf = tagger_rounds()[0][0]["tags"], tagger_rounds()[0][1]["tags"]
+    assert agreement(ours, hf) == {"words": 7, "agreeing_fraction": round(6 / 7, 6),
+                                   "sentences_with_disagreement": 1, "words_tagged_by_one_only": 2,
+                                   "sentences_tagged_in_part_by_one": 1, "of_which_with_disagreement": 0}
+    assert agreement(hf, hf)["agreeing_fraction"] == 1.0
+
+
+def test_the_tagger_reads_each_word_at_its_first_piece_and_decodes_the_bioes_labels():
+    from bench.inference_bench_tagger import first_piece_tags
+    from electra_tf.finetuning.tagging import from_bioes
+
+    labels = ["O", "B-PER", "E-PER", "S-LOC"]
+    logits = np.eye(4)[[[0, 1, 0, 2, 3, 0]]]  # [CLS] w0 w0-piece w1 w2 [SEP]: w0's second piece says O
+    tags = first_piece_tags(logits, [[None, 0, 0, 1, 2, None]], labels, lambda t: from_bioes(t, "iob2"))
+    assert tags == [["B-PER", "I-PER", "B-LOC"]]
+
+
+def test_the_tagger_summary_and_its_docs_table(tmp_path):
+    from bench import inference_bench_tagger
+
+    summary = inference_bench_tagger.summarise(tagger_rounds(), ["ours", "hf", "ort"])
+    assert summary["compared_inputs"] == 3
+    assert summary["tag_agreement"]["hf vs ort"]["agreeing_fraction"] == 1.0
+    assert summary["ratios"]["ours_over_ort_batch1_median"] == 1.25
+    record = {"command": "python -m bench.inference_bench_tagger --stage=run", "commit": "abc1234",
+              "date": "2026-01-02", "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small, NER head",
+              "data": "CoNLL-2003 English dev, 3 sentences", "rounds": 1, "requests": 200, **summary}
+    path = tmp_path / docs_renderers.INFERENCE_TAGGER_RESULTS
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    page = "<!-- begin generated: inference_tagger -->\n<!-- end generated: inference_tagger -->\n"
+    out = render_docs.render_page(page, Path("docs/performance.md"), tmp_path)
+    assert "| our serving SavedModel | 10.0 [10.0–10.0] | 20.0 | 100.0 [100.0–100.0] | 1.00 s | 0.500 s |" in out
+    text = " ".join(out.split())
+    results = "bench/results/inference-conll-tagger-small.json"
+    assert f"[`{results}`](../{results})" in text
+    assert ("ours vs hf: 85.714 % of 7 words agree, disagreeing sentences: 1; words past HF's truncation, not "
+            "compared: 2 (sentences cut: 1, of them disagreeing: 0)") in text
+    assert "hf vs ort: 100.000 % of 7 words agree, disagreeing sentences: 0." in text
+    assert "our load + first request: 1.50 s." in text

@@ -342,25 +342,34 @@ def conll_ner(ctx: Context) -> str:
 
 
 INFERENCE_RESULTS = Path("bench") / "results" / "inference-sst2-small.json"
+INFERENCE_TAGGER_RESULTS = Path("bench") / "results" / "inference-conll-tagger-small.json"
 INFERENCE_SYSTEMS = {"ours": "our serving SavedModel", "ours_before": "our serving SavedModel, before",
                      "hf": "HF transformers (PyTorch), fast tokenizer", "ort": "ONNX Runtime, HF fast tokenizer"}
 
 
-def inference_bench(ctx: Context) -> str:
-    """`bench/inference_bench.py`'s systems, one row each, and the issue's goal beside the measured ratios."""
-    data = json.loads((ctx.root / INFERENCE_RESULTS).read_text(encoding="utf-8"))
+def inference_timings(ctx: Context, path: Path) -> tuple[dict, str]:
+    """An inference bench's results (`path`) and their opening paragraph and timings table (one row a system)."""
+    data = json.loads((ctx.root / path).read_text(encoding="utf-8"))
 
-    def cell(spread, digits, unit=""):
-        return f"{spread['median']:.{digits}f}{unit} [{spread['min']:.{digits}f}–{spread['max']:.{digits}f}]"
+    def cell(spread, digits):
+        return f"{spread['median']:.{digits}f} [{spread['min']:.{digits}f}–{spread['max']:.{digits}f}]"
 
     rows = [[INFERENCE_SYSTEMS[name], cell(r["batch1_median_ms"], 1), f"{r['batch1_p90_ms']['median']:.1f}",
              cell(r["batch32_sentences_per_s"], 1), f"{r['load_s']['median']:.2f} s",
              f"{r['first_request_s']['median']:.3f} s"] for name, r in data["systems"].items()]
-    source = f"[`{INFERENCE_RESULTS.as_posix()}`]({ctx.link(INFERENCE_RESULTS)})"
+    source = f"[`{path.as_posix()}`]({ctx.link(path)})"
     head = (f"From {source}: {code(data['command'])} at commit {data['commit']}, {data['date']}, {data['machine']}; "
             f"{data['model']}; {data['data']} as raw text, tokenisation included; {data['rounds']} interleaved rounds, "
             f"each system in a process of its own, medians [range over the rounds]. Batch 1: {data['requests']} "
             "requests of one sentence; batch 32: every sentence in batches of 32.")
+    return data, paragraph(head) + "\n\n" + table(
+        ["system", "batch 1, median ms", "batch 1, p90 ms", "batch 32, sentences/s", "load", "first request"],
+        rows, "lrrrrr")
+
+
+def inference_bench(ctx: Context) -> str:
+    """`bench/inference_bench.py`'s systems, one row each, and the issue's goal beside the measured ratios."""
+    data, timings = inference_timings(ctx, INFERENCE_RESULTS)
     before = f" Before: {data['ours_before']}." if "ours_before" in data else ""
     before += f" Ours: {data['ours_export']}." if "ours_export" in data else ""
     before += f" Note: {data['note']}." if "note" in data else ""
@@ -373,13 +382,34 @@ def inference_bench(ctx: Context) -> str:
             f"transformers, batch-32 throughput: {r['ours_over_hf_batch32_throughput']:.2f} (acceptance ≥ 1); our "
             f"load + first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s "
             "(acceptance ≤ 0.5 s).")
-    return paragraph(head) + "\n\n" + table(
-        ["system", "batch 1, median ms", "batch 1, p90 ms", "batch 32, sentences/s", "load", "first request"],
-        rows, "lrrrrr") + "\n\n" + paragraph(tail)
+    return timings + "\n\n" + paragraph(tail)
+
+
+def inference_tagger(ctx: Context) -> str:
+    """`bench/inference_bench_tagger.py`'s systems, one row each, the tags' agreement and the speed ratios."""
+    data, timings = inference_timings(ctx, INFERENCE_TAGGER_RESULTS)
+
+    def agreement(pair, a):
+        cut = (f"; words past HF's truncation, not compared: {a['words_tagged_by_one_only']} (sentences cut: "
+               f"{a['sentences_tagged_in_part_by_one']}, of them disagreeing: {a['of_which_with_disagreement']})"
+               if a["words_tagged_by_one_only"] else "")
+        return (f"{pair}: {100 * a['agreeing_fraction']:.3f} % of {a['words']} words agree, disagreeing sentences: "
+                f"{a['sentences_with_disagreement']}{cut}")
+
+    agreements = "; ".join(agreement(pair, a) for pair, a in data["tag_agreement"].items())
+    r = data["ratios"]
+    ours = data["systems"]["ours"]
+    tail = (f"Tags of every word of the {data['compared_inputs']} sentences, system against system: {agreements}. "
+            f"Ours ÷ ONNX Runtime, batch-1 median: {r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: "
+            f"{r['ours_over_ort_batch32_throughput']:.2f}; ours ÷ HF transformers, batch-32 throughput: "
+            f"{r['ours_over_hf_batch32_throughput']:.2f}; our load + first request: "
+            f"{ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s.")
+    return timings + "\n\n" + paragraph(tail)
 
 
 RENDERERS: dict[str, Callable[[Context], str]] = {
     "inference_bench": inference_bench,
+    "inference_tagger": inference_tagger,
     "objectives_headline": objectives_headline,
     "objectives_summary": objectives_summary,
     "demo_curve": demo_curve,

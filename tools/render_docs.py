@@ -19,6 +19,7 @@ command that produced the numbers. The pages scanned are `README.md`, `CHANGELOG
 * `docs/results/conll/*.json`: one per run of `python -m experiments.conll_ner --name=NAME`.
 * `docs/results/demo_curve.json`: written by `python -m experiments.demo_curve` (runs the offline demo).
 * `bench/results/inference-sst2-small.json`: written by `python -m bench.inference_bench --stage=run`.
+* `bench/results/inference-conll-tagger-small.json`: written by `python -m bench.inference_bench_tagger --stage=run`.
 * `docs/results/finetuning_smoke.json`, `data_prep.json`, `step_bench_latest.json`:
   the numbers of runs recorded before this tool existed, each with its command, commit and machine.
 
