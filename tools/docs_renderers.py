@@ -417,8 +417,9 @@ def inference_squad(ctx: Context) -> str:
     ours = data["systems"]["ours"]
     tail = (f"A sentence is one question-context pair. The answer strings of the {data['compared_inputs']} pairs, "
             f"system against system: {agreements}. Ours ÷ ONNX Runtime, batch-1 median: "
-            f"{r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: {r['ours_over_ort_batch32_throughput']:.2f}; "
-            f"ours ÷ HF transformers, batch-32 throughput: {r['ours_over_hf_batch32_throughput']:.2f}; our load + "
+            f"{r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: "
+            f"{r['ours_over_ort_batch32_throughput']:.2f}; ours ÷ HF transformers, batch-32 throughput: "
+            f"{r['ours_over_hf_batch32_throughput']:.2f}; our load + "
             f"first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s.")
     return timings + "\n\n" + paragraph(tail)
 
