@@ -19,7 +19,8 @@ weights, so all three compute the same logits (the benchmark reports the largest
         --out=bench/results/inference-sst2-small.json
 
 `--systems=ours,ours_before,hf,ort --before="commit …"` adds an export of an earlier commit (see `SERVING_DIRS`).
-The NER tagger's bench, `bench/inference_bench_tagger.py`, runs on this module's harness (`timed`, `spawn_worker`,
+The NER tagger's and SQuAD's benches, `bench/inference_bench_tagger.py` and `bench/inference_bench_squad.py`, run on
+this module's harness (`timed`, `spawn_worker`,
 `timing_rows`, `ratios`, `interleaved`, `run_header`).
 
 Each (round, system) is a fresh process (`--stage=worker`), the systems rotated within each round. A worker
@@ -156,15 +157,16 @@ def export_onnx(workdir: str) -> None:
     onnx_export(hf_classifier(workdir), os.path.join(workdir, "model.onnx"), {0: "batch"})
 
 
-def onnx_export(model, path: str, logits_axes: dict) -> None:
-    """`model` (HF, PyTorch) as ONNX: the tokenizer's three inputs, dynamic batch and length, `logits` out."""
+def onnx_export(model, path: str, logits_axes: dict, outputs=("logits",)) -> None:
+    """`model` (HF, PyTorch) as ONNX: the tokenizer's three inputs, dynamic batch and length, `outputs` (each with
+    the dynamic `logits_axes`) out, in the order the model returns them."""
     import torch
 
     names = ["input_ids", "attention_mask", "token_type_ids"]
     example = tuple(torch.ones([2, 8], dtype=torch.int64) for _ in names)
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
-    torch.onnx.export(model, example, path, input_names=names, output_names=["logits"],
-                      dynamic_axes={**axes, "logits": logits_axes}, opset_version=17, dynamo=False)
+    torch.onnx.export(model, example, path, input_names=names, output_names=list(outputs),
+                      dynamic_axes={**axes, **{name: logits_axes for name in outputs}}, opset_version=17, dynamo=False)
 
 
 # ---- worker: one system in its own process ------------------------------------------------------

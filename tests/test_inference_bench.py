@@ -138,3 +138,76 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
             "compared: 2 (sentences cut: 1, of them disagreeing: 0)") in text
     assert "hf vs ort: 100.000 % of 7 words agree, disagreeing sentences: 0." in text
     assert "our load + first request: 1.50 s." in text
+
+
+# ---- SQuAD (bench/inference_bench_squad.py) ----
+
+
+def squad_rounds():
+    ours = ["Denver Broncos", "1990", "empty"]
+    hf = ["Denver Broncos", "(1990)", "empty"]
+    return [[{**worker_result("ours", 10.0, 100.0, None), "answers": ours},
+             {**worker_result("hf", 20.0, 80.0, None), "answers": hf},
+             {**worker_result("ort", 8.0, 120.0, None), "answers": hf}]]
+
+
+def test_the_squad_head_maps_onto_hf_qa_outputs_start_column_first():
+    from types import SimpleNamespace
+
+    from bench.inference_bench_squad import qa_outputs_weights
+
+    def dense(kernel, bias):
+        return SimpleNamespace(weights=[SimpleNamespace(numpy=lambda: np.array(kernel)),
+                                        SimpleNamespace(numpy=lambda: np.array(bias))])
+
+    head = SimpleNamespace(start_logits=dense([[1.0], [2.0]], [0.5]), end_logits=dense([[3.0], [4.0]], [-0.5]))
+    weights = qa_outputs_weights(head)
+    assert weights["kernel"].tolist() == [[1.0, 3.0], [2.0, 4.0]] and weights["bias"].tolist() == [0.5, -0.5]
+
+
+def test_the_squad_windows_know_their_context_pieces_and_where_each_has_its_max_context():
+    from bench.inference_bench_squad import window_meta
+
+    # Two windows of a 5-piece context, 2 pieces apart: [CLS] q [SEP] c c c c [SEP], then pieces 2-4.
+    windows = [[None, 0, None, 1, 1, 1, 1, None], [None, 0, None, 1, 1, 1, None]]
+    first, second = window_meta(windows, doc_stride=2)
+    assert first["token_to_orig"] == [-1, -1, -1, 0, 1, 2, 3, -1]
+    assert second["token_to_orig"] == [-1, -1, -1, 2, 3, 4, -1]
+    # Piece 2 is nearer the middle of the first window, piece 3 of the second.
+    assert first["max_context"] == [False] * 3 + [True, True, True, False, False]
+    assert second["max_context"] == [False] * 3 + [False, True, True, False]
+
+
+def test_the_squad_answer_is_the_best_valid_span_over_the_windows_sliced_at_its_offsets():
+    from bench.inference_bench_squad import NO_SPAN_TEXT, best_answer, window_meta
+    from electra_tf.options import SquadOptions
+
+    context = "Denver Broncos won"
+    ids = [None, 0, None, 1, 1, 1, None]  # [CLS] q [SEP] denver broncos won [SEP]
+    offsets = [[(0, 0), (0, 3), (0, 0), (0, 6), (7, 14), (15, 18), (0, 0)]]
+    metas = window_meta([ids], doc_stride=128)
+    start = [[9.0, 0, 50.0, 3.0, 1.0, 0, 0]]  # the question piece (50) is masked like the head masks it
+    end = [[9.0, 0, 0, 0, 4.0, 0, 0]]
+    assert best_answer(context, offsets, metas, start, end, SquadOptions()) == "Denver Broncos"
+    reversed_only = [[0, 0, 0, 0, 0, 9.0, 0]], [[0, 0, 0, 9.0, 0, 0, 0]]
+    assert best_answer(context, offsets, metas, *reversed_only, SquadOptions(n_best_size=1)) == NO_SPAN_TEXT
+
+
+def test_the_squad_summary_compares_answers_exactly_and_its_docs_table(tmp_path):
+    from bench import inference_bench_squad
+
+    summary = inference_bench_squad.summarise(squad_rounds(), ["ours", "hf", "ort"])
+    assert summary["answer_agreement"]["ours vs hf"] == {"pairs": 3, "exact_match_fraction": round(2 / 3, 6),
+                                                         "differing": 1}
+    assert summary["answer_agreement"]["hf vs ort"]["differing"] == 0
+    record = {"command": "python -m bench.inference_bench_squad --stage=run", "commit": "abc1234",
+              "date": "2026-01-02", "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small, start/end head",
+              "data": "SQuAD v1.1 dev, the first 3 question-context pairs", "rounds": 1, "requests": 200, **summary}
+    path = tmp_path / docs_renderers.INFERENCE_SQUAD_RESULTS
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    page = "<!-- begin generated: inference_squad -->\n<!-- end generated: inference_squad -->\n"
+    text = " ".join(render_docs.render_page(page, Path("docs/performance.md"), tmp_path).split())
+    assert "| HF transformers (PyTorch), fast tokenizer | 20.0 [20.0–20.0] | 40.0 | 80.0 [80.0–80.0] |" in text
+    assert "ours vs hf: 66.7 % of 3 answers identical, 1 differ; ours vs ort: 66.7 %" in text
+    assert "hf vs ort: 100.0 % of 3 answers identical, 0 differ." in text

@@ -343,6 +343,7 @@ def conll_ner(ctx: Context) -> str:
 
 INFERENCE_RESULTS = Path("bench") / "results" / "inference-sst2-small.json"
 INFERENCE_TAGGER_RESULTS = Path("bench") / "results" / "inference-conll-tagger-small.json"
+INFERENCE_SQUAD_RESULTS = Path("bench") / "results" / "inference-squad-small.json"
 INFERENCE_SYSTEMS = {"ours": "our serving SavedModel", "ours_before": "our serving SavedModel, before",
                      "hf": "HF transformers (PyTorch), fast tokenizer", "ort": "ONNX Runtime, HF fast tokenizer"}
 
@@ -407,9 +408,26 @@ def inference_tagger(ctx: Context) -> str:
     return timings + "\n\n" + paragraph(tail)
 
 
+def inference_squad(ctx: Context) -> str:
+    """`bench/inference_bench_squad.py`'s systems, one row each, the answers' exact match and the speed ratios."""
+    data, timings = inference_timings(ctx, INFERENCE_SQUAD_RESULTS)
+    agreements = "; ".join(f"{pair}: {100 * a['exact_match_fraction']:.1f} % of {a['pairs']} answers identical, "
+                           f"{a['differing']} differ" for pair, a in data["answer_agreement"].items())
+    r = data["ratios"]
+    ours = data["systems"]["ours"]
+    tail = (f"A sentence is one question-context pair. The answer strings of the {data['compared_inputs']} pairs, "
+            f"system against system: {agreements}. Ours ÷ ONNX Runtime, batch-1 median: "
+            f"{r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: "
+            f"{r['ours_over_ort_batch32_throughput']:.2f}; ours ÷ HF transformers, batch-32 throughput: "
+            f"{r['ours_over_hf_batch32_throughput']:.2f}; our load + "
+            f"first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s.")
+    return timings + "\n\n" + paragraph(tail)
+
+
 RENDERERS: dict[str, Callable[[Context], str]] = {
     "inference_bench": inference_bench,
     "inference_tagger": inference_tagger,
+    "inference_squad": inference_squad,
     "objectives_headline": objectives_headline,
     "objectives_summary": objectives_summary,
     "demo_curve": demo_curve,
