@@ -211,3 +211,14 @@ def test_the_squad_summary_compares_answers_exactly_and_its_docs_table(tmp_path)
     assert "| HF transformers (PyTorch), fast tokenizer | 20.0 [20.0–20.0] | 40.0 | 80.0 [80.0–80.0] |" in text
     assert "ours vs hf: 66.7 % of 3 answers identical, 1 differ; ours vs ort: 66.7 %" in text
     assert "hf vs ort: 100.0 % of 3 answers identical, 0 differ." in text
+
+
+def test_the_squad_bench_constants_are_the_librarys():
+    """The SQuAD workers hold the head's mask and the no-span answer as plain values (HF's and ONNX Runtime's
+    processes import no Keras); they must stay the library's."""
+    from bench import inference_bench_squad
+    from electra_tf.finetuning.heads import MASK_PENALTY
+    from electra_tf.serving.squad import NO_SPAN_TEXT
+
+    assert inference_bench_squad.MASK_PENALTY == -MASK_PENALTY  # the head subtracts it, the bench adds it
+    assert inference_bench_squad.NO_SPAN_TEXT == NO_SPAN_TEXT
