@@ -31,8 +31,8 @@ slice the context at the pieces' character offsets. So a few answers may differ 
         --out=bench/results/inference-squad-small.json
 
 `prepare` reuses WORKDIR/ours and WORKDIR/hf when another inference bench's `prepare` wrote them. The data: the
-first `--pairs` (question, context) pairs of SQuAD v1.1 dev (all 10,570: about 5 minutes of batch 32 per worker,
-some 45 for 3 rounds of 3 systems, on two cores). Compared: the answer strings of every pair, between each pair of
+first `--pairs` (question, context) pairs of SQuAD v1.1 dev (all 10,570 would make each worker's batch-32 pass
+21 times longer). Compared: the answer strings of every pair, between each pair of
 systems (exact match).
 """
 
