@@ -328,6 +328,20 @@ def run_header(module: str, argv) -> dict:
     return {"command": command, "commit": commit(), "date": datetime.date.today().isoformat(), "machine": cpu_name()}
 
 
+def bench_parser(module: str, doc: str, stages, systems) -> argparse.ArgumentParser:
+    """The flags every inference bench takes; each adds its data flags."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
+    parser.add_argument("--stage", choices=stages, required=True)
+    parser.add_argument("--workdir", required=True, help="where prepare writes the three models")
+    parser.add_argument("--system", choices=systems, help="worker only")
+    parser.add_argument("--systems", default="ours,hf,ort", help="run: which systems, comma-separated")
+    parser.add_argument("--vocab_file", default=DEFAULT_VOCAB)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per worker")
+    parser.add_argument("--out", help="run: the results JSON to write")
+    return parser
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
@@ -337,17 +351,9 @@ def commit() -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.inference_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", choices=("prepare", "export_ours", "run", "worker"), required=True)
-    parser.add_argument("--workdir", required=True, help="where prepare writes the three models")
-    parser.add_argument("--system", choices=SYSTEMS, help="worker only")
-    parser.add_argument("--systems", default="ours,hf,ort", help="run: which systems, comma-separated")
+    parser = bench_parser("bench.inference_bench", __doc__, ("prepare", "export_ours", "run", "worker"), SYSTEMS)
     parser.add_argument("--before", default="", help="run: what `ours_before` is (e.g. its commit), recorded")
-    parser.add_argument("--vocab_file", default=DEFAULT_VOCAB)
     parser.add_argument("--sst2_dev", default=DEFAULT_SST2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per worker")
-    parser.add_argument("--out", help="run: the results JSON to write")
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file)

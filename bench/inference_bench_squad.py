@@ -38,7 +38,6 @@ systems (exact match).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -46,7 +45,7 @@ import sys
 
 import numpy as np
 
-from bench.inference_bench import (DEFAULT_VOCAB, ROOT, SEED, chosen_systems, emit, interleaved, onnx_export,
+from bench.inference_bench import (bench_parser, DEFAULT_VOCAB, ROOT, SEED, chosen_systems, emit, interleaved, onnx_export,
                                    prepare_encoder, ratios, run_header, spawn_worker, timed, timing_rows)
 from electra_tf.options import SquadOptions
 
@@ -287,20 +286,11 @@ def spawn(system: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.inference_bench_squad",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", choices=("prepare", "run", "worker"), required=True)
-    parser.add_argument("--workdir", required=True, help="where prepare writes the three models")
-    parser.add_argument("--system", choices=SYSTEMS, help="worker only")
-    parser.add_argument("--systems", default="ours,hf,ort", help="run: which systems, comma-separated")
-    parser.add_argument("--vocab_file", default=DEFAULT_VOCAB)
+    parser = bench_parser("bench.inference_bench_squad", __doc__, ("prepare", "run", "worker"), SYSTEMS)
     parser.add_argument("--squad_dev", default=DEFAULT_SQUAD_DEV, help="SQuAD v1.1 dev-v1.1.json")
     parser.add_argument("--pairs", type=int, default=500, help="the first N (question, context) pairs of dev")
     parser.add_argument("--batch32_pairs", type=int, default=0,
                         help="batch 32 (and the answers compared) on the first N pairs only; 0: all --pairs")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per worker")
-    parser.add_argument("--out", help="run: the results JSON to write")
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file)

@@ -27,14 +27,13 @@ counted apart.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 import numpy as np
 
-from bench.inference_bench import (DEFAULT_VOCAB, MAX_SEQ_LENGTH, ROOT, SEED, chosen_systems, emit,
+from bench.inference_bench import (bench_parser, DEFAULT_VOCAB, MAX_SEQ_LENGTH, ROOT, SEED, chosen_systems, emit,
                                    interleaved, onnx_export, prepare_encoder, ratios, run_header, spawn_worker,
                                    timed, timing_rows)
 
@@ -217,17 +216,8 @@ def spawn(system: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.inference_bench_tagger",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", choices=("prepare", "run", "worker"), required=True)
-    parser.add_argument("--workdir", required=True, help="where prepare writes the three taggers")
-    parser.add_argument("--system", choices=SYSTEMS, help="worker only")
-    parser.add_argument("--systems", default="ours,hf,ort", help="run: which systems, comma-separated")
-    parser.add_argument("--vocab_file", default=DEFAULT_VOCAB)
+    parser = bench_parser("bench.inference_bench_tagger", __doc__, ("prepare", "run", "worker"), SYSTEMS)
     parser.add_argument("--conll_dev", default=DEFAULT_CONLL_DEV, help="CoNLL-2003 English dev.txt")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per worker")
-    parser.add_argument("--out", help="run: the results JSON to write")
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file, args.conll_dev)

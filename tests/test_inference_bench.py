@@ -137,7 +137,7 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
     assert ("ours vs hf: 85.714 % of 7 words agree, disagreeing sentences: 1; words past HF's truncation, not "
             "compared: 2 (sentences cut: 1, of them disagreeing: 0)") in text
     assert "hf vs ort: 100.000 % of 7 words agree, disagreeing sentences: 0." in text
-    assert "our load + first request: 1.50 s." in text
+    assert "our load + first request: 1.50 s (acceptance ≤ 0.5 s)." in text
 
 
 # ---- SQuAD (bench/inference_bench_squad.py) ----

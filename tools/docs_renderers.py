@@ -368,6 +368,16 @@ def inference_timings(ctx: Context, path: Path) -> tuple[dict, str]:
         rows, "lrrrrr")
 
 
+def inference_ratios(data: dict) -> str:
+    """Issue #58's goal and acceptance beside the measured ratios of an inference bench's results."""
+    r, ours = data["ratios"], data["systems"]["ours"]
+    return (f"Ours ÷ ONNX Runtime, batch-1 median: {r['ours_over_ort_batch1_median']:.2f} (goal ≤ 1, acceptance "
+            f"≤ 1.5); batch-32 throughput: {r['ours_over_ort_batch32_throughput']:.2f} (goal ≥ 1); ours ÷ HF "
+            f"transformers, batch-32 throughput: {r['ours_over_hf_batch32_throughput']:.2f} (acceptance ≥ 1); our "
+            f"load + first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s "
+            "(acceptance ≤ 0.5 s).")
+
+
 def inference_bench(ctx: Context) -> str:
     """`bench/inference_bench.py`'s systems, one row each, and the issue's goal beside the measured ratios."""
     data, timings = inference_timings(ctx, INFERENCE_RESULTS)
@@ -375,14 +385,8 @@ def inference_bench(ctx: Context) -> str:
     before += f" Ours: {data['ours_export']}." if "ours_export" in data else ""
     before += f" Note: {data['note']}." if "note" in data else ""
     differences = ", ".join(f"{pair} {value:.1e}" for pair, value in data["max_abs_logit_difference"].items())
-    r = data["ratios"]
-    ours = data["systems"]["ours"]
     tail = (f"Largest |logit difference| over the {data['compared_inputs']} sentences: {differences}.{before} "
-            f"Ours ÷ ONNX Runtime, batch-1 median: {r['ours_over_ort_batch1_median']:.2f} (goal ≤ 1, acceptance "
-            f"≤ 1.5); batch-32 throughput: {r['ours_over_ort_batch32_throughput']:.2f} (goal ≥ 1); ours ÷ HF "
-            f"transformers, batch-32 throughput: {r['ours_over_hf_batch32_throughput']:.2f} (acceptance ≥ 1); our "
-            f"load + first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s "
-            "(acceptance ≤ 0.5 s).")
+            + inference_ratios(data))
     return timings + "\n\n" + paragraph(tail)
 
 
@@ -398,13 +402,8 @@ def inference_tagger(ctx: Context) -> str:
                 f"{a['sentences_with_disagreement']}{cut}")
 
     agreements = "; ".join(agreement(pair, a) for pair, a in data["tag_agreement"].items())
-    r = data["ratios"]
-    ours = data["systems"]["ours"]
     tail = (f"Tags of every word of the {data['compared_inputs']} sentences, system against system: {agreements}. "
-            f"Ours ÷ ONNX Runtime, batch-1 median: {r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: "
-            f"{r['ours_over_ort_batch32_throughput']:.2f}; ours ÷ HF transformers, batch-32 throughput: "
-            f"{r['ours_over_hf_batch32_throughput']:.2f}; our load + first request: "
-            f"{ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s.")
+            + inference_ratios(data))
     return timings + "\n\n" + paragraph(tail)
 
 
@@ -413,14 +412,8 @@ def inference_squad(ctx: Context) -> str:
     data, timings = inference_timings(ctx, INFERENCE_SQUAD_RESULTS)
     agreements = "; ".join(f"{pair}: {100 * a['exact_match_fraction']:.1f} % of {a['pairs']} answers identical, "
                            f"{a['differing']} differ" for pair, a in data["answer_agreement"].items())
-    r = data["ratios"]
-    ours = data["systems"]["ours"]
     tail = (f"A sentence is one question-context pair. The answer strings of the {data['compared_inputs']} pairs, "
-            f"system against system: {agreements}. Ours ÷ ONNX Runtime, batch-1 median: "
-            f"{r['ours_over_ort_batch1_median']:.2f}; batch-32 throughput: "
-            f"{r['ours_over_ort_batch32_throughput']:.2f}; ours ÷ HF transformers, batch-32 throughput: "
-            f"{r['ours_over_hf_batch32_throughput']:.2f}; our load + "
-            f"first request: {ours['load_s']['median'] + ours['first_request_s']['median']:.2f} s.")
+            f"system against system: {agreements}. " + inference_ratios(data))
     return timings + "\n\n" + paragraph(tail)
 
 
