@@ -182,34 +182,46 @@ def load_system(system: str, workdir: str):
             signature = tf.saved_model.load(os.path.join(workdir, SERVING_DIRS[system])).signatures["serving_default"]
             return lambda texts: signature(text=tf.constant(texts))["logits"].numpy()
         return load
+
+    def encode(tok, texts, kind):
+        return tok(texts, padding=True, truncation=True, max_length=MAX_SEQ_LENGTH, return_tensors=kind), None
+
+    return hf_or_ort_loader(system, workdir, lambda: hf_classifier(workdir), "model.onnx", ["logits"], encode,
+                            lambda outputs, _: outputs[0])
+
+
+def hf_or_ort_loader(system: str, workdir: str, hf_model, onnx_file: str, output_names: list[str], encode, decode):
+    """`load` for the HF (`system="hf"`: `hf_model()`, PyTorch) or ONNX Runtime (`"ort"`: WORKDIR/`onnx_file`)
+    system, their libraries imported now (the timings' import phase): the fast tokenizer of WORKDIR/hf; a run is
+    `encode(tokenizer, texts, "pt" or "np")` → (the model's inputs, what else `decode` needs), the model's
+    `output_names` as NumPy arrays → `decode(outputs, that)`."""
     from transformers import AutoTokenizer
 
     def tokenizer():
         return AutoTokenizer.from_pretrained(os.path.join(workdir, "hf", "discriminator"), use_fast=True)
 
-    def encode(tok, texts, kind):
-        return tok(texts, padding=True, truncation=True, max_length=MAX_SEQ_LENGTH, return_tensors=kind)
-
     if system == "hf":
         import torch
 
         def load():
-            tok, model = tokenizer(), hf_classifier(workdir)
+            tok, model = tokenizer(), hf_model()
 
             def run(texts):
+                inputs, extra = encode(tok, texts, "pt")
                 with torch.inference_mode():
-                    return model(**encode(tok, texts, "pt")).logits.numpy()
+                    out = model(**inputs)
+                return decode([getattr(out, name).numpy() for name in output_names], extra)
             return run
         return load
     import onnxruntime
 
     def load():
         tok = tokenizer()
-        session = onnxruntime.InferenceSession(os.path.join(workdir, "model.onnx"),
-                                               providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(os.path.join(workdir, onnx_file), providers=["CPUExecutionProvider"])
 
         def run(texts):
-            return session.run(["logits"], dict(encode(tok, texts, "np")))[0]
+            inputs, extra = encode(tok, texts, "np")
+            return decode(session.run(output_names, dict(inputs)), extra)
         return run
     return load
 

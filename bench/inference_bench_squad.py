@@ -45,8 +45,8 @@ import sys
 
 import numpy as np
 
-from bench.inference_bench import (bench_parser, DEFAULT_VOCAB, ROOT, SEED, chosen_systems, emit, interleaved, onnx_export,
-                                   prepare_encoder, ratios, run_header, spawn_worker, timed, timing_rows)
+from bench.inference_bench import (ROOT, SEED, bench_parser, chosen_systems, emit, hf_or_ort_loader, interleaved,
+                                   onnx_export, prepare_encoder, ratios, run_header, spawn_worker, timed, timing_rows)
 from electra_tf.options import SquadOptions
 
 SYSTEMS = ("ours", "hf", "ort")
@@ -203,8 +203,6 @@ def load_system(system: str, workdir: str):
                 return [a.decode() for a in out["answer"].numpy()]
             return run
         return load
-    from transformers import AutoTokenizer
-
     options = SquadOptions()
 
     def encode(tok, pairs, kind):
@@ -225,33 +223,7 @@ def load_system(system: str, workdir: str):
         return [best_answer(context, offsets, metas, start[rows], end[rows], options)
                 for context, rows, offsets, metas in per_pair]
 
-    def tokenizer():
-        return AutoTokenizer.from_pretrained(os.path.join(workdir, "hf", "discriminator"), use_fast=True)
-
-    if system == "hf":
-        import torch
-
-        def load():
-            tok, model = tokenizer(), hf_reader(workdir)
-
-            def run(pairs):
-                encoding, per_pair = encode(tok, pairs, "pt")
-                with torch.inference_mode():
-                    out = model(**encoding)
-                return answers((out.start_logits.numpy(), out.end_logits.numpy()), per_pair)
-            return run
-        return load
-    import onnxruntime
-
-    def load():
-        tok = tokenizer()
-        session = onnxruntime.InferenceSession(os.path.join(workdir, ONNX_FILE), providers=["CPUExecutionProvider"])
-
-        def run(pairs):
-            encoding, per_pair = encode(tok, pairs, "np")
-            return answers(session.run(list(LOGITS), dict(encoding)), per_pair)
-        return run
-    return load
+    return hf_or_ort_loader(system, workdir, lambda: hf_reader(workdir), ONNX_FILE, list(LOGITS), encode, answers)
 
 
 def worker(system: str, workdir: str, pairs: list, batch32_pairs: int, requests: int) -> dict:

@@ -33,9 +33,9 @@ import sys
 
 import numpy as np
 
-from bench.inference_bench import (bench_parser, DEFAULT_VOCAB, MAX_SEQ_LENGTH, ROOT, SEED, chosen_systems, emit,
-                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, spawn_worker,
-                                   timed, timing_rows)
+from bench.inference_bench import (MAX_SEQ_LENGTH, ROOT, SEED, bench_parser, chosen_systems, emit, hf_or_ort_loader,
+                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, spawn_worker, timed,
+                                   timing_rows)
 
 SYSTEMS = ("ours", "hf", "ort")
 DEFAULT_CONLL_DEV = os.path.join(ROOT, "..", "shared", "data", "conll2003", "dev.txt")
@@ -135,8 +135,6 @@ def load_system(system: str, workdir: str):
                                                                           out["num_words"].numpy())]
             return run
         return load
-    from transformers import AutoTokenizer
-
     task = ner_task(workdir, do_train=False)
 
     def encode(tok, texts, kind):
@@ -145,34 +143,11 @@ def load_system(system: str, workdir: str):
         encoding["token_type_ids"] = encoding["attention_mask"] * task.segment_id
         return encoding, [encoding.word_ids(i) for i in range(len(texts))]
 
-    def tokenizer():
-        return AutoTokenizer.from_pretrained(os.path.join(workdir, "hf", "discriminator"), use_fast=True)
+    def decode(outputs, word_ids):
+        return first_piece_tags(outputs[0], word_ids, task.labels, task.decode_tags)
 
-    if system == "hf":
-        import torch
-
-        def load():
-            tok, model = tokenizer(), hf_tagger(workdir, len(task.labels))
-
-            def run(texts):
-                encoding, word_ids = encode(tok, texts, "pt")
-                with torch.inference_mode():
-                    logits = model(**encoding).logits.numpy()
-                return first_piece_tags(logits, word_ids, task.labels, task.decode_tags)
-            return run
-        return load
-    import onnxruntime
-
-    def load():
-        tok = tokenizer()
-        session = onnxruntime.InferenceSession(os.path.join(workdir, ONNX_FILE), providers=["CPUExecutionProvider"])
-
-        def run(texts):
-            encoding, word_ids = encode(tok, texts, "np")
-            logits = session.run(["logits"], dict(encoding))[0]
-            return first_piece_tags(logits, word_ids, task.labels, task.decode_tags)
-        return run
-    return load
+    return hf_or_ort_loader(system, workdir, lambda: hf_tagger(workdir, len(task.labels)), ONNX_FILE, ["logits"],
+                            encode, decode)
 
 
 def worker(system: str, workdir: str, texts: list[str], requests: int) -> dict:
