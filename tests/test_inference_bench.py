@@ -15,6 +15,15 @@ def worker_result(system, batch1_ms, per_s, logits, load=1.0, first=0.5):
             "logits": logits}
 
 
+def rendered_block(root, results, record, name):
+    """docs/performance.md's generated block `name`, rendered from `record` written to `results` under `root`."""
+    path = root / results
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    page = f"<!-- begin generated: {name} -->\n<!-- end generated: {name} -->\n"
+    return render_docs.render_page(page, Path("docs/performance.md"), root)
+
+
 def tiny_rounds():
     logits = np.array([[0.5, -1.0], [2.0, 0.25]])
     return [[worker_result("ours", 10.0, 100.0, logits.tolist()),
@@ -43,11 +52,7 @@ def test_the_docs_table_is_rendered_from_the_results(tmp_path):
               "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small", "data": "SST-2 dev, 2 sentences",
               "rounds": 2, "requests": 200, "ours_before": "commit 0000000",
               **inference_bench.summarise(tiny_rounds(), ["ours", "hf", "ort"])}
-    path = tmp_path / docs_renderers.INFERENCE_RESULTS
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(record), encoding="utf-8")
-    page = "<!-- begin generated: inference_bench -->\n<!-- end generated: inference_bench -->\n"
-    out = render_docs.render_page(page, Path("docs/performance.md"), tmp_path)
+    out = rendered_block(tmp_path, docs_renderers.INFERENCE_RESULTS, record, "inference_bench")
     assert "| our serving SavedModel | 12.0 [10.0–14.0] | 24.0 | 105.0 [100.0–110.0] | 2.00 s | 0.500 s |" in out
     assert "| ONNX Runtime, HF fast tokenizer | 7.0 [6.0–8.0] |" in out
     text = " ".join(out.split())
@@ -125,11 +130,7 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
     record = {"command": "python -m bench.inference_bench_tagger --stage=run", "commit": "abc1234",
               "date": "2026-01-02", "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small, NER head",
               "data": "CoNLL-2003 English dev, 3 sentences", "rounds": 1, "requests": 200, **summary}
-    path = tmp_path / docs_renderers.INFERENCE_TAGGER_RESULTS
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(record), encoding="utf-8")
-    page = "<!-- begin generated: inference_tagger -->\n<!-- end generated: inference_tagger -->\n"
-    out = render_docs.render_page(page, Path("docs/performance.md"), tmp_path)
+    out = rendered_block(tmp_path, docs_renderers.INFERENCE_TAGGER_RESULTS, record, "inference_tagger")
     assert "| our serving SavedModel | 10.0 [10.0–10.0] | 20.0 | 100.0 [100.0–100.0] | 1.00 s | 0.500 s |" in out
     text = " ".join(out.split())
     results = "bench/results/inference-conll-tagger-small.json"
@@ -203,11 +204,7 @@ def test_the_squad_summary_compares_answers_exactly_and_its_docs_table(tmp_path)
     record = {"command": "python -m bench.inference_bench_squad --stage=run", "commit": "abc1234",
               "date": "2026-01-02", "machine": "Some CPU, 2 cores", "model": "ELECTRA-Small, start/end head",
               "data": "SQuAD v1.1 dev, the first 3 question-context pairs", "rounds": 1, "requests": 200, **summary}
-    path = tmp_path / docs_renderers.INFERENCE_SQUAD_RESULTS
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(record), encoding="utf-8")
-    page = "<!-- begin generated: inference_squad -->\n<!-- end generated: inference_squad -->\n"
-    text = " ".join(render_docs.render_page(page, Path("docs/performance.md"), tmp_path).split())
+    text = " ".join(rendered_block(tmp_path, docs_renderers.INFERENCE_SQUAD_RESULTS, record, "inference_squad").split())
     assert "| HF transformers (PyTorch), fast tokenizer | 20.0 [20.0–20.0] | 40.0 | 80.0 [80.0–80.0] |" in text
     assert "ours vs hf: 66.7 % of 3 answers identical, 1 differ; ours vs ort: 66.7 %" in text
     assert "hf vs ort: 100.0 % of 3 answers identical, 0 differ." in text
