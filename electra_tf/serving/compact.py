@@ -78,18 +78,19 @@ class FlatWeights(tf.Module):
         self.head = getattr(model, "head", None)  # what a server reads of the model's configuration (SQuAD's beam)
         variables = list(model.trainable_variables)
         position = {id(v): i for i, v in enumerate(variables)}
-        self._stacks = [[position[id(v)] for v in group] for group in stacks if _stackable(group)]
-        stacked = {i for group in self._stacks for i in group}
+        # {the ids of a stack's variables (`stacked_weights`' key): their positions in `variables`}
+        self._stacks = {tuple(map(id, group)): [position[id(v)] for v in group] for group in stacks
+                        if _stackable(group)}
+        stacked = {i for group in self._stacks.values() for i in group}
         self._singles = [i for i in range(len(variables)) if i not in stacked]
         # Storage order: the weights no stack holds, then each stack's members in order.
-        self._order = self._singles + [i for group in self._stacks for i in group]
+        order = self._singles + [i for group in self._stacks.values() for i in group]
         arrays = [np.asarray(v.numpy(), np.float32).reshape(-1) for v in variables]
         self._shapes = [tuple(v.shape) for v in variables]
         self._rows = [-(-a.size // ROW) for a in arrays]
-        padded = [np.pad(arrays[i], (0, self._rows[i] * ROW - arrays[i].size)) for i in self._order]
+        padded = [np.pad(arrays[i], (0, self._rows[i] * ROW - arrays[i].size)) for i in order]
         self.weights = tf.Variable(np.concatenate(padded).reshape(-1, ROW), trainable=False, name="weights")
         self._others = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
-        self._stack_keys = [tuple(id(variables[i]) for i in group) for group in self._stacks]
 
     def values(self):
         """The model's trainable weights, in `model.trainable_variables`' order, as tensors read from the variable."""
@@ -98,7 +99,8 @@ class FlatWeights(tf.Module):
     def read(self):
         """The model's trainable weights read from the variable: (each, in `model.trainable_variables`' order;
         {the ids of a stack's variables: the stack as one tensor})."""
-        sizes = [self._rows[i] for i in self._singles] + [len(group) * self._rows[group[0]] for group in self._stacks]
+        sizes = [self._rows[i] for i in self._singles] + [len(group) * self._rows[group[0]]
+                                                           for group in self._stacks.values()]
         parts = tf.split(self.weights, sizes, axis=0)
         values = [None] * len(self._shapes)
         for i, part in zip(self._singles, parts):
@@ -107,7 +109,7 @@ class FlatWeights(tf.Module):
                 part = tf.reshape(part, [-1])[:size]
             values[i] = tf.reshape(part, self._shapes[i])
         stacks = {}
-        for key, group, part in zip(self._stack_keys, self._stacks, parts[len(self._singles):]):
+        for (key, group), part in zip(self._stacks.items(), parts[len(self._singles):]):
             stacks[key] = tf.reshape(part, (len(group),) + self._shapes[group[0]])
             for i, member in zip(group, tf.split(part, len(group), axis=0)):
                 values[i] = tf.reshape(member, self._shapes[i])
