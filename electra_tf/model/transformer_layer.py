@@ -166,7 +166,8 @@ class ElectraTransformerEncoder(layers.Layer):
             attention_bits=_dropout_bits(self._self_attention_layer.dropout_layer, training),
             attention_output_bits=_dropout_bits(self._self_attention_dropout, training, rows=True),
             ffn_bits=_dropout_bits(self._feedforward_dropout, training, rows=True), rate=self.dropout)
-        return xla_cpu.transformer_layer(x, key_mask, weights if weights is not None else self.xla_cpu_weights(), dropout, query_length)
+        weights = weights if weights is not None else self.xla_cpu_weights()
+        return xla_cpu.transformer_layer(x, key_mask, weights, dropout, query_length)
 
     def xla_cpu_weights(self):
         """This layer's weights as the XLA:CPU kernels take them (`ops.xla_cpu.LayerWeights` of tensors)."""
