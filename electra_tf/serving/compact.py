@@ -273,17 +273,22 @@ def without_assertion_guards(graph_def):
     return pruned
 
 
+def _function_refs(node):
+    """The function references in `node`'s attributes (`NameAttrList`s: a `func` attribute's, a `list`'s items)."""
+    for attr in node.attr.values():
+        if attr.HasField("func"):
+            yield attr.func
+        yield from attr.list.func
+
+
 def _functions_called(nodes, functions) -> set:
     """The names of the library functions `nodes` call, directly or through other functions."""
     called, pending = set(), list(nodes)
     while pending:
-        node = pending.pop()
-        for attr in node.attr.values():
-            names = ([attr.func.name] if attr.HasField("func") else []) + [f.name for f in attr.list.func]
-            for name in names:
-                if name in functions and name not in called:
-                    called.add(name)
-                    pending.extend(functions[name].node_def)
+        for ref in _function_refs(pending.pop()):
+            if ref.name in functions and ref.name not in called:
+                called.add(ref.name)
+                pending.extend(functions[ref.name].node_def)
     return called
 
 
@@ -294,11 +299,8 @@ def _rename_functions(graph_def, suffix: str) -> None:
 
     def rename(nodes):
         for node in nodes:
-            for attr in node.attr.values():
-                if attr.HasField("func") and attr.func.name in names:
-                    attr.func.name = names[attr.func.name]
-                for f in attr.list.func:
-                    f.name = names.get(f.name, f.name)
+            for ref in _function_refs(node):
+                ref.name = names.get(ref.name, ref.name)
 
     rename(graph_def.node)
     for function in graph_def.library.function:
