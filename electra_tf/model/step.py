@@ -105,8 +105,8 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     A non-finite step is skipped by the optimizer's own `apply_if` where it has one
     (`ElectraAdamW`'s fused update: no branch, the skipped step's gradients zeroed by the
     clip), else by a `tf.cond` around `apply`, whose branch has an input per gradient,
-    variable and slot, and whose tracing, instantiation and graph were about a fifth of
-    Small's first step.
+    variable and slot, each traced, matched by a dummy in the other branch and instantiated:
+    a large part of the first step's tracing (docs/performance.md, "The first step, measured").
     """
     grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
     grads = all_reduce_sum(grads)
