@@ -201,7 +201,7 @@ class ElectraAdamW(keras.optimizers.AdamW):
             rate, decay_rate, beta1, beta2 = scalars_for(learning_rate, applied, multiplier)
             if decays:  # w ← w − (lr · wd) · w, as one kernel
                 tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=decay_rate,
-                                                        delta=variable.read_value())
+                                                        delta=variable.value())  # read_value adds an Identity
             return tf.raw_ops.ResourceApplyAdam(
                 var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
                 lr=rate, beta1=beta1, beta2=beta2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))
