@@ -1,9 +1,30 @@
 """Test set-up: quiet TensorFlow, two logical CPU devices (for MirroredStrategy tests), data paths."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def share_xla_kernels_in_the_session() -> str | None:
+    """Before TensorFlow is imported: one persistent XLA cache for the session, created here in the first process
+    (pytest-xdist's controller, or the one process of `-n 0`) and inherited through the environment by the xdist
+    workers and the tests' subprocesses. Most tests train the same tiny models, and every new model compiles the
+    same XLA:CPU kernels again (new functions, the same HLO); with the cache a kernel is compiled once per session
+    and loaded after (bench/startup_bench.py measures the same cache). A fresh directory per session, so nothing
+    compiled by another version is ever read. Returns the directory this process created (None: inherited, or the
+    user's own cache in TF_XLA_FLAGS, which is kept)."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory" in flags:
+        return None
+    directory = tempfile.mkdtemp(prefix="electra_tf_tests_xla_cache_")
+    os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={directory}".strip()
+    return directory
+
+
+XLA_CACHE_CREATED_HERE = share_xla_kernels_in_the_session()
 
 import pytest  # noqa: E402
 
@@ -35,3 +56,9 @@ def absl_level_as_at_start():
 
     logging.getLogger("absl").setLevel(logging.NOTSET)
     yield
+
+
+def pytest_unconfigure(config):
+    """The process that created the session's XLA cache removes it, after its workers have ended."""
+    if XLA_CACHE_CREATED_HERE:
+        shutil.rmtree(XLA_CACHE_CREATED_HERE, ignore_errors=True)
