@@ -1,5 +1,6 @@
 """Test set-up: quiet TensorFlow, two logical CPU devices (for MirroredStrategy tests), data paths."""
 
+import collections
 import os
 import shutil
 import tempfile
@@ -63,3 +64,40 @@ def pytest_unconfigure(config):
     """The process that created the session's XLA cache removes it, after its workers have ended."""
     if XLA_CACHE_CREATED_HERE:
         shutil.rmtree(XLA_CACHE_CREATED_HERE, ignore_errors=True)
+
+
+# The files of the longest default tests, longest first (durations of a full run on 2 cores, 2026-11). Under
+# `--dist loadfile` pytest-xdist hands files out in the order of its queue, which by default
+# (`--loadscope-reorder`) puts the files with the fewest tests last: test_multi_worker's and test_elastic_resume's
+# two tests (about 100 s and 80 s) were among the last nine of 107 files, where one worker could be left running
+# them alone. First in line, a long file overlaps the short ones. A file missing here only keeps xdist's place.
+LONG_FILES_FIRST = ("test_device_option_sets.py", "test_example_dropout.py", "test_run_combinations.py",
+                    "test_multi_worker.py", "test_elastic_resume.py", "test_training.py", "test_accumulation.py",
+                    "test_data_service.py", "test_finetuning_distributed.py", "test_pre_objectives_fixture.py",
+                    "test_sentencepiece_pretraining.py")
+
+
+def scheduled_order(nodeids: list[str]) -> list[str]:
+    """`nodeids` with LONG_FILES_FIRST's files first, then xdist's default order (files of more tests first, ties
+    in collection order). Stable: each file's tests stay together and in their order."""
+    files = [nodeid.split("::")[0] for nodeid in nodeids]
+    tests_per_file = collections.Counter(files)
+
+    def place(index):
+        name = os.path.basename(files[index])
+        rank = LONG_FILES_FIRST.index(name) if name in LONG_FILES_FIRST else len(LONG_FILES_FIRST)
+        return rank, -tests_per_file[files[index]]
+
+    return [nodeids[index] for index in sorted(range(len(nodeids)), key=place)]
+
+
+def pytest_configure(config):
+    """xdist's work queue follows the collection's order, as `pytest_collection_modifyitems` leaves it."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after `-m 'not slow'` deselected: the counts are of the tests that run
+def pytest_collection_modifyitems(config, items):
+    by_nodeid = {item.nodeid: item for item in items}
+    items[:] = [by_nodeid[nodeid] for nodeid in scheduled_order([item.nodeid for item in items])]
