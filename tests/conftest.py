@@ -99,5 +99,5 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)  # after `-m 'not slow'` deselected: the counts are of the tests that run
 def pytest_collection_modifyitems(config, items):
-    by_nodeid = {item.nodeid: item for item in items}
-    items[:] = [by_nodeid[nodeid] for nodeid in scheduled_order([item.nodeid for item in items])]
+    position = {nodeid: index for index, nodeid in enumerate(scheduled_order([item.nodeid for item in items]))}
+    items.sort(key=lambda item: position[item.nodeid])  # a duplicate (--keep-duplicates) stays, beside its twin
