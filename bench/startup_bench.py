@@ -55,8 +55,8 @@ class Timer:
 
 
 def graph_parts(concrete) -> dict:
-    """Node counts of the traced loop by part: the optimizer update lives in the non-finite guard's
-    true branch; backward nodes carry the tape's `gradient_tape/` prefix."""
+    """Node counts of the traced loop by part: the optimizer update's nodes carry its name scope
+    (`electra_adam_w`, `electra_lamb`); backward nodes carry the tape's `gradient_tape/` prefix."""
     counts = collections.Counter()
     graph = concrete.graph.as_graph_def()
     for function in graph.library.function:

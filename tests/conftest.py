@@ -1,9 +1,32 @@
 """Test set-up: quiet TensorFlow, two logical CPU devices (for MirroredStrategy tests), data paths."""
 
+import collections
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def share_xla_kernels_in_the_session() -> str | None:
+    """Before TensorFlow is imported: one persistent XLA cache for the session, created here in the first process
+    (pytest-xdist's controller, or the one process of `-n 0`) and inherited through the environment by the xdist
+    workers and the tests' subprocesses. A command run again (a stopped run resumed, test_multi_worker's re-launched
+    workers) traces the same functions as its first run and loads their XLA:CPU kernels instead of compiling them:
+    a tiny `run_pretraining.py` run again took 15.0 s instead of 20.4 (bench/startup_bench.py measures the same
+    cache). An entry is keyed by the function's signature and HLO, and its HLO is compared in full on loading.
+    A fresh directory per session, so no kernel of another checkout is ever read. Returns the directory this
+    process created (None: inherited, or the user's own cache in TF_XLA_FLAGS, which is kept)."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory" in flags:
+        return None
+    directory = tempfile.mkdtemp(prefix="electra_tf_tests_xla_cache_")
+    os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={directory}".strip()
+    return directory
+
+
+XLA_CACHE_CREATED_HERE = share_xla_kernels_in_the_session()
 
 import pytest  # noqa: E402
 
@@ -35,3 +58,46 @@ def absl_level_as_at_start():
 
     logging.getLogger("absl").setLevel(logging.NOTSET)
     yield
+
+
+def pytest_unconfigure(config):
+    """The process that created the session's XLA cache removes it, after its workers have ended."""
+    if XLA_CACHE_CREATED_HERE:
+        shutil.rmtree(XLA_CACHE_CREATED_HERE, ignore_errors=True)
+
+
+# The files of the longest default tests, longest first (durations of a full run on 2 cores, 2026-11). Under
+# `--dist loadfile` pytest-xdist hands files out in the order of its queue, which by default
+# (`--loadscope-reorder`) puts the files with the fewest tests last: test_multi_worker's and test_elastic_resume's
+# two tests (about 100 s and 80 s) were among the last nine of 107 files, where one worker could be left running
+# them alone. First in line, a long file overlaps the short ones. A file missing here only keeps xdist's place.
+LONG_FILES_FIRST = ("test_device_option_sets.py", "test_example_dropout.py", "test_run_combinations.py",
+                    "test_multi_worker.py", "test_elastic_resume.py", "test_training.py", "test_accumulation.py",
+                    "test_data_service.py", "test_finetuning_distributed.py", "test_pre_objectives_fixture.py",
+                    "test_sentencepiece_pretraining.py")
+
+
+def scheduled_order(nodeids: list[str]) -> list[str]:
+    """`nodeids` with LONG_FILES_FIRST's files first, then xdist's default order (files of more tests first, ties
+    in collection order). Stable: each file's tests stay together and in their order."""
+    files = [nodeid.split("::")[0] for nodeid in nodeids]
+    tests_per_file = collections.Counter(files)
+
+    def place(index):
+        name = os.path.basename(files[index])
+        rank = LONG_FILES_FIRST.index(name) if name in LONG_FILES_FIRST else len(LONG_FILES_FIRST)
+        return rank, -tests_per_file[files[index]]
+
+    return [nodeids[index] for index in sorted(range(len(nodeids)), key=place)]
+
+
+def pytest_configure(config):
+    """xdist's work queue follows the collection's order, as `pytest_collection_modifyitems` leaves it."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after `-m 'not slow'` deselected: the counts are of the tests that run
+def pytest_collection_modifyitems(config, items):
+    position = {nodeid: index for index, nodeid in enumerate(scheduled_order([item.nodeid for item in items]))}
+    items.sort(key=lambda item: position[item.nodeid])  # a duplicate (--keep-duplicates) stays, beside its twin

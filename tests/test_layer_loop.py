@@ -1,6 +1,7 @@
 """An encoder's XLA:CPU layers as one loop (`model.layer_loop`) against the same layers unrolled: the same
 outputs, gradients and dropout sites, and a traced graph that holds one layer whatever the depth."""
 
+import collections
 import dataclasses
 
 import keras
@@ -73,8 +74,8 @@ def test_layers_as_one_loop_equal_the_unrolled_layers(policy, training, output_l
     assert looped[2] == unrolled[2] == (1 + 3 * 3 if training else 0)
 
 
-def _kernel_calls(encoder) -> int:
-    """Function-call nodes in the traced forward and backward pass (the XLA kernels' calls among them)."""
+def _traced_ops(encoder) -> collections.Counter:
+    """The op types of the traced forward and backward pass (the XLA kernels' calls among them), counted."""
     @tf.function(autograph=False)
     def step():
         with tf.GradientTape() as tape:
@@ -83,12 +84,17 @@ def _kernel_calls(encoder) -> int:
         return tape.gradient(loss, encoder.trainable_variables)
 
     graph = step.get_concrete_function().graph.as_graph_def()
-    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
-    return sum(n.op in ("PartitionedCall", "StatefulPartitionedCall") for n in nodes)
+    return collections.Counter(n.op for n in list(graph.node) + [n for f in graph.library.function for n in f.node_def])
 
 
 def test_the_traced_encoder_holds_one_layer_whatever_its_depth():
-    assert _kernel_calls(_encoder(num_layers=2)) == _kernel_calls(_encoder(num_layers=5))
+    """A deeper encoder adds its weights' handles, reads and identities to the traced step, nothing else: one
+    layer's kernels are called, and each kind of weight is stacked, reshaped and concatenated once for all layers
+    (`xla_cpu_weights(stacked_over=...)`), not once per layer."""
+    shallow, deep = _traced_ops(_encoder(num_layers=2)), _traced_ops(_encoder(num_layers=5))
+    grown = {op for op in shallow | deep if shallow[op] != deep[op]}
+    assert grown == {"Placeholder", "ReadVariableOp", "Identity"}
+    assert deep["PartitionedCall"] + deep["StatefulPartitionedCall"] > 0
 
 
 def test_layers_stay_unrolled_where_each_would_draw_its_own_dropout():

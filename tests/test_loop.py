@@ -13,6 +13,7 @@ from absl import logging
 
 from electra_tf.model import step as model_step
 from electra_tf.training import loop
+from electra_tf.training.optimization import ElectraAdamW, WarmupLinearDecay
 
 
 class Quadratic(keras.Model):
@@ -222,3 +223,81 @@ def test_a_step_applied_ends_a_run_of_skipped_steps():
     skipped.observe(0, 1, 3, 2, optimizer, lambda: None)  # one applied: the run of skips ends
     skipped.observe(1, 1, 3, 3, optimizer, lambda: None)
     assert skipped.total == 8 and skipped.consecutive == 3
+
+
+class Affine(keras.Model):
+    """loss = mean((x·kernel + bias − y)²), NaN where `y` is: a kernel that decays and a bias that does not."""
+
+    def __init__(self):
+        super().__init__(name="affine")  # the learning-rate multiplier's path: the same in every run
+        self.kernel = self.add_weight(shape=(2,), initializer="ones", name="kernel")
+        self.bias = self.add_weight(shape=(), initializer="zeros", name="bias")
+
+    def compute_losses(self, batch, training=True):
+        residual = tf.linalg.matvec(batch["x"], self.kernel) + self.bias - batch["y"]
+        return {"loss": tf.reduce_mean(residual ** 2)}
+
+    def update_metrics(self, batch, outputs):
+        pass
+
+
+class BranchingAdamW(ElectraAdamW):
+    """The fused update skipped by `train_step`'s `tf.cond` around `apply` (what every step did before `apply_if`)."""
+
+    def can_apply_if(self, variables):
+        return False
+
+
+def _fused_adamw_run(optimizer_class, strategy, batches):
+    """Per step (one batch each, fused `ElectraAdamW` with a multiplier and bias correction): the weights, slots,
+    step counter and `nonfinite` output, and the traced step's op types."""
+    with strategy.scope():
+        model = Affine()
+        optimizer = optimizer_class(learning_rate=WarmupLinearDecay(0.1, 10, 2), weight_decay=0.5,
+                                    bias_correction=True, lr_multipliers={"affine/kernel": 0.5})
+        model.compile(optimizer=optimizer)
+        optimizer.build(model.trainable_variables)
+    assert model.kernel.path in optimizer.lr_multipliers
+
+    @tf.function
+    def step(batch):
+        outputs = strategy.run(lambda b: model_step.train_step(model, b, clip_norm=0.5), args=(batch,))
+        return strategy.experimental_local_results(outputs["nonfinite"])[0]
+
+    states = []
+    for batch in batches:
+        nonfinite = step(strategy.experimental_distribute_values_from_function(lambda _: batch))
+        states.append([float(nonfinite), int(optimizer.iterations.numpy())]
+                      + [v.numpy().copy() for v in model.trainable_variables + optimizer.variables])
+    graph = step.get_concrete_function(strategy.experimental_distribute_values_from_function(
+        lambda _: batches[0])).graph
+    op_types = {op.type for f in [graph, *graph._functions.values()] for op in getattr(f, "get_operations",
+                                                                                          lambda: [])()}
+    return states, {node.op for function in graph.as_graph_def().library.function for node in function.node_def} \
+        | op_types
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_fused_adamw_skips_a_non_finite_step_without_a_branch_and_changes_no_bit(replicas):
+    """`apply_if` (no `tf.cond`) against the `tf.cond` around `apply`: an applied step, a NaN one, an infinite one
+    and two applied ones again give the same bits of every weight, slot and the step counter, one device or two
+    replicas; the skipped steps change nothing and are reported; the traced step holds no `If`."""
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)]) if replicas > 1 \
+        else tf.distribute.get_strategy()
+    rng = np.random.RandomState(0)
+    batches = [{"x": rng.normal(size=(4, 2)).astype("float32"), "y": rng.normal(size=4).astype("float32")}
+               for _ in range(5)]
+    batches[1]["y"][0] = np.nan
+    batches[2]["x"][1, 0] = np.inf
+    (without_branch, ops), (with_branch, branching_ops) = (
+        _fused_adamw_run(cls, strategy, batches) for cls in (ElectraAdamW, BranchingAdamW))
+    assert [state[:2] for state in without_branch] == [[0.0, 1], [1.0, 1], [1.0, 1], [0.0, 2], [0.0, 3]]
+    for ours, theirs in zip(without_branch, with_branch):
+        assert ours[:2] == theirs[:2]
+        for a, b in zip(ours[2:], theirs[2:]):
+            np.testing.assert_array_equal(a, b)
+    for before, after in ((without_branch[0], without_branch[1]), (without_branch[0], without_branch[2])):
+        for a, b in zip(before[2:], after[2:]):
+            np.testing.assert_array_equal(a, b)
+    assert not ops & {"If", "StatelessIf"} and "ResourceApplyAdam" in ops
+    assert branching_ops & {"If", "StatelessIf"}  # the comparison is with the branching step

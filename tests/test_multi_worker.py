@@ -129,19 +129,11 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         assert os.listdir(tmp_path / "tmp1") == []
         assert "Checkpoints:" in out0 and "Checkpoints:" not in out1
 
-        # The same losses and weights as one process.
-        _, reference_err = finish([reference], timeout=200)[0]
-        assert reference.returncode == 0, reference_err[-3000:]
-        records, expected = log_records(model_dir), log_records(reference_dir)
-        assert sorted(records) == list(range(1, stopped + 1))
-        assert_same_losses(records, expected, range(1, stopped + 1))
-        ours, theirs = checkpoint_values(model_dir), checkpoint_values(reference_dir, step=stopped)
-        model_keys = [k for k in theirs if k.startswith("model/")]
-        assert model_keys and set(ours) == set(theirs)
-        for key in model_keys:
-            np.testing.assert_allclose(ours[key], theirs[key], atol=1e-5, err_msg=key)
+        # What they stopped with, read before the re-launch appends to it.
+        stopped_records, ours = log_records(model_dir), checkpoint_values(model_dir)
 
-        # 2. Re-launched (with --worker_hosts/--task_index), both resume from that checkpoint exactly.
+        # 2. Re-launched (with --worker_hosts/--task_index), both resume from that checkpoint exactly. Launched
+        # before the reference is awaited, so that its last steps and export overlap the workers' start-up.
         workers = start_workers(data_dir, model_dir, tmp_path, use_flags=True)
         wait_for_step(model_dir, stopped + 3, workers, timeout=150)
         # 3. A worker that dies without warning ends the other with one line, not a hang.
@@ -152,6 +144,18 @@ def test_two_workers_train_like_one_process_stop_together_and_resume(data_dir, t
         assert len(errors) == 1 and "Re-launch every worker" in errors[0], err0[-3000:]
         assert "Traceback" not in err0
         assert f"from step {stopped} to {TOTAL}" in err0
+
+        # The same losses and weights as one process: up to the stop, and on the resumed steps.
+        _, reference_err = finish([reference], timeout=200)[0]
+        assert reference.returncode == 0, reference_err[-3000:]
+        expected = log_records(reference_dir)
+        assert sorted(stopped_records) == list(range(1, stopped + 1))
+        assert_same_losses(stopped_records, expected, range(1, stopped + 1))
+        theirs = checkpoint_values(reference_dir, step=stopped)
+        model_keys = [k for k in theirs if k.startswith("model/")]
+        assert model_keys and set(ours) == set(theirs)
+        for key in model_keys:
+            np.testing.assert_allclose(ours[key], theirs[key], atol=1e-5, err_msg=key)
         records = log_records(model_dir)
         resumed = [s for s in records if s > stopped]
         assert len(resumed) >= 3

@@ -59,3 +59,17 @@ def test_keyed_words_interleaved_inside_a_compiled_function_are_the_keyed_bits()
             rows = tf.zeros([shape[0] * shape[1], shape[-1]])
             np.testing.assert_array_equal(interleave(words, rows).numpy().reshape(shape),
                                           random_bits.example_keyed_bits(x, streams, 4).numpy())
+
+
+def test_keyed_words_are_traced_once_per_rank_whatever_the_shape():
+    """A step draws words for several shapes of one rank (either encoder's hidden states, attention probabilities):
+    the Philox rounds are traced once per rank and dtype, and each shape still gets its own, correct bits."""
+    streams = tf.constant([[1, 2, 0], [1, 2, 1]], tf.int64)
+    shapes = [(2, 5, 8), (2, 7, 16), (2, 3, 4)]
+    traced = random_bits._keyed_words_jit(True, 3, tf.float32)
+    before = traced.experimental_get_tracing_count()
+    bits = [random_bits.example_keyed_bits(tf.zeros(shape), streams, site=4) for shape in shapes]
+    assert traced.experimental_get_tracing_count() - before <= 1
+    assert [tuple(b.shape) for b in bits] == shapes
+    # an example's bits at a position do not depend on the batch's other dimensions (the keyed-bits contract)
+    np.testing.assert_array_equal(bits[0].numpy()[:, :3, :4], bits[2].numpy())

@@ -330,3 +330,15 @@ def test_exports_hold_no_assertion_guards(classifier, tagger, squad):  # noqa: F
         path = [value for value in export if isinstance(value, str)][0]
         guards = [node.name for f in functions(path) for node in f.node_def if node.name.endswith("AssertGuard")]
         assert not guards, (path, guards[:3])
+
+
+def test_exports_hold_no_conditional(classifier, tagger, squad):  # noqa: F811
+    """No `If` at all: the truncation, the windows and the answer spans compare ragged positions with per-row bounds
+    on flat values (`serving.text.rows_within`), not by broadcasting a ragged against a `[batch, 1]` tensor, whose
+    `DynamicRaggedShape` traced about 20 `tf.cond`s per comparison (the SQuAD export kept 6, with 24 branch
+    functions, to import and instantiate at load)."""
+    for export in (classifier, tagger, squad):
+        path = [value for value in export if isinstance(value, str)][0]
+        conditionals = [(f.signature.name, node.name) for f in functions(path) for node in f.node_def
+                        if node.op in ("If", "StatelessIf")]
+        assert not conditionals, (path, conditionals[:3])

@@ -41,10 +41,8 @@ def run(layers, x, padding_mask, training):
     """`x` through `layers` in order (each `ElectraTransformerEncoder` with the XLA:CPU kernels), as one loop."""
     count = len(layers)
     x = tf.cast(x, layers[0].compute_dtype)  # what each layer's `call` does first
-    per_layer = [layer.xla_cpu_weights() for layer in layers]
-    template = per_layer[0]
-    arrays = {name: _layer_array([getattr(weights, name) for weights in per_layer])
-              for name, value in template._asdict().items() if isinstance(value, tf.Tensor)}
+    template = layers[0].xla_cpu_weights(stacked_over=layers)
+    arrays = {name: _layer_array(value) for name, value in template._asdict().items() if isinstance(value, tf.Tensor)}
     outer = example_dropout.active_scope()
     sites = SITES_PER_LAYER if outer is not None and _drops_out(layers, training) else 0
 
@@ -62,7 +60,7 @@ def run(layers, x, padding_mask, training):
     return x
 
 
-def _layer_array(values):
-    """A `TensorArray` holding one tensor per layer (read inside the loop)."""
-    return tf.TensorArray(values[0].dtype, size=len(values), element_shape=values[0].shape,
-                          clear_after_read=False).unstack(tf.stack(values))
+def _layer_array(stacked):
+    """A `TensorArray` holding one tensor per layer, from their stack `[layers, ...]` (read inside the loop)."""
+    return tf.TensorArray(stacked.dtype, size=stacked.shape[0], element_shape=stacked.shape[1:],
+                          clear_after_read=False).unstack(stacked)

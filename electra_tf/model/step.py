@@ -101,18 +101,28 @@ def apply_gradients(optimizer, grads, variables, clip_norm: float, loss=None) ->
     device would (Keras would clip each replica's partial gradient). Returns the
     pre-clip norm and whether the step was skipped as non-finite (1.0) or applied (0.0);
     under fp16 a skipped step is one whose scaled gradients overflowed.
+
+    A non-finite step is skipped by the optimizer's own `apply_if` where it has one
+    (`ElectraAdamW`'s fused update: no branch, the skipped step's gradients zeroed by the
+    clip), else by a `tf.cond` around `apply`, whose branch has an input per gradient,
+    variable and slot, each traced, matched by a dummy in the other branch and instantiated:
+    a large part of the first step's tracing (docs/performance.md, "The first step, measured").
     """
     grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g, v in zip(grads, variables)]
     grads = all_reduce_sum(grads)
     scale = loss_scale(optimizer)
-    grads, grad_norm = clip_by_global_norm(grads, clip_norm * scale)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        grads, grad_norm = clip_by_global_norm(grads, clip_norm * scale)
         optimizer.apply(grads, variables)  # skips overflowed steps and lowers the scale itself
         return grad_norm / scale, 1.0 - tf.cast(tf.math.is_finite(grad_norm), tf.float32)
+    grad_norm = tf.linalg.global_norm(grads)
     finite = tf.math.is_finite(grad_norm)
     if loss is not None:
         finite = tf.logical_and(finite, tf.math.is_finite(all_reduce_sum(loss)))
-    _apply_if(finite, optimizer, grads, variables)
+    if getattr(optimizer, "can_apply_if", lambda _: False)(variables):
+        optimizer.apply_if(finite, clipped(grads, grad_norm, clip_norm * scale, keep=finite), variables)
+    else:
+        _apply_if(finite, optimizer, clipped(grads, grad_norm, clip_norm * scale), variables)
     return grad_norm / scale, 1.0 - tf.cast(finite, tf.float32)
 
 
@@ -120,10 +130,21 @@ def clip_by_global_norm(grads, clip_norm):
     """`tf.clip_by_global_norm`'s arithmetic (a NaN or infinite norm makes every gradient NaN)
     without its per-tensor `Identity` and colocation scopes (two graph nodes per variable fewer)."""
     norm = tf.linalg.global_norm(grads)
+    return clipped(grads, norm, clip_norm), norm
+
+
+def clipped(grads, norm, clip_norm, keep=None):
+    """`grads` scaled to global norm at most `clip_norm`, given their global `norm`; a NaN or infinite
+    norm makes every gradient NaN, unless `keep` (a boolean) is given: then every gradient is zero
+    where `keep` is false (`multiply_no_nan`: 0 · NaN is 0) and bit for bit the plain clip's where
+    it is true."""
     with tf.name_scope("clip_by_global_norm"):
         scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, norm.dtype) / clip_norm)
         scale = scale + (norm - norm)
-        return [g * tf.cast(scale, g.dtype) for g in grads], norm
+        if keep is None:
+            return [g * tf.cast(scale, g.dtype) for g in grads]
+        scale = tf.where(keep, scale, tf.zeros_like(scale))
+        return [tf.math.multiply_no_nan(g, tf.cast(scale, g.dtype)) for g in grads]
 
 
 def _apply_if(finite, optimizer, grads, variables):

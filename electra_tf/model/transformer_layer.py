@@ -169,34 +169,54 @@ class ElectraTransformerEncoder(layers.Layer):
         weights = weights if weights is not None else self.xla_cpu_weights()
         return xla_cpu.transformer_layer(x, key_mask, weights, dropout, query_length)
 
-    def xla_cpu_weights(self):
-        """This layer's weights as the XLA:CPU kernels take them (`ops.xla_cpu.LayerWeights` of tensors)."""
+    def xla_cpu_weights(self, stacked_over=None):
+        """This layer's weights as the XLA:CPU kernels take them (`ops.xla_cpu.LayerWeights` of tensors).
+
+        `stacked_over` (layers of this one's shapes, in order): each weight of all of them on a new first
+        axis, `[layers, ...]`, what a loop over the layers reads layer i from (`layer_loop`). One stack, one
+        reshape and one concatenation per kind of weight, not per layer: the traced step, forward and
+        backward, is that much smaller; the values are the same bits.
+        """
         from electra_tf.ops import xla_cpu
 
-        parts = self.sublayers()
-        attention = parts["attention"]
-        hidden = attention.output_dense.kernel.shape[-1]
-        projections = (attention.query_dense, attention.key_dense, attention.value_dense)
-        norms = (parts["attention_norm"], parts["feedforward_norm"])
-        intermediate, output = parts["intermediate"], parts["output"]
+        layers = stacked_over or [self]
+        lead = (len(layers),) if stacked_over else ()
+        hidden = self._self_attention_layer.output_dense.kernel.shape[-1]
+        projections = ("query_dense", "key_dense", "value_dense")
+
+        def stacked(get, read):
+            values = [read(get(layer.sublayers())) for layer in layers]
+            return ops.stack(values) if stacked_over else values[0]
 
         # Kernels are cast to the compute dtype either way; biases and LayerNorm parameters are read with
         # `value`, in their own dtype also where an autocasting caller reads them (a loop over the layers,
         # `layer_loop`), as tensors: the kernels' custom gradients take no variables.
-        def matrix(variable, rows=None, columns=None):
-            shape = tuple(variable.shape) if rows is columns is None else (rows or -1, columns or -1)
-            return ops.cast(ops.reshape(variable, shape), self.compute_dtype)
+        def matrix(get, shape):
+            return ops.reshape(stacked(get, lambda variable: ops.cast(variable, self.compute_dtype)), lead + shape)
+
+        def vector(get):
+            return stacked(get, value)
+
+        def projection(name, part):
+            return lambda parts: getattr(getattr(parts["attention"], name), part)
 
         return xla_cpu.LayerWeights(
-            num_heads=attention.num_heads,
-            qkv_kernel=ops.concatenate([matrix(d.kernel, rows=hidden) for d in projections], axis=1),
-            qkv_bias=ops.concatenate([ops.reshape(value(d.bias), (-1,)) for d in projections], axis=0),
-            output_kernel=matrix(attention.output_dense.kernel, columns=hidden),
-            output_bias=value(attention.output_dense.bias),
-            attention_gamma=value(norms[0].gamma), attention_beta=value(norms[0].beta),
-            intermediate_kernel=matrix(intermediate.kernel), intermediate_bias=value(intermediate.bias),
-            ffn_output_kernel=matrix(output.kernel), ffn_output_bias=value(output.bias),
-            ffn_gamma=value(norms[1].gamma), ffn_beta=value(norms[1].beta),
+            num_heads=self._self_attention_layer.num_heads,
+            qkv_kernel=ops.concatenate([matrix(projection(p, "kernel"), (hidden, -1)) for p in projections], -1),
+            qkv_bias=ops.concatenate([ops.reshape(vector(projection(p, "bias")), lead + (-1,))
+                                      for p in projections], -1),
+            output_kernel=matrix(projection("output_dense", "kernel"), (-1, hidden)),
+            output_bias=vector(projection("output_dense", "bias")),
+            attention_gamma=vector(lambda parts: parts["attention_norm"].gamma),
+            attention_beta=vector(lambda parts: parts["attention_norm"].beta),
+            intermediate_kernel=matrix(lambda parts: parts["intermediate"].kernel,
+                                       tuple(self._feedforward_intermediate_dense.kernel.shape)),
+            intermediate_bias=vector(lambda parts: parts["intermediate"].bias),
+            ffn_output_kernel=matrix(lambda parts: parts["output"].kernel,
+                                     tuple(self._feedforward_output_dense.kernel.shape)),
+            ffn_output_bias=vector(lambda parts: parts["output"].bias),
+            ffn_gamma=vector(lambda parts: parts["feedforward_norm"].gamma),
+            ffn_beta=vector(lambda parts: parts["feedforward_norm"].beta),
             epsilon=self.layer_norm_epsilon,
         )
 

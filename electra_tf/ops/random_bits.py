@@ -193,10 +193,15 @@ def bits_like(bits, x):
 
 
 @functools.cache
-def _keyed_words_jit(halves: bool):
+def _keyed_words_jit(halves: bool, rank: int, dtype):
+    """One traced function per rank and dtype of the template, whatever its dimensions: a step draws words for
+    several shapes of each rank (attention probabilities, hidden states of either encoder), and each trace
+    builds the Philox rounds' few hundred ops again. XLA still compiles one kernel per shape."""
     import tensorflow as tf
 
-    return tf.function(functools.partial(_keyed_words, halves=halves), jit_compile=True, autograph=False)
+    signature = [tf.TensorSpec([None] * rank, dtype), tf.TensorSpec([None, 3], tf.int64), tf.TensorSpec([], tf.int32)]
+    return tf.function(functools.partial(_keyed_words, halves=halves), input_signature=signature, jit_compile=True,
+                       autograph=False)
 
 
 @functools.cache
@@ -220,7 +225,8 @@ def example_keyed_words(x, streams, site, halves: bool = True) -> KeyedWords:
     rank = len(x.shape)
     if rank not in (2, 3, 4):
         raise ValueError(f"example-keyed dropout takes [batch, (1 or 2 axes,) units], got shape {x.shape}")
-    words = _keyed_words_jit(bool(halves))(x, tf.convert_to_tensor(streams, tf.int64), tf.cast(site, tf.int32))
+    words = _keyed_words_jit(bool(halves), rank, x.dtype)(x, tf.convert_to_tensor(streams, tf.int64),
+                                                          tf.cast(site, tf.int32))
     return KeyedWords(*words, halves=bool(halves))
 
 

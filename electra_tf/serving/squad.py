@@ -32,8 +32,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_model
-from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, serving_archive,
-                                     write_archive)
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, rows_within,
+                                     serving_archive, write_archive)
 from electra_tf.text import normalization
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -290,8 +290,7 @@ class SquadServer(tf.Module):
         piece_start = tf.cast(tf.gather(windows["start"], w) + best["start"] - tf.gather(windows["offset"], w), tf.int64)
         piece_end = piece_start + tf.cast(best["end"] - best["start"], tf.int64)
         first_word, last_word = tf.cast(first_word, tf.int64), tf.cast(last_word, tf.int64)
-        word_positions = tf.ragged.range(words.row_lengths())
-        in_words = (word_positions >= first_word[:, None]) & (word_positions <= last_word[:, None])
+        in_words = rows_within(words, first_word, last_word)
         orig_text = tf.strings.reduce_join(tf.ragged.boolean_mask(words, in_words), axis=1, separator=" ")
         if piece_chars is not None:
             # A question without a span (its result is masked) may name no word (-1): read a padding column.
@@ -300,8 +299,7 @@ class SquadServer(tf.Module):
             last_word_text = tf.gather(padded_words, last_index[:, None], batch_dims=1)[:, 0]
             text, first, last = self._piece_text(orig_text, last_word_text, piece_chars, piece_start, piece_end)
         else:
-            positions = tf.ragged.range(doc_ids.row_lengths())
-            in_span = (positions >= piece_start[:, None]) & (positions <= piece_end[:, None])
+            in_span = rows_within(doc_ids, piece_start, piece_end)
             tokens = tf.gather(self.vocab, tf.ragged.boolean_mask(doc_ids, in_span))
             pred = tf.strings.reduce_join(tokens, axis=1, separator=" ")
             pred = tf.strings.regex_replace(tf.strings.regex_replace(pred, " ##", ""), "##", "")

@@ -31,7 +31,7 @@ from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.tagging import SEGMENT_ID_CHOICES
 from electra_tf.serving.portable import serving_model
 from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, python_whitespace,
-                                     serving_archive, write_archive)
+                                     rows_within, serving_archive, write_archive)
 
 INPUT_NAMES = ("text",)
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
@@ -123,7 +123,7 @@ class TaggingServer(tf.Module):
         count = tf.minimum(tf.maximum(pieces.row_lengths(), 1), self.budget)
         unk = tf.RaggedTensor.from_tensor(tf.fill([tf.size(words), 1], self.unk_id))
         pieces = tf.concat([pieces, unk], axis=1)
-        return tf.ragged.boolean_mask(pieces, tf.ragged.range(pieces.row_lengths()) < count[:, None]), count
+        return tf.ragged.boolean_mask(pieces, rows_within(pieces, high=count - 1)), count
 
     def _windows(self, counts, is_first):
         """`tagging.word_windows` over every sentence of the batch: each word's window (numbered across the

@@ -66,6 +66,24 @@ def char_offsets(texts, byte_offsets):
     return tf.searchsorted(char_bytes, byte_offsets.to_tensor(0), side="left", out_type=tf.int64)
 
 
+def rows_within(ragged, low=None, high=None):
+    """A ragged boolean shaped like `ragged` (`[batch, (n)]`): whether position p of row i lies in
+    `[low[i], high[i]]` (per-row int bounds; None: unbounded).
+
+    Computed on the flat values, each value's position against its row's bounds (gathered): the same comparison
+    written `tf.ragged.range(lengths) >= low[:, None]` broadcasts a ragged against a dense tensor through
+    `DynamicRaggedShape`, which traces about 20 `tf.cond`s per comparison; a loader imports and instantiates their
+    branch functions on the first request."""
+    rows = ragged.value_rowids()
+    positions = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(ragged.row_starts(), rows)
+    inside = tf.ones_like(positions, tf.bool)
+    if low is not None:
+        inside &= positions >= tf.gather(tf.cast(low, tf.int64), rows)
+    if high is not None:
+        inside &= positions <= tf.gather(tf.cast(high, tf.int64), rows)
+    return ragged.with_flat_values(inside)
+
+
 def pad_to_longest(ids, segment_ids, pad_id: int) -> dict:
     """The model's inputs of ragged `[batch, tokens]` rows, padded to the batch's longest row (int32).
 

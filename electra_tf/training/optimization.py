@@ -126,8 +126,50 @@ class ElectraAdamW(keras.optimizers.AdamW):
     def _apply_weight_decay(self, variables):
         pass  # done per variable in update_step
 
-    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
-        """TF backend only: the fused update, with the step's scalars computed once, not per variable."""
+    def can_apply_if(self, variables) -> bool:
+        """Whether `apply_if` skips a step bit for bit: the fused update, with no state that Keras' `apply`
+        changes outside it (gradient accumulators, EMA, constraints, variables overwritten with gradients)."""
+        plain = (keras.backend.backend() == "tensorflow" and self.fused and not self.use_ema
+                 and not self.gradient_accumulation_steps and type(self).update_step is ElectraAdamW.update_step)
+        return plain and not any(v.constraint is not None or v.overwrite_with_gradient for v in variables)
+
+    def apply_if(self, applied, grads, variables):
+        """`apply(grads, variables)` where the boolean `applied` is true; where it is false the variables,
+        slots and step counter keep their bits. `grads` must be finite either way (zeros where skipped:
+        `model.step.clipped(..., keep=applied)`).
+
+        No branch: the fused kernels run with their scalars chosen by `applied` (a skipped step's learning
+        and decay rates 0, β1 = β2 = 1, so `m += (g − m)(1 − β1)` and `v` add exact zeros and the weight
+        subtracts one), and the counter advances by `applied`. A `tf.cond` around `apply` has an input per
+        gradient, variable and slot (about 1,600 for Small), each traced, matched in the other branch and
+        instantiated. Needs `can_apply_if(variables)`.
+        """
+        import tensorflow as tf
+
+        self._applied = applied
+        try:
+            self.apply(grads, variables)
+        finally:
+            self._applied = None
+        # `apply` advanced the counter by one: take it back on a skipped step.
+        self.iterations.assign_sub(1 - tf.cast(applied, self.iterations.dtype))
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        applied = getattr(self, "_applied", None)
+        if applied is None:
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        import tensorflow as tf
+
+        # Keras' own, with `applied` through the merge call: per replica under MirroredStrategy.
+        variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, variables)))
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._distributed_tf_update_step, self._distribution_strategy, grads_and_vars, learning_rate,
+            applied)
+
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate, applied=None):
+        """TF backend only: the fused update, with the step's scalars computed once, not per variable;
+        `applied` (from `apply_if`): where false, the scalars that leave every state as it is."""
         if not self.fused or type(self).update_step is not ElectraAdamW.update_step:
             return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
         import tensorflow as tf
@@ -141,23 +183,28 @@ class ElectraAdamW(keras.optimizers.AdamW):
             beta_1_power = beta_2_power = tf.constant(0.0)
         # The learning rate arrives per replica (under MirroredStrategy each device has its own
         # tensor): the rates derived from it are made once per device and multiplier.
-        rates = {}
+        scalars = {}
 
-        def rates_for(learning_rate, multiplier):
-            key = (id(learning_rate), multiplier)  # the objects outlive this loop
-            if key not in rates:
+        def scalars_for(learning_rate, applied, multiplier):
+            key = (id(learning_rate), id(applied), multiplier)  # the objects outlive this loop
+            if key not in scalars:
                 rate = tf.cast(learning_rate, "float32") * multiplier
-                rates[key] = (rate, rate * self.weight_decay)
-            return rates[key]
+                chosen = (rate, rate * self.weight_decay, beta_1, beta_2)
+                if applied is not None:
+                    skipped = (0.0, 0.0, 1.0, 1.0)
+                    chosen = tuple(tf.where(applied, value, tf.constant(other, "float32"))
+                                   for value, other in zip(chosen, skipped))
+                scalars[key] = chosen
+            return scalars[key]
 
-        def update(variable, gradient, m, v, learning_rate, multiplier, decays):
-            rate, decay_rate = rates_for(learning_rate, multiplier)
+        def update(variable, gradient, m, v, learning_rate, applied, multiplier, decays):
+            rate, decay_rate, beta1, beta2 = scalars_for(learning_rate, applied, multiplier)
             if decays:  # w ← w − (lr · wd) · w, as one kernel
                 tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=decay_rate,
-                                                        delta=variable.read_value())
+                                                        delta=variable.value())  # read_value adds an Identity
             return tf.raw_ops.ResourceApplyAdam(
                 var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
-                lr=rate, beta1=beta_1, beta2=beta_2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))
+                lr=rate, beta1=beta1, beta2=beta2, epsilon=epsilon, grad=tf.cast(gradient, variable.dtype))
 
         for gradient, variable in grads_and_vars:
             if variable.dtype != tf.float32:
@@ -167,7 +214,7 @@ class ElectraAdamW(keras.optimizers.AdamW):
             decays = bool(self.weight_decay) and self._use_weight_decay(variable)
             m, v = self._momentums[index].value, self._velocities[index].value
             distribution.extended.update(
-                variable, update, args=(gradient, m, v, learning_rate),
+                variable, update, args=(gradient, m, v, learning_rate, applied),
                 kwargs={"multiplier": self._settings[index][0], "decays": decays}, group=False)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
