@@ -75,7 +75,7 @@ def rows_within(ragged, low=None, high=None):
     `DynamicRaggedShape`, which traces about 20 `tf.cond`s per comparison; a loader imports and instantiates their
     branch functions on the first request."""
     rows = ragged.value_rowids()
-    positions = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(ragged.row_starts(), rows)
+    positions = tf.ragged.range(ragged.row_lengths()).flat_values
     inside = tf.ones_like(positions, tf.bool)
     if low is not None:
         inside &= positions >= tf.gather(tf.cast(low, tf.int64), rows)
