@@ -28,12 +28,12 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_model
-from electra_tf.serving.text import (add_serving_endpoint, graph_tokenizer, pad_to_longest, rows_within,
+from electra_tf.serving.text import (add_serving_endpoint, graph_tokenizer, masked, pad_to_longest, rows_within,
                                      serving_archive, write_archive)
 
 
 def _keep_first(tokens, lengths):
-    return tf.ragged.boolean_mask(tokens, rows_within(tokens, high=tf.cast(lengths, tf.int64) - 1))
+    return masked(tokens, rows_within(tokens, high=tf.cast(lengths, tf.int64) - 1))
 
 
 def truncate_longest_first(segments, budget: int):

@@ -32,8 +32,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.serving.portable import serving_model
-from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, rows_within,
-                                     serving_archive, write_archive)
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, flat_of, graph_tokenizer, join_rows, masked,
+                                     positions_in_rows, row_ids, rows_within, serving_archive, splits_of,
+                                     write_archive)
 from electra_tf.text import normalization
 from electra_tf.text.tokenizers import is_sentencepiece
 
@@ -106,6 +107,13 @@ def _find_first(haystack, needle):
     return tf.map_fn(one, (haystack, needle), fn_output_signature=(tf.bool, tf.string))
 
 
+def repeat_columns(x, times):
+    """`tf.repeat(x, times, axis=1)` of a `[rows, columns]` `x` (`times`: a scalar): each column `times` times in
+    a row. TensorFlow's `tf.repeat` traces about 12 nodes for it, a loader instantiates each."""
+    rows, columns = tf.shape(x)[0], tf.shape(x)[1]
+    return tf.reshape(tf.broadcast_to(x[:, :, None], tf.stack([rows, columns, times])), tf.stack([rows, -1]))
+
+
 def get_final_text_tf(pred_text, orig_text, joiner: _BasicJoiner):
     """`decoding.get_final_text` on string batches: (text, first char, last char) in `orig_text`."""
     tok_text = joiner(orig_text)
@@ -115,8 +123,9 @@ def get_final_text_tf(pred_text, orig_text, joiner: _BasicJoiner):
     same_length = _chars(orig_text) - _spaces(orig_text) == _chars(tok_text) - _spaces(tok_text)
     ok = found & (pred_text != "") & same_length
     codepoints = tf.strings.unicode_decode(orig_text, "UTF-8", errors="replace")
-    positions = tf.ragged.range(codepoints.row_lengths())
-    non_space = tf.ragged.boolean_mask(positions, tf.not_equal(codepoints, 32)).to_tensor(-1)
+    splits = codepoints.row_splits
+    positions = codepoints.with_flat_values(positions_in_rows(splits, row_ids(splits)))
+    non_space = masked(positions, tf.not_equal(codepoints, 32)).to_tensor(-1)
     non_space = tf.pad(non_space, [[0, 0], [0, 1]], constant_values=-1)
     last = tf.shape(non_space, out_type=tf.int64)[1] - 1
 
@@ -160,13 +169,14 @@ class SquadServer(tf.Module):
         piece_chars = None
         if self.char_spans:  # every word on its own, as the Python features
             pieces, byte_begin, byte_end = self.tokenizer.tokenize_with_offsets(flat_words)
-            piece_chars = [tf.RaggedTensor.from_tensor(char_offsets(flat_words, offsets), lengths=pieces.row_lengths())
-                           .flat_values for offsets in (byte_begin, byte_end)]
+            piece_chars = [flat_of(char_offsets(flat_words, offsets), pieces.row_lengths())
+                           for offsets in (byte_begin, byte_end)]
         else:
             pieces = self.tokenizer(flat_words)
-        word_index = tf.repeat(tf.ragged.range(words.row_lengths()).flat_values, pieces.row_lengths())
-        doc_lengths = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(pieces.row_lengths(), words.row_lengths()), axis=1)
-        by_document = lambda flat: tf.RaggedTensor.from_row_lengths(flat, doc_lengths)  # noqa: E731
+        word_in_document = positions_in_rows(words.row_splits, row_ids(words.row_splits))
+        word_index = tf.gather(word_in_document, row_ids(pieces.row_splits))  # each piece's word
+        doc_splits = tf.gather(pieces.row_splits, words.row_splits)  # a document's pieces are its words'
+        by_document = lambda flat: tf.RaggedTensor.from_row_splits(flat, doc_splits, validate=False)  # noqa: E731
         doc_ids = by_document(tf.cast(pieces.flat_values, tf.int32))
         tok_to_orig = by_document(tf.cast(word_index, tf.int32))
         if piece_chars is not None:
@@ -183,8 +193,10 @@ class SquadServer(tf.Module):
         room = seq - q_len - 3
         stride = tf.minimum(room, s.doc_stride)
         count = tf.where(n <= room, 1, (n - room + stride - 1) // stride + 1)
-        question_of = tf.repeat(tf.range(tf.size(n)), count)
-        k = tf.ragged.range(count).flat_values
+        window_splits = splits_of(count)
+        question_of = row_ids(window_splits)
+        k = tf.cast(positions_in_rows(window_splits, question_of), tf.int32)  # the window's number in its question
+        question_of = tf.cast(question_of, tf.int32)
         start = k * tf.gather(stride, question_of)
         length = tf.maximum(tf.minimum(tf.gather(n, question_of) - start, tf.gather(room, question_of)), 0)
         q_rows = tf.gather(tf.cast(query.to_tensor(0, shape=[None, max(s.max_query_length, 1)]), tf.int32),
@@ -239,15 +251,15 @@ class SquadServer(tf.Module):
         """(start, end, start score, end score) `[windows, C]` in the Python path's order."""
         if "start_top_index" in outputs:  # the joint head's beam
             beam = tf.shape(outputs["start_top_index"])[1]
-            starts = tf.repeat(outputs["start_top_index"], beam, axis=1)
-            start_scores = tf.repeat(outputs["start_top_log_probs"], beam, axis=1)
+            starts = repeat_columns(outputs["start_top_index"], beam)
+            start_scores = repeat_columns(outputs["start_top_log_probs"], beam)
             flat = lambda x: tf.reshape(x, [tf.shape(x)[0], -1])  # noqa: E731
             return starts, flat(outputs["end_top_index"]), start_scores, flat(outputs["end_top_log_probs"])
         top = min(self.settings.n_best_size, self.min_width)  # rows have at least min_width positions
         start_scores, starts = tf.math.top_k(outputs["start_logits"], top)  # ties: lower position first
         end_scores, ends = tf.math.top_k(outputs["end_logits"], top)
-        return (tf.repeat(starts, top, axis=1), tf.tile(ends, [1, top]),
-                tf.repeat(start_scores, top, axis=1), tf.tile(end_scores, [1, top]))
+        return (repeat_columns(starts, top), tf.tile(ends, [1, top]),
+                repeat_columns(start_scores, top), tf.tile(end_scores, [1, top]))
 
     def _valid(self, starts, ends, windows):
         """`decoding.is_valid_span` for every candidate."""
@@ -268,7 +280,7 @@ class SquadServer(tf.Module):
         score = tf.reshape(start_scores + end_scores, [-1])
         valid = tf.reshape(valid, [-1])
         per_window = tf.shape(starts)[1]
-        question = tf.repeat(windows["question_of"], per_window)
+        question = tf.reshape(repeat_columns(windows["question_of"][:, None], per_window), [-1])
         masked = tf.where(valid, score, -np.inf)
         best = tf.math.unsorted_segment_max(masked, question, num_questions)
         order = tf.range(tf.size(score))
@@ -291,7 +303,7 @@ class SquadServer(tf.Module):
         piece_end = piece_start + tf.cast(best["end"] - best["start"], tf.int64)
         first_word, last_word = tf.cast(first_word, tf.int64), tf.cast(last_word, tf.int64)
         in_words = rows_within(words, first_word, last_word)
-        orig_text = tf.strings.reduce_join(tf.ragged.boolean_mask(words, in_words), axis=1, separator=" ")
+        orig_text = join_rows(masked(words, in_words), " ")
         if piece_chars is not None:
             # A question without a span (its result is masked) may name no word (-1): read a padding column.
             padded_words = tf.pad(words.to_tensor(""), [[0, 0], [0, 1]])
@@ -300,8 +312,8 @@ class SquadServer(tf.Module):
             text, first, last = self._piece_text(orig_text, last_word_text, piece_chars, piece_start, piece_end)
         else:
             in_span = rows_within(doc_ids, piece_start, piece_end)
-            tokens = tf.gather(self.vocab, tf.ragged.boolean_mask(doc_ids, in_span))
-            pred = tf.strings.reduce_join(tokens, axis=1, separator=" ")
+            tokens = tf.gather(self.vocab, masked(doc_ids, in_span))
+            pred = join_rows(tokens, " ")
             pred = tf.strings.regex_replace(tf.strings.regex_replace(pred, " ##", ""), "##", "")
             pred = tf.strings.strip(tf.strings.regex_replace(pred, " +", " "))
             text, first, last = get_final_text_tf(pred, orig_text, self.joiner)

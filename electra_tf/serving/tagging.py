@@ -30,8 +30,9 @@ import tensorflow_text as tf_text
 from electra_tf.finetuning.conll import SCHEMES
 from electra_tf.finetuning.tagging import SEGMENT_ID_CHOICES
 from electra_tf.serving.portable import serving_model
-from electra_tf.serving.text import (add_serving_endpoint, char_offsets, graph_tokenizer, python_whitespace,
-                                     rows_within, serving_archive, write_archive)
+from electra_tf.serving.text import (add_serving_endpoint, char_offsets, flat_of, graph_tokenizer,
+                                     positions_in_rows, python_whitespace, row_ids, serving_archive, splits_of,
+                                     write_archive)
 
 INPUT_NAMES = ("text",)
 # Label prefixes as codes; a chunked model's labels are O and BIOES (`tagging.to_bioes`).
@@ -121,9 +122,13 @@ class TaggingServer(tf.Module):
         """Per word (flat), its piece ids: `[UNK]` for a word without pieces, cut to a window's budget."""
         pieces = tf.cast(self.tokenizer(words), tf.int32)
         count = tf.minimum(tf.maximum(pieces.row_lengths(), 1), self.budget)
-        unk = tf.RaggedTensor.from_tensor(tf.fill([tf.size(words), 1], self.unk_id))
-        pieces = tf.concat([pieces, unk], axis=1)
-        return tf.ragged.boolean_mask(pieces, rows_within(pieces, high=count - 1)), count
+        splits = splits_of(count)
+        word = row_ids(splits)
+        source = tf.gather(pieces.row_splits, word) + positions_in_rows(splits, word)
+        has_pieces = tf.gather(pieces.row_lengths(), word) > 0
+        source = tf.where(has_pieces, source, tf.size(pieces.flat_values, tf.int64))  # there: [UNK]
+        values = tf.gather(tf.concat([pieces.flat_values, [self.unk_id]], 0), source)
+        return tf.RaggedTensor.from_row_splits(values, splits, validate=False), count
 
     def _windows(self, counts, is_first):
         """`tagging.word_windows` over every sentence of the batch: each word's window (numbered across the
@@ -154,8 +159,9 @@ class TaggingServer(tf.Module):
         length = tf.math.unsorted_segment_sum(counts, window, num_windows)
         width = tf.reduce_max(length) + 2
         rows = tf.range(num_windows)
-        piece_rows = tf.repeat(window, counts)
-        piece_cols = tf.repeat(position, counts) + tf.ragged.range(counts).flat_values
+        piece_word = row_ids(pieces.row_splits)  # a word's pieces are its `counts`
+        piece_rows = tf.gather(window, piece_word)
+        piece_cols = tf.gather(position, piece_word) + positions_in_rows(pieces.row_splits, piece_word)
         indices = tf.concat([tf.stack([rows, tf.zeros_like(rows)], 1), tf.stack([rows, length + 1], 1),
                              tf.stack([piece_rows, piece_cols], 1)], 0)
         values = tf.concat([tf.fill([num_windows], self.cls_id), tf.fill([num_windows], self.sep_id),
@@ -183,8 +189,10 @@ class TaggingServer(tf.Module):
         byte_start, byte_end = tf.gather(spans["byte_start"], first), tf.gather(spans["byte_end"], last)
         text = tf.strings.substr(tf.gather(texts, row), byte_start, byte_end - byte_start)
         batch = tf.shape(texts, out_type=tf.int64)[0]
-        pad = lambda values, fill: tf.RaggedTensor.from_value_rowids(values, row, batch).to_tensor(fill)  # noqa: E731
-        return {"num_entities": tf.math.unsorted_segment_sum(tf.ones_like(row), row, batch),
+        num_entities = tf.math.unsorted_segment_sum(tf.ones_like(row), row, batch)  # `row` is sorted
+        pad = lambda values, fill: tf.RaggedTensor.from_row_lengths(  # noqa: E731
+            values, num_entities, validate=False).to_tensor(fill)
+        return {"num_entities": num_entities,
                 "entity_type": pad(tf.gather(self.types, tf.gather(type_id, first)), ""),
                 "entity_first_word": pad(tf.gather(word_in_sentence, first), -1),
                 "entity_last_word": pad(tf.gather(word_in_sentence, last), -1),
@@ -195,16 +203,17 @@ class TaggingServer(tf.Module):
         """The signature's function: a string batch → words, tags and (chunked schemes) entities."""
         words, byte_start, byte_end = tf_text.regex_split_with_offsets(texts, python_whitespace(), "")
         lengths = words.row_lengths()
-        flat = lambda dense: tf.RaggedTensor.from_tensor(dense, lengths=lengths).flat_values  # noqa: E731
+        flat = lambda dense: flat_of(dense, lengths)  # noqa: E731
         spans = {"byte_start": byte_start.flat_values, "byte_end": byte_end.flat_values,
                  "char_start": flat(char_offsets(texts, byte_start)), "char_end": flat(char_offsets(texts, byte_end))}
-        sentence, word_in_sentence = words.value_rowids(), tf.ragged.range(lengths).flat_values
+        sentence = row_ids(words.row_splits)
+        word_in_sentence = positions_in_rows(words.row_splits, sentence)
         is_first, is_last = word_in_sentence == 0, word_in_sentence == tf.gather(lengths, sentence) - 1
         features, window, position = self.window_features(words.flat_values, is_first)
         logits = self.model(features, training=False)["logits"]
         label_ids = tf.argmax(tf.gather_nd(logits, tf.stack([window, position], 1)), axis=-1, output_type=tf.int32)
         tags, prefix, type_id = self._tags(label_ids, is_first, is_last)
-        by_row = lambda values, fill: tf.RaggedTensor.from_row_lengths(values, lengths).to_tensor(fill)  # noqa: E731
+        by_row = lambda values, fill: words.with_flat_values(values).to_tensor(fill)  # noqa: E731
         result = {"num_words": lengths, "words": words.to_tensor(""), "tags": by_row(tags, ""),
                   "word_start": by_row(spans["char_start"], -1), "word_end": by_row(spans["char_end"], -1)}
         if self.chunked:

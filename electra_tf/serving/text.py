@@ -66,6 +66,52 @@ def char_offsets(texts, byte_offsets):
     return tf.searchsorted(char_bytes, byte_offsets.to_tensor(0), side="left", out_type=tf.int64)
 
 
+def row_ids(row_splits):
+    """Each value's row under `row_splits` (`RaggedTensor.value_rowids()`): how many rows end at or before its
+    position, one `UpperBound` over the splits. TensorFlow's own goes through `tf.repeat`, about 30 nodes, and each
+    ragged reduction, mask, join or `from_tensor` traces it again; a loader converts, rewrites and instantiates
+    every node of an export on its first request, so the exports' ragged steps are written with this instead."""
+    positions = tf.range(row_splits[-1], dtype=row_splits.dtype)
+    return tf.searchsorted(row_splits[1:], positions, side="right", out_type=row_splits.dtype)
+
+
+def splits_of(lengths):
+    """Row splits of rows of `lengths` (int64)."""
+    return tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(lengths, tf.int64))], 0)
+
+
+def repeat(values, counts):
+    """`tf.repeat(values, counts)` of 1-D `values` (through `row_ids`)."""
+    return tf.gather(values, row_ids(splits_of(counts)))
+
+
+def positions_in_rows(row_splits, rows):
+    """Each value's position in its row (`tf.ragged.range(row_lengths).flat_values`), `rows` its `row_ids`."""
+    return tf.range(row_splits[-1], dtype=row_splits.dtype) - tf.gather(row_splits, rows)
+
+
+def flat_of(dense, lengths):
+    """The first `lengths[i]` entries of each row of `dense` `[batch, n]`, flat
+    (`tf.RaggedTensor.from_tensor(dense, lengths=lengths).flat_values`)."""
+    splits = splits_of(lengths)
+    rows = row_ids(splits)
+    return tf.gather_nd(dense, tf.stack([rows, positions_in_rows(splits, rows)], 1))
+
+
+def masked(ragged, keep):
+    """`tf.ragged.boolean_mask(ragged, keep)` of a 2-D `ragged` (`keep`: a ragged bool of its shape)."""
+    kept = tf.cast(keep.flat_values, tf.int64)
+    lengths = tf.math.unsorted_segment_sum(kept, row_ids(ragged.row_splits), ragged.nrows())
+    values = tf.gather(ragged.flat_values, tf.where(keep.flat_values)[:, 0])
+    return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
+
+
+def join_rows(ragged, separator: str):
+    """`tf.strings.reduce_join(ragged, axis=1, separator=separator)` of a 2-D string `ragged`."""
+    return tf.strings.unsorted_segment_join(ragged.flat_values, row_ids(ragged.row_splits), ragged.nrows(),
+                                            separator=separator)
+
+
 def rows_within(ragged, low=None, high=None):
     """A ragged boolean shaped like `ragged` (`[batch, (n)]`): whether position p of row i lies in
     `[low[i], high[i]]` (per-row int bounds; None: unbounded).
@@ -74,8 +120,9 @@ def rows_within(ragged, low=None, high=None):
     written `tf.ragged.range(lengths) >= low[:, None]` broadcasts a ragged against a dense tensor through
     `DynamicRaggedShape`, which traces about 20 `tf.cond`s per comparison; a loader imports and instantiates their
     branch functions on the first request."""
-    rows = ragged.value_rowids()
-    positions = tf.ragged.range(ragged.row_lengths()).flat_values
+    splits = tf.cast(ragged.row_splits, tf.int64)
+    rows = row_ids(splits)
+    positions = positions_in_rows(splits, rows)
     inside = tf.ones_like(positions, tf.bool)
     if low is not None:
         inside &= positions >= tf.gather(tf.cast(low, tf.int64), rows)
