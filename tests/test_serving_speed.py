@@ -347,10 +347,24 @@ def test_exports_hold_no_conditional(classifier, tagger, squad):  # noqa: F811
 def test_exports_find_each_values_row_without_tf_repeat(classifier, tagger, squad):  # noqa: F811
     """Each value's row of a ragged (`value_rowids`) is one `UpperBound` over the row splits (`serving.text.row_ids`),
     and the masks, joins, repeats and `from_tensor`s that need it are written with it: TensorFlow's own traces a
-    `tf.repeat` of about 30 nodes for each (the tagger export's pruned graph 529 → 394 nodes, SQuAD's 897 → 722),
-    and a loader converts, rewrites and instantiates every node on the first request."""
+    `tf.repeat` of about 30 nodes for each, and a loader converts, rewrites and instantiates every node on the first
+    request."""
     for export in (classifier, tagger, squad):
         path = [value for value in export if isinstance(value, str)][0]
         repeats = [(f.signature.name, node.name) for f in functions(path) for node in f.node_def
                    if "RaggedSplitsToSegmentIds" in node.name or "Repeat" in node.name.split("/")[0]]
         assert not repeats, (path, repeats[:3])
+
+
+def test_exports_hold_no_loop_but_the_layers(classifier, tagger, squad):  # noqa: F811
+    """The loops an export may hold: the encoder's layer loop (`serving.forward.loop_layers`) and the tagger's window
+    numbering, a `tf.scan` over the batch's words (a sequential rule, `tagging.word_windows`). SQuAD's answer text
+    finds the predicted words in the joined span without a `map_fn` (`serving.squad._find_first`), whose loop a
+    loader lowered and instantiated on the first request."""
+    for export in (classifier, tagger, squad):
+        path = [value for value in export if isinstance(value, str)][0]
+        loops = [node.name for f in functions(path) for node in f.node_def if node.op in ("While", "StatelessWhile")]
+        assert not [name for name in loops if name.startswith("map")], (path, loops)  # a map_fn's loop
+    tagger_loops = {name.split("/")[0] for f in functions(tagger[-2]) for node in f.node_def
+                    if node.op in ("While", "StatelessWhile") for name in [node.name]}
+    assert "scan" in tagger_loops  # the check sees loops outside the encoder

@@ -254,3 +254,24 @@ def test_squad_dev_questions_answer_as_the_python_decoding(shared_data, tmp_path
     served = fresh_process_answers(export, questions, contexts)
     read = lambda name: json.loads((out / name).read_text(encoding="utf-8"))  # noqa: E731
     check_against_python(served, ids, contexts, read("predictions.json"), read("nbest_predictions.json"))
+
+
+FINAL_TEXT_CASES = [("steve smith", "Steve Smith's"), ("smith", "Mr. Smith,"), ("bc", "abcabc"), ("wörds", "Ünïcödé WÖRDS ö"),
+                    ("cat", "dog"), ("", "anything"), ("a b", "a  b"), ("hello", "hello hello"), ("東京", "in 東京 today"),
+                    ("1990", "(1990)"), ("x", "")]
+
+
+def test_graph_final_text_equals_the_python_decodings():
+    """`get_final_text_tf` (its `_find_first` vectorised over byte offsets) against `decoding.get_final_text`, on
+    matches at the start, repeated, after multi-byte characters, absent, and empty needles and haystacks."""
+    from electra_tf.finetuning.squad.decoding import get_final_text
+    from electra_tf.serving.squad import _BasicJoiner, _find_first, get_final_text_tf
+
+    preds, origs = zip(*FINAL_TEXT_CASES)
+    text, _, _ = get_final_text_tf(tf.constant(preds), tf.constant(origs), _BasicJoiner(True))
+    assert [t.decode() for t in text.numpy()] == [get_final_text(p, o, True) for p, o in FINAL_TEXT_CASES]
+    found, prefix = _find_first(tf.constant(origs), tf.constant(preds))
+    for (needle, haystack), hit, before in zip(FINAL_TEXT_CASES, found.numpy(), prefix.numpy()):
+        if needle:  # str.find; an empty needle is discarded by the caller
+            at = haystack.find(needle)
+            assert (bool(hit), before.decode()) == (at >= 0, haystack[:max(at, 0)]), (needle, haystack)

@@ -100,11 +100,22 @@ def _chars(texts):
 
 
 def _find_first(haystack, needle):
-    """Per row: whether `needle` occurs in `haystack` (str.find) and the text before its first occurrence."""
-    def one(pair):
-        parts = tf.strings.split(pair[0], sep=pair[1], maxsplit=1)
-        return tf.size(parts) == 2, tf.concat([parts, [""]], 0)[0]  # "" splits into no part
-    return tf.map_fn(one, (haystack, needle), fn_output_signature=(tf.bool, tf.string))
+    """Per row: whether `needle` occurs in `haystack` (str.find) and the text before its first occurrence.
+
+    The needle against the haystack's substring at every byte offset, all rows at once (a `map_fn` of
+    `tf.strings.split` would put a while loop in the export, which a loader lowers and instantiates on the first
+    request). Bytes, as `tf.strings.split`: a valid UTF-8 needle matches only at a character's first byte, so the
+    first match is the first in characters too. An empty needle matches at 0 (its caller discards it)."""
+    rows = tf.size(haystack)
+    haystack_bytes = tf.strings.length(haystack)
+    offsets = tf.range(tf.reduce_max(tf.concat([[0], haystack_bytes], 0)) + 1)[None, :]
+    shape = tf.stack([rows, tf.shape(offsets)[1]])
+    position = tf.minimum(tf.broadcast_to(offsets, shape), haystack_bytes[:, None])  # substr needs pos <= length
+    candidates = tf.strings.substr(tf.broadcast_to(haystack[:, None], shape), position,
+                                   tf.broadcast_to(tf.strings.length(needle)[:, None], shape))
+    matches = (candidates == needle[:, None]) & (offsets <= haystack_bytes[:, None])
+    first = tf.argmax(tf.cast(matches, tf.int32), axis=1, output_type=tf.int32)
+    return tf.reduce_any(matches, axis=1), tf.strings.substr(haystack, tf.zeros_like(first), first)
 
 
 def repeat_columns(x, times):
