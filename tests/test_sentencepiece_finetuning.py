@@ -220,9 +220,10 @@ def test_tagging_labels_the_first_piece_of_each_word_in_python_and_in_the_graph(
     assert labelled == features["label_weights"].sum() == sum(len(words) for words, _ in sentences)
     server = TaggingServer(None, sp_tokenizer, ["O"], "none", 16, tagging.DEFAULT_SEGMENT_ID)
     words = [w for sentence_words, _ in sentences for w in sentence_words]
-    is_first = [k == 0 for sentence_words, _ in sentences for k in range(len(sentence_words))]
+    sentence = [s for s, (sentence_words, _) in enumerate(sentences) for _ in sentence_words]
     expected, _, _ = tagging.align_features(sp_tokenizer, sentences, 16)
-    served, _, _ = server.window_features(tf.constant(words), tf.constant(is_first))
+    served, _, _ = server.window_features(tf.constant(words), tf.constant(sentence, tf.int64),
+                                            len(sentences))
     for key, values in served.items():
         np.testing.assert_array_equal(values.numpy(), expected[key], err_msg=key)
 

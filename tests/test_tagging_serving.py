@@ -138,8 +138,9 @@ def test_served_features_equal_the_training_features(tmp_path, segment_id):
     expected, _, _ = tagging.align_features(tokenizer, sentences, SEQ, segment_id=segment_id)
     server = TaggingServer(None, tokenizer, ["O"], "none", SEQ, segment_id)
     words = [w for sentence_words, _ in sentences for w in sentence_words]
-    is_first = [k == 0 for sentence_words, _ in sentences for k in range(len(sentence_words))]
-    served, _, _ = server.window_features(tf.constant(words), tf.constant(is_first))
+    sentence = [s for s, (sentence_words, _) in enumerate(sentences) for _ in sentence_words]
+    served, _, _ = server.window_features(tf.constant(words), tf.constant(sentence, tf.int64),
+                                            len(sentences))
     assert set(served) == {"input_ids", "input_mask", "segment_ids"} and len(expected["input_ids"]) > len(sentences)
     for key, values in served.items():
         np.testing.assert_array_equal(values.numpy(), expected[key], err_msg=key)
@@ -298,3 +299,37 @@ def test_run_finetuning_export_tags_as_its_prediction_files_in_a_fresh_process(t
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["tags"] == written[0][1]
     np.testing.assert_equal(json.loads(result.stdout)["num_words"], len(written[0][0]))
+
+
+def python_windows(sentence_counts, budget):
+    """Each word's window (numbered across the batch) and first-piece position, from `tagging.word_windows`."""
+    window, position, next_window = [], [], 0
+    for counts in sentence_counts:
+        ranges, _ = tagging.word_windows(counts, budget)
+        for first, end in ranges:
+            used = 1  # after [CLS]
+            for i in range(first, end):
+                window.append(next_window)
+                position.append(used)
+                used += counts[i]
+            next_window += 1
+    return window, position
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_served_windows_equal_word_windows_with_empty_and_long_sentences(seed):
+    """The windows pack only the sentences longer than the budget word by word (a scan over their words); the
+    others are one window each, a sentence without words none."""
+    rng = np.random.default_rng(seed)
+    budget = 10
+    batches = [[list(rng.integers(1, budget + 1, size=rng.integers(0, 9))) for _ in range(7)],
+               [[], [3, 3], [], [budget] * 3, []], [[]], [[budget, 1]], [[2, 2], [1]]]
+    server = types.SimpleNamespace(budget=budget)  # all `_windows` reads of a server
+    for sentence_counts in batches:
+        counts = [c for sentence in sentence_counts for c in sentence]
+        sentence = [s for s, sentence in enumerate(sentence_counts) for _ in sentence]
+        served = TaggingServer._windows(server, tf.constant(counts, tf.int64), tf.constant(sentence, tf.int64),
+                                        len(sentence_counts))
+        window, position = python_windows(sentence_counts, budget)
+        assert served[0].numpy().tolist() == window, sentence_counts
+        assert served[1].numpy().tolist() == position, sentence_counts
