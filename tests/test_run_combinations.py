@@ -18,6 +18,7 @@ import sys
 
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import service_config_pb2
 
 from data_prep_testutil import TINY_VOCAB, write_text, write_vocab
 from electra_tf.convert import save_ours
@@ -72,10 +73,18 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service():
-    """An in-process tf.data service: a dispatcher and one worker."""
+    """An in-process tf.data service: a dispatcher and one worker.
+
+    The dispatcher collects a job once its last reader is gone (a run's iterator, each start's own job) and the
+    worker learns it at its next heartbeat, deleting the job's task on its heartbeat thread. With the defaults
+    (DYNAMIC jobs never collected, a 30 s heartbeat) every task was still on the worker when the module ended, and
+    `worker._stop()` deleting them there took 0-42 s (21-42 s in full runs of this file; no other Python thread
+    ran meanwhile), where the heartbeat thread deletes one in milliseconds."""
     api = tf.data.experimental.service
-    dispatcher = api.DispatchServer()
-    worker = api.WorkerServer(api.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
+    dispatcher = api.DispatchServer(service_config_pb2.DispatcherConfig(
+        protocol="grpc", job_gc_check_interval_ms=100, job_gc_timeout_ms=1, gc_dynamic_sharding_jobs=True))
+    worker = api.WorkerServer(api.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1],
+                                               heartbeat_interval_ms=100))
     yield dispatcher.target
     worker._stop()
     dispatcher._stop()
