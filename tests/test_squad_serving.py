@@ -256,9 +256,9 @@ def test_squad_dev_questions_answer_as_the_python_decoding(shared_data, tmp_path
     check_against_python(served, ids, contexts, read("predictions.json"), read("nbest_predictions.json"))
 
 
-FINAL_TEXT_CASES = [("steve smith", "Steve Smith's"), ("smith", "Mr. Smith,"), ("bc", "abcabc"), ("wörds", "Ünïcödé WÖRDS ö"),
-                    ("cat", "dog"), ("", "anything"), ("a b", "a  b"), ("hello", "hello hello"), ("東京", "in 東京 today"),
-                    ("1990", "(1990)"), ("x", "")]
+FINAL_TEXT_CASES = [("steve smith", "Steve Smith's"), ("smith", "Mr. Smith,"), ("bc", "abcabc"),
+                    ("wörds", "Ünïcödé WÖRDS ö"), ("cat", "dog"), ("", "anything"), ("a b", "a  b"),
+                    ("hello", "hello hello"), ("東京", "in 東京 today"), ("1990", "(1990)"), ("x", "")]
 
 
 def test_graph_final_text_equals_the_python_decodings():

@@ -1,0 +1,116 @@
+"""What batch 1 costs below the serving graph: ELECTRA-Small's 72 encoder matmuls alone, TensorFlow against ORT.
+
+Not a test. A chain of 12 layers of ELECTRA-Small's matmul shapes (query, key, value and output `[256, 256]`, the
+feed-forward `[256, 1024]` and `[1024, 256]`; residual adds between, no attention or LayerNorm), random weights, on
+`[rows, 256]` inputs: rows 3 (a one-word request: [CLS] word [SEP]) and 25 (SST-2's median request). TensorFlow
+reads its weights from variables in a `tf.function` (as a serving export does; oneDNN's kernels where TensorFlow's
+default turns them on), ONNX Runtime from initializers (which it packs once at load, 2 intra-op threads). Both in one
+process, alternating per round; median ms per call over `--calls` calls.
+
+    python -m bench.matmul_chain_bench --rounds=3 --out=bench/results/matmul-chain-small.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from bench.inference_bench import commit, cpu_name, emit
+
+SHAPES = [(256, 256)] * 4 + [(256, 1024), (1024, 256)]
+LAYERS = 12
+
+
+def weights(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [[(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in SHAPES] for _ in range(LAYERS)]
+
+
+def tensorflow_chain(layers):
+    import tensorflow as tf
+
+    variables = [[tf.Variable(w) for w in layer] for layer in layers]
+
+    @tf.function
+    def chain(h):
+        for q, k, v, o, up, down in variables:
+            h = h + 0.01 * (tf.matmul(h, q) + tf.matmul(h, k) + tf.matmul(h, v) + tf.matmul(h, o))
+            h = h + 0.01 * tf.matmul(tf.nn.relu(tf.matmul(h, up)), down)
+        return h
+
+    return lambda x: chain(tf.constant(x)).numpy()
+
+
+def onnx_runtime_chain(layers):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, initializers, h = [], [], "x"
+    for i, layer in enumerate(layers):
+        names = [f"w{i}_{j}" for j in range(len(SHAPES))]
+        initializers += [numpy_helper.from_array(w, name) for w, name in zip(layer, names)]
+        outs = [f"p{i}_{j}" for j in range(4)]
+        nodes += [helper.make_node("MatMul", [h, names[j]], [outs[j]]) for j in range(4)]
+        nodes += [helper.make_node("Sum", outs, [f"s{i}"]), helper.make_node("Mul", [f"s{i}", "c"], [f"m{i}"]),
+                  helper.make_node("Add", [h, f"m{i}"], [f"h{i}"]),
+                  helper.make_node("MatMul", [f"h{i}", names[4]], [f"u{i}"]),
+                  helper.make_node("Relu", [f"u{i}"], [f"r{i}"]),
+                  helper.make_node("MatMul", [f"r{i}", names[5]], [f"d{i}"]),
+                  helper.make_node("Mul", [f"d{i}", "c"], [f"n{i}"]),
+                  helper.make_node("Add", [f"h{i}", f"n{i}"], [f"g{i}"])]
+        h = f"g{i}"
+    initializers.append(numpy_helper.from_array(np.array(0.01, np.float32), "c"))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 256])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, [None, 256])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return lambda x: session.run(None, {"x": x})[0]
+
+
+def median_ms(run, x, calls: int) -> float:
+    for _ in range(20):
+        run(x)
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        run(x)
+        times.append(time.perf_counter() - started)
+    return round(1e3 * statistics.median(times), 3)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.matmul_chain_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rows", default="3,25")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    layers = weights()
+    chains = {"tensorflow": tensorflow_chain(layers), "onnx_runtime": onnx_runtime_chain(layers)}
+    inputs = {int(r): np.random.default_rng(1).standard_normal((int(r), 256)).astype(np.float32)
+              for r in args.rows.split(",")}
+    np.testing.assert_allclose(chains["tensorflow"](inputs[3]), chains["onnx_runtime"](inputs[3]), rtol=1e-4, atol=1e-4)
+    runs = {f"{name}, {rows} rows": [] for rows in inputs for name in chains}
+    for i in range(args.rounds):
+        order = list(chains.items()) if i % 2 == 0 else list(chains.items())[::-1]
+        for rows, x in inputs.items():
+            for name, run in order:
+                runs[f"{name}, {rows} rows"].append(median_ms(run, x, args.calls))
+        print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]} ms" for k, v in runs.items()), flush=True)
+    record = {"command": "python -m bench.matmul_chain_bench " + " ".join(
+                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
+              "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "calls": args.calls,
+              "median_ms": {k: statistics.median(v) for k, v in runs.items()}, "runs_ms": runs}
+    emit(record, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
