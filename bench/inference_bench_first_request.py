@@ -29,7 +29,8 @@ from bench.inference_bench import ROOT, commit, cpu_name, emit
 
 SETTINGS = ("on", "off")
 SENTENCE = "it 's a charming and often affecting journey ."
-# A SQuAD export's request (its signature takes `question` and `context`): SQuAD v1.1 dev's first pair.
+# A SQuAD export's request (its signature takes `question` and `context`): SQuAD v1.1 dev's first question
+# and the first three sentences of its context.
 QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
 CONTEXT = ("Super Bowl 50 was an American football game to determine the champion of the National Football League "
            "(NFL) for the 2015 season. The American Football Conference (AFC) champion Denver Broncos defeated the "

@@ -27,13 +27,6 @@ def test_row_ids_and_positions_equal_tensorflows(lengths):
 
 
 @pytest.mark.parametrize("lengths", LENGTH_SETS)
-def test_repeat_equals_tf_repeat(lengths):
-    values = tf.constant(RNG.integers(0, 100, size=len(lengths)), tf.int64)
-    counts = tf.constant(lengths, tf.int64)
-    np.testing.assert_array_equal(text.repeat(values, counts).numpy(), tf.repeat(values, counts).numpy())
-
-
-@pytest.mark.parametrize("lengths", LENGTH_SETS)
 def test_flat_of_equals_from_tensor(lengths):
     dense = tf.constant(RNG.integers(0, 100, size=(len(lengths), 7)), tf.int64)
     lengths = tf.constant(lengths, tf.int64)
@@ -77,12 +70,11 @@ def test_the_steps_trace_no_tf_repeat():
     def steps(words):
         keep = text.rows_within(words, high=tf.fill([words.nrows()], tf.constant(1, tf.int64)))
         joined = text.join_rows(text.masked(words, keep), " ")
-        return joined, text.repeat(joined, words.row_lengths()), text.flat_of(words.to_tensor(""), words.row_lengths())
+        return joined, text.flat_of(words.to_tensor(""), words.row_lengths())
 
     names = [node.name for node in steps.get_concrete_function().graph.as_graph_def().node]
     assert not [n for n in names if "Repeat" in n or "RaggedSplitsToSegmentIds" in n], names
     words = tf.ragged.constant([["a", "b", "c"], [], ["d"]], row_splits_dtype=tf.int64)
-    joined, repeated, flat = steps(words)
+    joined, flat = steps(words)
     assert joined.numpy().tolist() == [b"a b", b"", b"d"]
-    assert repeated.numpy().tolist() == [b"a b"] * 3 + [b"d"]
     assert flat.numpy().tolist() == [b"a", b"b", b"c", b"d"]

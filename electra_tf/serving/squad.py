@@ -292,10 +292,10 @@ class SquadServer(tf.Module):
         valid = tf.reshape(valid, [-1])
         per_window = tf.shape(starts)[1]
         question = tf.reshape(repeat_columns(windows["question_of"][:, None], per_window), [-1])
-        masked = tf.where(valid, score, -np.inf)
-        best = tf.math.unsorted_segment_max(masked, question, num_questions)
+        valid_score = tf.where(valid, score, -np.inf)
+        best = tf.math.unsorted_segment_max(valid_score, question, num_questions)
         order = tf.range(tf.size(score))
-        chosen = tf.math.unsorted_segment_min(tf.where(valid & (masked == tf.gather(best, question)), order,
+        chosen = tf.math.unsorted_segment_min(tf.where(valid & (valid_score == tf.gather(best, question)), order,
                                                        tf.int32.max), question, num_questions)
         found = chosen < tf.int32.max
         chosen = tf.where(found, chosen, 0)

@@ -80,11 +80,6 @@ def splits_of(lengths):
     return tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(lengths, tf.int64))], 0)
 
 
-def repeat(values, counts):
-    """`tf.repeat(values, counts)` of 1-D `values` (through `row_ids`)."""
-    return tf.gather(values, row_ids(splits_of(counts)))
-
-
 def positions_in_rows(row_splits, rows):
     """Each value's position in its row (`tf.ragged.range(row_lengths).flat_values`), `rows` its `row_ids`."""
     return tf.range(row_splits[-1], dtype=row_splits.dtype) - tf.gather(row_splits, rows)
