@@ -223,7 +223,7 @@ def test_tagging_labels_the_first_piece_of_each_word_in_python_and_in_the_graph(
     sentence = [s for s, (sentence_words, _) in enumerate(sentences) for _ in sentence_words]
     expected, _, _ = tagging.align_features(sp_tokenizer, sentences, 16)
     served, _, _ = server.window_features(tf.constant(words), tf.constant(sentence, tf.int64),
-                                            len(sentences))
+                                            tf.constant([len(w) for w, _ in sentences], tf.int64))
     for key, values in served.items():
         np.testing.assert_array_equal(values.numpy(), expected[key], err_msg=key)
 

@@ -167,7 +167,7 @@ def test_tagger_windows_are_padded_to_the_longest_with_the_outputs_of_max_seq_le
     model, tokenizer, task, _, server_class = tagger
     server = server_class(model, tokenizer, task.labels, task.scheme, SEQ, task.segment_id)
     words, _, _ = tf_text.regex_split_with_offsets(tf.constant(texts), python_whitespace(), "")
-    features, _, _ = server.window_features(words.flat_values, words.value_rowids(), words.nrows())
+    features, _, _ = server.window_features(words.flat_values, words.value_rowids(), words.row_lengths())
     width = int(tf.reduce_max(tf.reduce_sum(features["input_mask"], axis=1)))
     assert features["input_ids"].shape[1] == width  # the longest window's [CLS] pieces [SEP]
     if len(texts) == len(TAGGING_TEXTS):

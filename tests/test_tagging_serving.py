@@ -140,7 +140,7 @@ def test_served_features_equal_the_training_features(tmp_path, segment_id):
     words = [w for sentence_words, _ in sentences for w in sentence_words]
     sentence = [s for s, (sentence_words, _) in enumerate(sentences) for _ in sentence_words]
     served, _, _ = server.window_features(tf.constant(words), tf.constant(sentence, tf.int64),
-                                            len(sentences))
+                                            tf.constant([len(w) for w, _ in sentences], tf.int64))
     assert set(served) == {"input_ids", "input_mask", "segment_ids"} and len(expected["input_ids"]) > len(sentences)
     for key, values in served.items():
         np.testing.assert_array_equal(values.numpy(), expected[key], err_msg=key)
@@ -329,7 +329,7 @@ def test_served_windows_equal_word_windows_with_empty_and_long_sentences(seed):
         counts = [c for sentence in sentence_counts for c in sentence]
         sentence = [s for s, sentence in enumerate(sentence_counts) for _ in sentence]
         served = TaggingServer._windows(server, tf.constant(counts, tf.int64), tf.constant(sentence, tf.int64),
-                                        len(sentence_counts))
+                                        tf.constant([len(s) for s in sentence_counts], tf.int64))
         window, position = python_windows(sentence_counts, budget)
         assert served[0].numpy().tolist() == window, sentence_counts
         assert served[1].numpy().tolist() == position, sentence_counts

@@ -130,15 +130,15 @@ class TaggingServer(tf.Module):
         values = tf.gather(tf.concat([pieces.flat_values, [self.unk_id]], 0), source)
         return tf.RaggedTensor.from_row_splits(values, splits, validate=False), count
 
-    def _windows(self, counts, sentence, num_sentences):
+    def _windows(self, counts, sentence, sentence_lengths):
         """`tagging.word_windows` over every sentence of the batch: each word's window (numbered across the
         batch, in order) and the position of its first piece there.
 
         A sentence whose pieces fit the budget is one window (most sentences); the greedy packing, a sequential
         rule, runs as a `tf.scan` over the words of the longer sentences only, so a batch of short sentences
         computes no loop iteration (a scan over every word ran one per word of the batch)."""
+        num_sentences = tf.size(sentence_lengths, out_type=tf.int64)
         total = tf.math.unsorted_segment_sum(counts, sentence, num_sentences)
-        num_words = tf.math.unsorted_segment_sum(tf.ones_like(sentence), sentence, num_sentences)
         long_sentence = total > self.budget
         long_words = tf.where(tf.gather(long_sentence, sentence))[:, 0]
         long_counts, long_of = tf.gather(counts, long_words), tf.gather(sentence, long_words)
@@ -155,7 +155,7 @@ class TaggingServer(tf.Module):
         first_window = tf.math.unsorted_segment_min(long_window, long_of, num_sentences)
         windows_of = tf.where(long_sentence,
                               tf.math.unsorted_segment_max(long_window, long_of, num_sentences) - first_window + 1,
-                              tf.minimum(num_words, 1))  # a sentence without words has no window
+                              tf.minimum(sentence_lengths, 1))  # a sentence without words has no window
         in_sentence = tf.scatter_nd(long_words[:, None], long_window - tf.gather(first_window, long_of),
                                     tf.shape(counts, out_type=tf.int64))
         window = tf.gather(tf.cumsum(windows_of, exclusive=True), sentence) + in_sentence
@@ -163,11 +163,12 @@ class TaggingServer(tf.Module):
         position = 1 + before - tf.gather(tf.math.segment_min(before, window), window)
         return window, position
 
-    def window_features(self, words, sentence, num_sentences):
-        """The model's inputs for the flat `words` (`sentence`: each word's, sorted), as
+    def window_features(self, words, sentence, sentence_lengths):
+        """The model's inputs for the flat `words` (`sentence`: each word's, sorted; `sentence_lengths`: each
+        sentence's words), as
         `tagging.align_features` makes them, and each word's window and first-piece position there."""
         pieces, counts = self._pieces(words)
-        window, position = self._windows(counts, sentence, num_sentences)
+        window, position = self._windows(counts, sentence, sentence_lengths)
         return self._features(pieces, counts, window, position), window, position
 
     def _features(self, pieces, counts, window, position):
@@ -228,7 +229,7 @@ class TaggingServer(tf.Module):
         sentence = row_ids(words.row_splits)
         word_in_sentence = positions_in_rows(words.row_splits, sentence)
         is_first, is_last = word_in_sentence == 0, word_in_sentence == tf.gather(lengths, sentence) - 1
-        features, window, position = self.window_features(words.flat_values, sentence, words.nrows())
+        features, window, position = self.window_features(words.flat_values, sentence, lengths)
         logits = self.model(features, training=False)["logits"]
         label_ids = tf.argmax(tf.gather_nd(logits, tf.stack([window, position], 1)), axis=-1, output_type=tf.int32)
         tags, prefix, type_id = self._tags(label_ids, is_first, is_last)
