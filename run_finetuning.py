@@ -53,7 +53,7 @@ import dataclasses
 import os
 import sys
 
-from electra_tf.runtime import use_onednn_kernels
+from electra_tf.runtime import use_onednn_kernels, use_xla_cache
 
 use_onednn_kernels()  # before TensorFlow is imported
 
@@ -328,6 +328,10 @@ def lock_output_dir():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     lock = lock_output_dir()
     try:  # held through training, evaluation and export; released on every exit
         try:

@@ -42,7 +42,7 @@ import re
 import signal
 import sys
 
-from electra_tf.runtime import use_onednn_kernels
+from electra_tf.runtime import use_onednn_kernels, use_xla_cache
 
 use_onednn_kernels()  # before TensorFlow is imported
 
@@ -129,6 +129,10 @@ def create_strategy():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
     from electra_tf.training import distribution, run_lock
 

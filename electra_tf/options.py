@@ -15,6 +15,8 @@ Example:
 import dataclasses
 from typing import Optional
 
+from electra_tf.runtime import XLA_CACHE_HELP
+
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 # --mixed_precision value → Keras dtype policy.
 PRECISIONS = {"none": "float32", "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -151,6 +153,8 @@ def define_execution_flags(flags) -> None:
                           ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS)):
         flags.DEFINE_enum(name, "auto", list(choices), EXECUTION_HELP[name])
     flags.DEFINE_bool("jit_compile", None, EXECUTION_HELP["jit_compile"])
+    # The process's, not the run's: where compiled kernels persist changes no result (electra_tf.runtime).
+    flags.DEFINE_string("xla_cache_dir", "auto", XLA_CACHE_HELP)
 
 
 def execution_from_flags(values) -> ExecutionOptions:

@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # use OpenMP). The environment can override it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from electra_tf.runtime import use_onednn_kernels  # noqa: E402
+from electra_tf.runtime import XLA_CACHE_HELP, use_onednn_kernels, use_xla_cache  # noqa: E402
 
 use_onednn_kernels()  # before TensorFlow is imported, as in run_pretraining.py
 
@@ -48,6 +48,7 @@ def parse_args(argv):
     parser.add_argument("--profile", action="store_true", help="TF-profile a few steps of ours (first size)")
     parser.add_argument("--profile_steps", type=int, default=3)
     parser.add_argument("--profile_precision", default="fp32")
+    parser.add_argument("--xla_cache_dir", default="auto", help="as the scripts' flag: " + XLA_CACHE_HELP)
     parser.add_argument("--json_out", default=None,
                         help="where the JSON result goes (default: a timestamped file in bench/results/scratch/; "
                              "empty: none)")
@@ -213,13 +214,24 @@ def torch_threads(args, notes: list):
     return None
 
 
+def xla_cache_state(setting: str) -> dict:
+    """The scripts' XLA kernel cache (`use_xla_cache`) and how many kernels it held at the start: a first step
+    compiles them (0 entries: a cold start) or loads them (a run after the first)."""
+    directory = use_xla_cache(setting)
+    entries = len(os.listdir(directory)) if directory and os.path.isdir(directory) else 0
+    return {"setting": setting, "directory": directory, "entries_at_start": entries}
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    xla_cache = xla_cache_state(args.xla_cache_dir)  # before TensorFlow creates its devices, as the scripts
     settings = {k: getattr(args, k) for k in ("rounds", "steps", "warmup", "ablation_steps")}
     notes = []
     result = report.new_report(argv, settings, torch_threads(args, notes))
     result["notes"] = notes
+    result["xla_cache"] = xla_cache
+    harness.log(f"XLA kernel cache: {xla_cache['directory'] or 'off'} ({xla_cache['entries_at_start']} entries)")
     harness.log(harness.hardware_line(result["machine"]))
     strategy = distribution.create_strategy("one_device")
     bench = Bench(args, strategy, ours.baseline_execution(strategy), notes, tempfile.mkdtemp(prefix="step_bench-"))
