@@ -64,9 +64,9 @@ def _philox_planes(key, counter, groups: int):
 
 @functools.cache
 def _philox_planes_jit():
-    import tensorflow as tf
+    from electra_tf.ops import precompile
 
-    return tf.function(_philox_planes, jit_compile=True, autograph=False, reduce_retracing=False)
+    return precompile.jit(_philox_planes, autograph=False, reduce_retracing=False)
 
 
 def uniform_from_words(words):
@@ -199,16 +199,17 @@ def _keyed_words_jit(halves: bool, rank: int, dtype):
     builds the Philox rounds' few hundred ops again. XLA still compiles one kernel per shape."""
     import tensorflow as tf
 
+    from electra_tf.ops import precompile
+
     signature = [tf.TensorSpec([None] * rank, dtype), tf.TensorSpec([None, 3], tf.int64), tf.TensorSpec([], tf.int32)]
-    return tf.function(functools.partial(_keyed_words, halves=halves), input_signature=signature, jit_compile=True,
-                       autograph=False)
+    return precompile.jit(functools.partial(_keyed_words, halves=halves), input_signature=signature, autograph=False)
 
 
 @functools.cache
 def _bits_like_jit():
-    import tensorflow as tf
+    from electra_tf.ops import precompile
 
-    return tf.function(bits_like, jit_compile=True, autograph=False)
+    return precompile.jit(bits_like, autograph=False)
 
 
 def interleave(words: KeyedWords, x):

@@ -36,6 +36,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
+from electra_tf.ops import precompile
 from electra_tf.ops.numerics import DROPOUT_LEVELS, INV_SQRT_2PI, SQRT_HALF, dropout_scale, dropout_threshold
 from electra_tf.ops.random_bits import bits_like
 
@@ -80,7 +81,8 @@ def _keep_scale(bits, threshold: int, like):
 
 
 def _jit(fn):
-    return tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=False)
+    # Compiled on a second thread from the moment the step's trace first calls it (ops.precompile).
+    return precompile.jit(fn, autograph=False, reduce_retracing=False)
 
 
 # --------------------------------------------------------------------------
