@@ -9,7 +9,8 @@ every later run with the same model and batch on this machine, which loads them)
 kernels compiled or loaded, one step), `build_s` (the model, whose Keras build also calls some kernels) and the
 steady sequences/s of its timed steps.
 
-    python -m bench.xla_cache_first_step --rounds=3 --before=032115d --out=bench/results/xla-cache-first-step-small-fp32.json
+    python -m bench.xla_cache_first_step --rounds=3 --before=032115d \
+        --out=bench/results/xla-cache-first-step-small-fp32.json
 """
 
 from __future__ import annotations

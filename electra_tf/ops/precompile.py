@@ -5,9 +5,10 @@ A training step's first call used to compile its XLA kernels one after another a
 TensorFlow had instantiated it: the other core idled through the trace. `jit(fn)` is
 `tf.function(fn, jit_compile=True)` that, each time a graph being traced calls it with fully known shapes, hands
 the call to a background thread. That thread calls the same concrete function from a small graph of its own on
-zeros of the same shapes and dtypes (traced on the step's thread, see `_caller`): XLA keys a compiled kernel by the function's name, its call attributes (none
-from a graph) and its arguments' types and shapes, so the step's call then finds the kernel compiled, or waits
-for the compilation in progress (`tests/test_precompile.py` checks the step compiles none again). An eager call
+zeros of the same shapes and dtypes (made on the step's thread, see `_caller`): XLA keys a compiled kernel by the
+function's name, its call attributes (none from a graph) and its arguments' types and shapes, so the step's call
+then finds the kernel compiled, or waits for the compilation in progress (`tests/test_precompile.py` checks the
+graph's run compiles none again). An eager call
 has other call attributes and another key, so kernels are compiled from a graph here, not eagerly. The kernels
 XLA builds are the same whichever thread asks: nothing computed changes.
 
@@ -15,6 +16,20 @@ Only where every device is a CPU (the kernels are the CPU default; the saving is
 `bench/xla_cache_first_step.py`), and not for a function that closes over tensors of the graph calling it or
 takes anything but tensors and Python constants. A call that cannot be compiled this way is skipped quietly: the
 step compiles it as before. At exit the thread finishes the compilation in progress and drops the rest.
+
+Example:
+
+>>> import tensorflow as tf
+>>> from electra_tf.ops import precompile
+>>> double = precompile.jit(lambda x: 2.0 * x, autograph=False)
+>>> @tf.function(autograph=False)
+... def graph(x):
+...     return double(x) + 1.0
+>>> traced = graph.get_concrete_function(tf.TensorSpec([3]))  # the trace queues `double` on [3]
+>>> precompile.wait(120)  # compiled on the other thread; the run below finds it
+True
+>>> traced(tf.constant([1.0, 2.0, 3.0])).numpy().tolist()
+[3.0, 5.0, 7.0]
 """
 
 from __future__ import annotations
@@ -97,8 +112,8 @@ def _caller(concrete, flat, structure, shapes):
     Every traced function and every eager tensor takes a number from one process-wide counter, and a kernel's
     name, part of XLA's key (also in the persistent cache, `runtime.use_xla_cache`), is one: it must come out the
     same in every run of the same command. So what takes a number is made here, in the thread tracing the step
-    (this graph, a scalar per argument), and the background thread's call creates no tensor: the kernel's outputs go to an
-    assertion that always holds (a stateful op, so they are computed) instead of coming back."""
+    (this graph, a scalar per argument), and the background thread's call creates no tensor: the kernel's outputs
+    go to an assertion that always holds (a stateful op, so they are computed) instead of coming back."""
 
     def call(*scalars):  # arguments, not constants: nothing for grappler to fold or specialise the kernel on
         values = iter(tf.broadcast_to(scalar, shape) for scalar, (shape, _) in zip(scalars, shapes))
