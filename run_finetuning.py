@@ -58,7 +58,6 @@ from electra_tf.runtime import use_onednn_kernels, use_xla_cache
 use_onednn_kernels()  # before TensorFlow is imported
 
 from absl import app, flags  # noqa: E402
-from absl import logging  # noqa: E402
 
 from electra_tf.config import MODEL_SIZES  # noqa: E402
 from electra_tf.finetuning.conll import SCHEMES  # noqa: E402
@@ -330,10 +329,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        cache = use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices
+        use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices (the run's log names it)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    logging.info("XLA:CPU kernel cache: %s (--xla_cache_dir)", cache or "off")
     lock = lock_output_dir()
     try:  # held through training, evaluation and export; released on every exit
         try:

@@ -130,10 +130,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     try:
-        cache = use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices
+        use_xla_cache(FLAGS.xla_cache_dir)  # before TensorFlow creates its devices (the run's log names it)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    logging.info("XLA:CPU kernel cache: %s (--xla_cache_dir)", cache or "off")
     strategy = create_strategy()  # first: MultiWorkerMirroredStrategy must precede every TF op
     from electra_tf.training import distribution, run_lock
 

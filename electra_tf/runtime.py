@@ -112,9 +112,9 @@ def use_xla_cache(setting: str = "auto") -> str | None:
     A TF_XLA_FLAGS that already names a directory wins (the test suite's per-session cache). A directory that cannot
     be created: `auto` goes without a cache (one line on stderr), a named one is an error naming the flag.
     """
+    if XLA_CACHE_FLAG in os.environ.get(XLA_ENV, ""):
+        return xla_cache_in_use()
     flags = os.environ.get(XLA_ENV, "")
-    if XLA_CACHE_FLAG in flags:
-        return next((word.split("=", 1)[1] for word in flags.split() if word.startswith(XLA_CACHE_FLAG + "=")), None)
     root = xla_cache_root(setting)
     if root is None:
         return None
@@ -129,3 +129,9 @@ def use_xla_cache(setting: str = "auto") -> str | None:
         return None
     os.environ[XLA_ENV] = f"{flags} {XLA_CACHE_FLAG}={directory} --tf_xla_persistent_cache_device_types=CPU".strip()
     return directory
+
+
+def xla_cache_in_use() -> str | None:
+    """The persistent XLA cache directory TF_XLA_FLAGS names (None: none), for the logs."""
+    words = os.environ.get(XLA_ENV, "").split()
+    return next((word.split("=", 1)[1] for word in words if word.startswith(XLA_CACHE_FLAG + "=")), None)

@@ -35,7 +35,7 @@ from absl import logging
 from electra_tf.model.step import loss_scale
 from electra_tf.training import distribution
 from electra_tf.training.cost import format_duration
-from electra_tf.runtime import onednn_enabled
+from electra_tf.runtime import onednn_enabled, xla_cache_in_use
 
 
 @contextlib.contextmanager
@@ -124,7 +124,8 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
 def runtime_summary(run) -> str:
     """For the training logs: which TF CPU kernels run and whether grappler optimises `run`."""
     onednn = "on" if onednn_enabled() else "off"
-    return f"TF oneDNN CPU kernels {onednn}, graph optimizer (grappler) {'on' if run.grappler else 'off'}"
+    return (f"TF oneDNN CPU kernels {onednn}, graph optimizer (grappler) {'on' if run.grappler else 'off'}, "
+            f"XLA:CPU kernel cache {xla_cache_in_use() or 'off'}")
 
 
 class NonFiniteError(RuntimeError):
