@@ -28,7 +28,7 @@ ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 XLA_ENV = "TF_XLA_FLAGS"
 XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 XLA_CACHE_HELP = ("Where compiled XLA:CPU kernels persist between runs, so a run after the first (a resume, the "
-                  "same model again) loads them instead of compiling (Small's first step: about 2.7 s less). auto = "
+                  "same model again) loads them instead of compiling (docs/performance.md, the first step). auto = "
                   "$XDG_CACHE_HOME/electra_tf/xla (default ~/.cache/electra_tf/xla), a directory = under it, off = "
                   "none. Under a subdirectory per TensorFlow version, CPU and XLA_FLAGS; CPU kernels only (GPU and "
                   "TPU compilation is untouched); a TF_XLA_FLAGS that names " + XLA_CACHE_FLAG + " wins.")
@@ -107,14 +107,14 @@ def use_xla_cache(setting: str = "auto") -> str | None:
     Like `use_onednn_kernels`, before TensorFlow creates its devices (TensorFlow reads TF_XLA_FLAGS then; the
     entry points call this first in `main`). The setting goes into TF_XLA_FLAGS, so the processes the run starts
     (tf.data service workers, re-launched workers) share it. Only CPU kernels are kept
-    (`--tf_xla_persistent_cache_device_types=CPU`): the saving is measured on CPUs (`bench/startup_bench.py`).
+    (`--tf_xla_persistent_cache_device_types=CPU`): the saving is measured on CPUs (`bench/xla_cache_first_step.py`).
     An entry holds the machine code XLA built, so a loaded kernel computes what a compiled one does, bit for bit.
     A TF_XLA_FLAGS that already names a directory wins (the test suite's per-session cache). A directory that cannot
     be created: `auto` goes without a cache (one line on stderr), a named one is an error naming the flag.
     """
-    if XLA_CACHE_FLAG in os.environ.get(XLA_ENV, ""):
-        return xla_cache_in_use()
     flags = os.environ.get(XLA_ENV, "")
+    if XLA_CACHE_FLAG in flags:
+        return xla_cache_in_use()
     root = xla_cache_root(setting)
     if root is None:
         return None

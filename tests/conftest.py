@@ -6,6 +6,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from electra_tf import runtime  # the standard library only: TensorFlow is not imported yet
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -18,11 +20,11 @@ def share_xla_kernels_in_the_session() -> str | None:
     cache). An entry is keyed by the function's signature and HLO, and its HLO is compared in full on loading.
     A fresh directory per session, so no kernel of another checkout is ever read. Returns the directory this
     process created (None: inherited, or the user's own cache in TF_XLA_FLAGS, which is kept)."""
-    flags = os.environ.get("TF_XLA_FLAGS", "")
-    if "--tf_xla_persistent_cache_directory" in flags:
+    flags = os.environ.get(runtime.XLA_ENV, "")
+    if runtime.XLA_CACHE_FLAG in flags:
         return None
     directory = tempfile.mkdtemp(prefix="electra_tf_tests_xla_cache_")
-    os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={directory}".strip()
+    os.environ[runtime.XLA_ENV] = f"{flags} {runtime.XLA_CACHE_FLAG}={directory}".strip()
     return directory
 
 
@@ -30,9 +32,7 @@ XLA_CACHE_CREATED_HERE = share_xla_kernels_in_the_session()
 
 import pytest  # noqa: E402
 
-from electra_tf.runtime import use_onednn_kernels  # noqa: E402
-
-use_onednn_kernels()  # before TensorFlow: the tests run with the kernels the entry points get
+runtime.use_onednn_kernels()  # before TensorFlow: the tests run with the kernels the entry points get
 
 import tensorflow as tf  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""Tiny synthetic pre-training shards written to the data_prep contract (for unit tests)."""
+"""Tiny synthetic pre-training shards written to the data_prep contract, and reading back a run's weights (for unit
+tests)."""
 
 import hashlib
 import json
@@ -97,3 +98,13 @@ def fake_checkpoint(model_dir, step=1):
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)),
                                          os.path.join(model_dir, "checkpoints"), max_to_keep=1)
     return manager.save(checkpoint_number=step)
+
+
+def h5_arrays(path) -> dict:
+    """Every array of a Keras `.weights.h5` file (an export's, a fine-tuning run's), by its path in the file."""
+    import h5py
+
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+    return arrays

@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 
 from electra_tf.finetuning import checkpointing, runner
 from electra_tf.finetuning.data import batch_plan
+from pretrain_testutil import h5_arrays
 from test_finetuning_run import TINY, _common, glue_dir, run_main, vocab_file  # noqa: F401 (fixtures)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,16 +35,9 @@ def _metrics(out) -> dict:
     return summary
 
 
-def _weights(path) -> dict:
-    with h5py.File(path, "r") as f:
-        arrays = {}
-        f.visititems(lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
-    return arrays
-
-
 def _assert_same_run(a, b):
     assert _metrics(a) == _metrics(b)
-    wa, wb = _weights(Path(a) / "final.weights.h5"), _weights(Path(b) / "final.weights.h5")
+    wa, wb = h5_arrays(Path(a) / "final.weights.h5"), h5_arrays(Path(b) / "final.weights.h5")
     assert wa.keys() == wb.keys() and wa
     for name in wa:
         np.testing.assert_array_equal(wa[name], wb[name], err_msg=name)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from electra_tf import runtime
-from tests.pretrain_testutil import write_shards
+from electra_tf.convert.export_dir import PRETRAINER_WEIGHTS
+from pretrain_testutil import h5_arrays, write_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,12 +98,7 @@ def pretrain(tmp_path, name, data_dir, cache_setting):
     named = "off" if cache_setting == "off" else os.path.join(cache_setting, runtime.xla_cache_key())
     assert f"XLA:CPU kernel cache {named}" in result.stderr  # the run's log says which
     assert json.loads((model_dir / "export" / "electra_config.json").read_text())["step"] == 2
-    import h5py
-
-    weights = {}
-    with h5py.File(model_dir / "export" / "pretrainer.weights.h5", "r") as f:
-        f.visititems(lambda name, item: weights.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
-    return weights
+    return h5_arrays(model_dir / "export" / PRETRAINER_WEIGHTS)
 
 
 def entries(directory):

@@ -8,9 +8,9 @@ the call to a background thread. That thread calls the same concrete function fr
 zeros of the same shapes and dtypes (made on the step's thread, see `_caller`): XLA keys a compiled kernel by the
 function's name, its call attributes (none from a graph) and its arguments' types and shapes, so the step's call
 then finds the kernel compiled, or waits for the compilation in progress (`tests/test_precompile.py` checks the
-graph's run compiles none again). An eager call
-has other call attributes and another key, so kernels are compiled from a graph here, not eagerly. The kernels
-XLA builds are the same whichever thread asks: nothing computed changes.
+graph's run compiles none again). An eager call has other call attributes and another key, so kernels are
+compiled from a graph here, not eagerly. The kernels XLA builds are the same whichever thread asks: nothing
+computed changes.
 
 Only where every device is a CPU (the kernels are the CPU default; the saving is measured there,
 `bench/xla_cache_first_step.py`), and not for a function that closes over tensors of the graph calling it or
