@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from bench.seeded_check import git
+from electra_tf.text.manifest import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("off", "cold", "warm")
@@ -94,9 +95,7 @@ def main(argv=None) -> int:
     text = json.dumps(record, indent=1)
     print(text)
     if args.out:
-        tmp_out = Path(args.out + ".tmp")
-        tmp_out.write_text(text + "\n")
-        tmp_out.replace(args.out)
+        write_text_atomic(args.out, text + "\n")
     return 0
 
 
