@@ -11,6 +11,10 @@ directory renamed; `--exports` names them, the first is the baseline):
 * `parts`: one request's pieces, interleaved the same way, on the weights of WORKDIR's current commit: the
   signature call, an empty `tf.function` call on a string (Python's and TensorFlow's fixed cost of a call), the
   in-graph tokenisation alone, and the model alone on the tokenised ids;
+* `attention`: where attention's two kernel sets cross (`serving.forward.FEW_TOKENS`): the served model alone on
+  WORKDIR's weights, built twice, attention always on `few_tokens_attention`'s kernels and always on
+  `many_tokens_attention`'s, called in turn on token ids of each (batch, tokens) of `--grid`: median ms of each,
+  and their ratio;
 * `ops`: per export, TF Serving's way in (the TF1 session loader) with TensorFlow's step stats of
   `--traced` requests of one sentence: time per op type, summed over the executed kernels (oneDNN's rewrites
   named as they run, e.g. `_MklTranspose`; function-call ops left out, their ops counted), and the executed
@@ -20,12 +24,15 @@ directory renamed; `--exports` names them, the first is the baseline):
 
     python -m bench.inference_bench_breakdown --workdir=/tmp/inference_bench --exports=serving_main,serving \\
         --out=bench/results/inference-batch1-breakdown.json
+    python -m bench.inference_bench_breakdown --workdir=/tmp/inference_bench --parts attention \\
+        --out=bench/results/inference-attention-crossover.json
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import statistics
 import sys
@@ -117,6 +124,38 @@ def parts(workdir: str, export: str, sentences, requests: int) -> dict:
     return result
 
 
+def attention(workdir: str, grid: list[tuple[int, int]], calls: int) -> list[dict]:
+    import tensorflow as tf
+
+    from electra_tf.serving.portable import serving_model
+
+    model = finetuning_model(workdir)
+    head = np.load(os.path.join(workdir, "head.npz"))
+    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    ids = {name: tf.TensorSpec([None, None], tf.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+    forwards = {}
+    for kernels, few_tokens in (("few_tokens", 1 << 30), ("many_tokens", 0)):
+        served = serving_model(model, MAX_SEQ_LENGTH, few_tokens)
+        forwards[kernels] = tf.function(lambda features, served=served: served(features, training=False)["logits"],
+                                        input_signature=[ids])
+    rng, rows = np.random.default_rng(0), []
+    for batch, tokens in grid:
+        features = {"input_ids": tf.constant(rng.integers(1000, 30000, (batch, tokens)), tf.int32),
+                    "input_mask": tf.ones((batch, tokens), tf.int32), "segment_ids": tf.zeros((batch, tokens), tf.int32)}
+        times = {name: [] for name in forwards}
+        for i in range(calls + 5):
+            for name in (list(forwards) if i % 2 else list(forwards)[::-1]):
+                started = time.perf_counter()
+                forwards[name](features).numpy()
+                if i >= 5:  # the first calls trace and warm up
+                    times[name].append(time.perf_counter() - started)
+        few, many = (1e3 * statistics.median(times[name]) for name in forwards)
+        rows.append({"batch": batch, "tokens": tokens, "batch_tokens": batch * tokens, "few_tokens_ms": round(few, 2),
+                     "many_tokens_ms": round(many, 2), "few_over_many": round(few / many, 3)})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
 def ops(path: str, sentence: str, traced: int, threads) -> dict:
     import tensorflow as tf
     from tensorflow.core.protobuf import config_pb2
@@ -148,12 +187,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.inference_bench_breakdown",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--exports", required=True, help="export directories in WORKDIR, the baseline first")
-    parser.add_argument("--parts", choices=("ab", "parts", "ops"), nargs="*", default=["ab", "parts", "ops"])
+    parser.add_argument("--exports", help="export directories in WORKDIR, the baseline first (not for attention)")
+    parser.add_argument("--parts", choices=("ab", "parts", "attention", "ops"), nargs="*",
+                        default=["ab", "parts", "ops"])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--traced", type=int, default=10, help="ops: traced requests per export")
     parser.add_argument("--threads", default="0,0", help="INTRA,INTER (0: TensorFlow's default)")
     parser.add_argument("--sst2_dev", default=DEFAULT_SST2)
+    parser.add_argument("--grid", default="1x8,1x24,1x48,1x64,1x80,1x96,1x128,2x24,2x40,2x48,4x16,4x24,4x32,8x16,"
+                        "8x32,16x16,32x48", help="attention: BATCHxTOKENS,...")
+    parser.add_argument("--calls", type=int, default=60, help="attention: timed calls per (batch, tokens)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     threads = tuple(int(t) for t in args.threads.split(","))
@@ -164,7 +207,9 @@ def main(argv=None) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(threads[0])
         tf.config.threading.set_inter_op_parallelism_threads(threads[1])
     sentences = read_sentences(args.sst2_dev)
-    exports = [e for e in args.exports.split(",") if e]
+    exports = [e for e in (args.exports or "").split(",") if e]
+    if not exports and {"ab", "parts", "ops"} & set(args.parts):
+        parser.error("--exports: export directories in WORKDIR expected for --parts ab, parts or ops")
     record = {"command": "python -m bench.inference_bench_breakdown " + " ".join(
                   a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
               "commit": commit(), "machine": cpu_name(), "threads": args.threads,
@@ -174,6 +219,9 @@ def main(argv=None) -> int:
         record["ab"] = ab(args.workdir, exports, sentences, args.requests)
     if "parts" in args.parts:
         record["parts"] = parts(args.workdir, exports[-1], sentences, args.requests)
+    if "attention" in args.parts:
+        grid = [tuple(int(n) for n in cell.split("x")) for cell in args.grid.split(",")]
+        record["attention"] = attention(args.workdir, grid, args.calls)
     if "ops" in args.parts:
         record["ops"] = {name: ops(os.path.join(args.workdir, name), sentences[0], args.traced, threads)
                          for name in exports}

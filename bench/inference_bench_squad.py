@@ -95,21 +95,35 @@ def prepare(workdir: str, vocab_file: str) -> None:
     served model."""
     import keras
 
-    from electra_tf.convert import load_encoder
-    from electra_tf.finetuning.model import FinetuningModel
-    from electra_tf.finetuning.squad.task import SquadTask
-    from electra_tf.serving.squad import export_squad
-    from electra_tf.text.tokenization import WordPieceTokenizer
-
     if not os.path.isdir(os.path.join(workdir, "ours")):
         prepare_encoder(workdir, vocab_file)
     keras.utils.set_random_seed(SEED)
+    np.savez(os.path.join(workdir, HEAD_FILE), **qa_outputs_weights(reading_model(workdir).head))
+    export_ours(workdir, vocab_file)
+    onnx_export(hf_reader(workdir), os.path.join(workdir, ONNX_FILE), {0: "batch", 1: "sequence"}, LOGITS)
+
+
+def reading_model(workdir: str):
+    """Our independent start/end reader on the prepared encoder, built (its head as initialised)."""
+    from electra_tf.convert import load_encoder
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.squad.task import SquadTask
+
     encoder, config, _ = load_encoder(os.path.join(workdir, "ours"))
     config = dataclasses.replace(config, squad_joint_prediction=False, squad_answerable_classifier=False)
-    model = FinetuningModel(encoder, SquadTask().build_head(config)).build_all(MAX_SEQ_LENGTH)
-    np.savez(os.path.join(workdir, HEAD_FILE), **qa_outputs_weights(model.head))
+    return FinetuningModel(encoder, SquadTask().build_head(config)).build_all(MAX_SEQ_LENGTH)
+
+
+def export_ours(workdir: str, vocab_file: str) -> None:
+    """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
+    from electra_tf.serving.squad import export_squad
+    from electra_tf.text.tokenization import WordPieceTokenizer
+
+    model = reading_model(workdir)
+    head = np.load(os.path.join(workdir, HEAD_FILE))
+    for layer, column in ((model.head.start_logits, 0), (model.head.end_logits, 1)):
+        layer.set_weights([head["kernel"][:, column:column + 1], head["bias"][column:column + 1]])
     export_squad(model, WordPieceTokenizer(vocab_file), serving_settings(), os.path.join(workdir, SERVING_DIR))
-    onnx_export(hf_reader(workdir), os.path.join(workdir, ONNX_FILE), {0: "batch", 1: "sequence"}, LOGITS)
 
 
 def qa_outputs_weights(head) -> dict:
@@ -258,7 +272,8 @@ def spawn(system: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = bench_parser("bench.inference_bench_squad", __doc__, ("prepare", "run", "worker"), SYSTEMS)
+    parser = bench_parser("bench.inference_bench_squad", __doc__, ("prepare", "export_ours", "run", "worker"),
+                          SYSTEMS)
     parser.add_argument("--squad_dev", default=DEFAULT_SQUAD_DEV, help="SQuAD v1.1 dev-v1.1.json")
     parser.add_argument("--pairs", type=int, default=500, help="the first N (question, context) pairs of dev")
     parser.add_argument("--batch32_pairs", type=int, default=0,
@@ -266,6 +281,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file)
+        return 0
+    if args.stage == "export_ours":
+        export_ours(args.workdir, args.vocab_file)
         return 0
     pairs = read_pairs(args.squad_dev, args.pairs)
     args.batch32_pairs = args.batch32_pairs or args.pairs

@@ -70,23 +70,37 @@ def prepare(workdir: str, vocab_file: str, conll_dev: str) -> None:
     """The shared pre-training export (unless there), a random NER head (seeded), then every served tagger."""
     import keras
 
+    if not os.path.isdir(os.path.join(workdir, "ours")):
+        prepare_encoder(workdir, vocab_file)
+    keras.utils.set_random_seed(SEED)
+    model, task = tagging_model(workdir, conll_dev)  # saves the labels
+    kernel, bias = (w.numpy() for w in model.head.dense.weights)
+    np.savez(os.path.join(workdir, HEAD_FILE), kernel=kernel, bias=bias)
+    export_ours(workdir, vocab_file, conll_dev)
+    onnx_export(hf_tagger(workdir, len(task.labels)), os.path.join(workdir, ONNX_FILE),
+                {0: "batch", 1: "sequence"})
+
+
+def tagging_model(workdir: str, conll_dev: str):
+    """Our tagger on the prepared encoder, built (its head as initialised), and its task."""
     from electra_tf.convert import load_encoder
     from electra_tf.finetuning.model import FinetuningModel
+
+    task = ner_task(workdir, data_dir=os.path.dirname(conll_dev))
+    encoder, config, _ = load_encoder(os.path.join(workdir, "ours"))
+    return FinetuningModel(encoder, task.build_head(config)).build_all(MAX_SEQ_LENGTH), task
+
+
+def export_ours(workdir: str, vocab_file: str, conll_dev: str) -> None:
+    """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
     from electra_tf.serving.tagging import export_tagging
     from electra_tf.text.tokenization import WordPieceTokenizer
 
-    if not os.path.isdir(os.path.join(workdir, "ours")):
-        prepare_encoder(workdir, vocab_file)
-    task = ner_task(workdir, data_dir=os.path.dirname(conll_dev))
-    keras.utils.set_random_seed(SEED)
-    encoder, config, _ = load_encoder(os.path.join(workdir, "ours"))
-    model = FinetuningModel(encoder, task.build_head(config)).build_all(MAX_SEQ_LENGTH)  # saves the labels
-    kernel, bias = (w.numpy() for w in model.head.dense.weights)
-    np.savez(os.path.join(workdir, HEAD_FILE), kernel=kernel, bias=bias)
+    model, task = tagging_model(workdir, conll_dev)
+    head = np.load(os.path.join(workdir, HEAD_FILE))
+    model.head.dense.set_weights([head["kernel"], head["bias"]])
     export_tagging(model, WordPieceTokenizer(vocab_file), task.labels, task.scheme, MAX_SEQ_LENGTH,
                    os.path.join(workdir, SERVING_DIR), segment_id=task.segment_id)
-    onnx_export(hf_tagger(workdir, len(task.labels)), os.path.join(workdir, ONNX_FILE),
-                {0: "batch", 1: "sequence"})
 
 
 def hf_tagger(workdir: str, num_labels: int):
@@ -191,11 +205,15 @@ def spawn(system: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = bench_parser("bench.inference_bench_tagger", __doc__, ("prepare", "run", "worker"), SYSTEMS)
+    parser = bench_parser("bench.inference_bench_tagger", __doc__, ("prepare", "export_ours", "run", "worker"),
+                          SYSTEMS)
     parser.add_argument("--conll_dev", default=DEFAULT_CONLL_DEV, help="CoNLL-2003 English dev.txt")
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.workdir, args.vocab_file, args.conll_dev)
+        return 0
+    if args.stage == "export_ours":
+        export_ours(args.workdir, args.vocab_file, args.conll_dev)
         return 0
     texts = read_texts(args.conll_dev)
     if args.stage == "worker":

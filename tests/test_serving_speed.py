@@ -14,6 +14,7 @@ from electra_tf.finetuning.encoding import encode_pairs
 from electra_tf.finetuning.heads import MASK_PENALTY
 from electra_tf.serving import compact
 from electra_tf.serving.compact import ROW, FlatWeights
+from electra_tf.serving.forward import ATTENTION_KERNELS, FEW_TOKENS
 from electra_tf.serving.text import python_whitespace
 from test_finetuning_run import TINY, VOCAB
 from test_serving_portable import (SEQ, SQUAD_CONTEXTS, SQUAD_QUESTIONS, TAGGING_TEXTS,  # noqa: F401 (fixtures)
@@ -331,16 +332,71 @@ def test_exports_hold_no_assertion_guards(classifier, tagger, squad):  # noqa: F
         assert not guards, (path, guards[:3])
 
 
-def test_exports_hold_no_conditional(classifier, tagger, squad):  # noqa: F811
-    """No `If` at all: the truncation, the windows and the answer spans compare ragged positions with per-row bounds
-    on flat values (`serving.text.rows_within`), not by broadcasting a ragged against a `[batch, 1]` tensor, whose
-    `DynamicRaggedShape` traced about 20 `tf.cond`s per comparison (the SQuAD export kept 6, with 24 branch
-    functions, to import and instantiate at load)."""
-    for export in (classifier, tagger, squad):
+def conditionals(path):
+    return [(f.signature.name, node) for f in functions(path) for node in f.node_def
+            if node.op in ("If", "StatelessIf")]
+
+
+def test_exports_hold_no_conditional_but_the_attention_kernels(classifier, tagger, squad):  # noqa: F811
+    """No `If` but attention's choice of kernels (`serving.forward.attention`): the truncation, the windows and the
+    answer spans compare ragged positions with per-row bounds on flat values (`serving.text.rows_within`), not by
+    broadcasting a ragged against a `[batch, 1]` tensor, whose `DynamicRaggedShape` traced about 20 `tf.cond`s per
+    comparison (the SQuAD export kept 6, with 24 branch functions, to import and instantiate at load). SQuAD's
+    requests run past `FEW_TOKENS`: its export holds no choice at all."""
+    for export in (classifier, tagger):
         path = [value for value in export if isinstance(value, str)][0]
-        conditionals = [(f.signature.name, node.name) for f in functions(path) for node in f.node_def
-                        if node.op in ("If", "StatelessIf")]
-        assert not conditionals, (path, conditionals[:3])
+        names = [node.name for _, node in conditionals(path)]
+        assert names and all(name.split("/")[-1] == ATTENTION_KERNELS for name in names), (path, names[:3])
+    assert conditionals([value for value in squad if isinstance(value, str)][0]) == []
+
+
+def executed_ops(path, texts) -> set:
+    """The op types TF Serving's loader (a TF1 session) runs for one request of `texts`."""
+    from tensorflow.core.protobuf import config_pb2
+
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def["serving_default"]
+        options, metadata = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE), config_pb2.RunMetadata()
+        session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: texts}, options=options,
+                    run_metadata=metadata)
+    labels = [node.timeline_label for device in metadata.step_stats.dev_stats for node in device.node_stats]
+    return {label.split(" = ")[1].split("(")[0] for label in labels if " = " in label}
+
+
+def test_attention_runs_tensorflow_kernels_on_few_tokens_and_onednns_on_many(classifier):  # noqa: F811
+    """A batch of at most `FEW_TOKENS` tokens runs attention as `BatchMatMulV3` and `exp(log_softmax)`, which oneDNN
+    leaves to TensorFlow's kernels; a longer one as `BatchMatMulV2` and `Softmax` (oneDNN's `_Mkl` kernels where it
+    is on); the logits are the trained model's either way."""
+    model, tokenizer, path, _ = classifier
+    few, many = ["good movie"], [" ".join(["bad"] * (SEQ + 8))] * (FEW_TOKENS // SEQ + 1)
+    assert 4 <= FEW_TOKENS < len(many) * SEQ
+    for texts, present, absent in ((few, {"BatchMatMulV3", "LogSoftmax"}, {"BatchMatMulV2"}),  # the head: Softmax
+                                   (many, {"BatchMatMulV2"}, {"BatchMatMulV3", "LogSoftmax"})):
+        ops = {op.removeprefix("_Mkl") for op in executed_ops(path, texts)}
+        assert present <= ops and not absent & ops, (len(texts), " ".join(sorted(ops)))
+        np.testing.assert_allclose(session_logits(path, texts), trained_logits(model, tokenizer, texts), atol=1e-5,
+                                   rtol=0)
+
+
+def numpy_attention(q, k, v, padding):
+    """Scaled dot-product attention in numpy, padded keys left out of each softmax."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where(padding[:, None, None, :], -np.inf, scores)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ v
+
+
+def test_both_attention_kernels_compute_attention():
+    from electra_tf.serving.forward import MASKED_SCORE, few_tokens_attention, many_tokens_attention
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal([3, 2, 7, 8]).astype(np.float32) for _ in range(3))
+    padding = np.arange(7)[None, :] >= np.array([7, 4, 1])[:, None]  # rows of 7, 4 and 1 real tokens
+    mask_bias = tf.constant(padding[:, None, None, :] * MASKED_SCORE, tf.float32)
+    expected = numpy_attention(q, k, v, padding)
+    for kernels in (few_tokens_attention, many_tokens_attention):
+        got = kernels(tf.constant(q), tf.constant(k), tf.constant(v), mask_bias, tf.constant(1 / np.sqrt(8.0), tf.float32))
+        np.testing.assert_allclose(got.numpy(), expected, atol=2e-6, rtol=0, err_msg=kernels.__name__)
 
 
 def test_exports_find_each_values_row_without_tf_repeat(classifier, tagger, squad):  # noqa: F811

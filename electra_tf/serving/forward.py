@@ -12,8 +12,11 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
 
 * query, key and value as `MatMul` + `BiasAdd` (the projection kernels `[hidden, heads, size]` read as
   `[hidden, heads · size]`), split into heads by one reshape and transpose each;
-* scores as one `BatchMatMulV2`, scaled by 1/√size, plus the padding mask as an additive bias of
-  −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one `BatchMatMulV2`;
+* scores as one batch matmul, scaled by 1/√size, plus the padding mask as an additive bias of
+  −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one batch matmul; on a
+  batch of at most `FEW_TOKENS` tokens in ops oneDNN leaves to TensorFlow's kernels, which run small work on the
+  calling thread instead of handing it to the intra-op threads (`attention`; a [CLS] classifier's SST-2 request
+  at batch 1 about 15 % faster, `bench/results/inference-sst2-small.json`);
 * the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
   `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm.
 
@@ -44,6 +47,12 @@ from electra_tf.serving.compact import stacked_weights
 # What Keras' masked softmax (`_apply_masks`) puts at a masked score: −0.7 × float32's largest value.
 MASKED_SCORE = -0.7 * float(tf.float32.max)
 
+# Up to this many tokens in a request's batch (batch × longest row), attention runs on TensorFlow's own kernels,
+# above it on oneDNN's (`attention`): about where the two cross at batch 1 to 16 on ELECTRA-Small
+# (`bench.inference_bench_breakdown --parts=attention`).
+FEW_TOKENS = 80
+ATTENTION_KERNELS = "attention_kernels"  # the name of the `tf.cond` that chooses
+
 
 def transpose_bits(x, perm):
     """`tf.transpose(x, perm)` of a float32 `x`, moving its bits as int32 (`Bitcast` copies nothing).
@@ -57,7 +66,15 @@ def transpose_bits(x, perm):
 
 
 class ServingEncoder(ElectraEncoder):
-    """`ElectraEncoder` with the inference forward of this module (see the module docstring)."""
+    """`ElectraEncoder` with the inference forward of this module (see the module docstring). `few_tokens`: up to
+    how many tokens in a batch attention runs on `few_tokens_attention`'s kernels (0: never, and no `tf.cond`)."""
+
+    def __init__(self, *args, few_tokens: int = FEW_TOKENS, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.few_tokens = few_tokens
+
+    def get_config(self):
+        return {**super().get_config(), "few_tokens": self.few_tokens}
 
     def call(self, inputs, training=None, output_length=None, attention_mask=None):
         if training or attention_mask is not None:
@@ -70,7 +87,7 @@ class ServingEncoder(ElectraEncoder):
                          self.embeddings_projection.activation)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
-        form = LayerForm(batch, length, layers[0])  # every layer's the same
+        form = LayerForm(batch, length, layers[0], self.few_tokens)  # every layer's the same
         stacks = LayerWeights(*map(stacked_weights, self.weight_stacks()))
         looped = len(layers) - (output_length is not None)  # the last layer computes n queries only
         if looped:
@@ -156,7 +173,7 @@ class LayerForm:
     """What every layer shares: its activations and LayerNorm epsilons, and the shape and permutation tensors it
     reuses, made once per trace (a traced graph holds one node for each instead of one per use)."""
 
-    def __init__(self, batch, length, layer):
+    def __init__(self, batch, length, layer, few_tokens: int):
         parts = layer.sublayers()
         attention = parts["attention"]
         heads, size = attention.num_heads, attention.key_dim
@@ -173,6 +190,7 @@ class LayerForm:
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
         self.scale = tf.constant(1.0 / math.sqrt(size))
         self.batch = batch
+        self.few_tokens = batch * length <= few_tokens if few_tokens else None
 
 
 def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, query_length=None):
@@ -192,11 +210,39 @@ def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, q
     q = by_heads(projection(queries, weights.query_kernel, weights.query_bias), query_shape)
     k = by_heads(projection(rows, weights.key_kernel, weights.key_bias), form.by_heads)
     v = by_heads(projection(rows, weights.value_kernel, weights.value_bias), form.by_heads)
-    scores = tf.matmul(q, k, transpose_b=True) * form.scale + mask_bias
-    context = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+    context = attention(q, k, v, mask_bias, form)
     context = tf.reshape(transpose_bits(context, form.swap), form.rows)
     attended = dense(context, tf.reshape(weights.output_kernel, form.output_kernel), weights.output_bias)
     hidden_rows = layer_norm(attended + queries, weights.attention_gamma, weights.attention_beta, form.epsilons[0])
     intermediate = dense(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias, form.activations[0])
     feedforward = dense(intermediate, weights.ffn_kernel, weights.ffn_bias, form.activations[1])
     return layer_norm(feedforward + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
+
+
+
+
+def attention(q, k, v, mask_bias, form):
+    """Scaled dot-product attention of `[batch, heads, tokens, size]` queries, keys and values, the padding mask an
+    additive bias: `few_tokens_attention` where the batch holds at most `form.few_tokens` tokens, else
+    `many_tokens_attention` (one `tf.cond` on the batch's shape; both compute the same function)."""
+    if form.few_tokens is None:
+        return many_tokens_attention(q, k, v, mask_bias, form.scale)
+    return tf.cond(form.few_tokens, lambda: few_tokens_attention(q, k, v, mask_bias, form.scale),
+                   lambda: many_tokens_attention(q, k, v, mask_bias, form.scale), name=ATTENTION_KERNELS)
+
+
+def many_tokens_attention(q, k, v, mask_bias, scale):
+    """`BatchMatMulV2`, `Softmax`, `BatchMatMulV2`: oneDNN's kernels where oneDNN is on (TensorFlow's x86 default)."""
+    scores = tf.matmul(q, k, transpose_b=True) * scale + mask_bias
+    return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+
+
+def few_tokens_attention(q, k, v, mask_bias, scale):
+    """The same attention in ops oneDNN leaves to TensorFlow's kernels: `BatchMatMulV3`, and softmax as
+    `exp(log_softmax)`.
+
+    oneDNN's batch matmul and softmax hand their work to the intra-op threads even when it is a few microseconds
+    of it, and a short request waits on those hand-offs; TensorFlow's kernels run such small work on the calling
+    thread. On many tokens oneDNN's threaded kernels are the faster (the crossover is `FEW_TOKENS`)."""
+    scores = tf.raw_ops.BatchMatMulV3(x=q, y=k, adj_y=True, Tout=tf.float32) * scale + mask_bias
+    return tf.raw_ops.BatchMatMulV3(x=tf.exp(tf.nn.log_softmax(scores, axis=-1)), y=v, Tout=tf.float32)

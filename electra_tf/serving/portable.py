@@ -30,23 +30,24 @@ from __future__ import annotations
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.options import ExecutionOptions
 from electra_tf.serving.compact import FlatWeights
-from electra_tf.serving.forward import ServingEncoder
+from electra_tf.serving.forward import FEW_TOKENS, ServingEncoder
 
 SERVING_DTYPE = "float32"  # what every device computes; bf16 and fp16 are training choices
 
 
-def serving_model(model: FinetuningModel, seq_length: int) -> FlatWeights:
-    """What every export serves: `serving_copy(model, seq_length)` with its weights in one variable
+def serving_model(model: FinetuningModel, seq_length: int, few_tokens: int = FEW_TOKENS) -> FlatWeights:
+    """What every export serves: `serving_copy(model, seq_length, few_tokens)` with its weights in one variable
     (`serving.compact.FlatWeights`); call it as the model, `served(features, training=False)`."""
-    copy = serving_copy(model, seq_length)
+    copy = serving_copy(model, seq_length, few_tokens)
     return FlatWeights(copy, stacks=copy.encoder.weight_stacks())
 
 
-def serving_copy(model: FinetuningModel, seq_length: int) -> FinetuningModel:
+def serving_copy(model: FinetuningModel, seq_length: int, few_tokens: int = FEW_TOKENS) -> FinetuningModel:
     """`model` (a built `FinetuningModel`) rebuilt with the portable execution options in float32 and the serving
-    encoder's forward, its weights copied in; built for `seq_length` tokens (any length runs afterwards)."""
+    encoder's forward (`few_tokens`: see `ServingEncoder`), its weights copied in; built for `seq_length` tokens
+    (any length runs afterwards)."""
     encoder = ServingEncoder(**{**model.encoder.get_config(), "dtype": SERVING_DTYPE},
-                             execution=ExecutionOptions.portable())
+                             execution=ExecutionOptions.portable(), few_tokens=few_tokens)
     head = type(model.head).from_config({**model.head.get_config(), "dtype": SERVING_DTYPE})
     copy = FinetuningModel(encoder, head, clip_norm=model.clip_norm, loss_reduction=model.loss_reduction,
                            name=model.name, dtype=SERVING_DTYPE)

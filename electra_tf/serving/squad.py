@@ -400,7 +400,8 @@ class SquadServer(tf.Module):
 def export_squad(model, tokenizer, settings: SquadServingSettings, path: str) -> str:
     """Writes the SavedModel of `model`'s portable copy (`serving.portable.serving_model`) to `path` (via a temporary
     directory renamed into place)."""
-    server = SquadServer(serving_model(model, settings.max_seq_length), tokenizer, settings)
+    # A question and its context window run well past FEW_TOKENS: one attention's kernels, no `tf.cond` to load.
+    server = SquadServer(serving_model(model, settings.max_seq_length, few_tokens=0), tokenizer, settings)
     question = tf.TensorSpec([None], tf.string, name="question")
     context = tf.TensorSpec([None], tf.string, name="context")
     archive = serving_archive(server.tokenizer)
