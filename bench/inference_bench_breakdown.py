@@ -11,10 +11,10 @@ directory renamed; `--exports` names them, the first is the baseline):
 * `parts`: one request's pieces, interleaved the same way, on the weights of WORKDIR's current commit: the
   signature call, an empty `tf.function` call on a string (Python's and TensorFlow's fixed cost of a call), the
   in-graph tokenisation alone, and the model alone on the tokenised ids;
-* `attention`: where attention's two kernel sets cross (`serving.forward.FEW_TOKENS`): the served model alone on
-  WORKDIR's weights, built twice, attention always on `few_tokens_attention`'s kernels and always on
-  `many_tokens_attention`'s, called in turn on token ids of each (batch, tokens) of `--grid`: median ms of each,
-  and their ratio;
+* `attention`: where attention's two kernel sets cross (`serving.forward.FEW_TOKENS`): WORKDIR's weights exported
+  twice as a classifier (to WORKDIR/attention_few_tokens and WORKDIR/attention_many_tokens), attention always on
+  `few_tokens_attention`'s kernels and always on `many_tokens_attention`'s, called in turn on a batch of texts of
+  each (batch, tokens) of `--grid`: median ms of each, and their ratio;
 * `ops`: per export, TF Serving's way in (the TF1 session loader) with TensorFlow's step stats of
   `--traced` requests of one sentence: time per op type, summed over the executed kernels (oneDNN's rewrites
   named as they run, e.g. `_MklTranspose`; function-call ops left out, their ops counted), and the executed
@@ -124,32 +124,43 @@ def parts(workdir: str, export: str, sentences, requests: int) -> dict:
     return result
 
 
+# Words of one WordPiece each in the uncased vocabulary: a text of n of them is n + 2 tokens with [CLS] and [SEP].
+WORDS = "the film is a serious look at young women and a charming journey".split()
+
+
 def attention(workdir: str, grid: list[tuple[int, int]], calls: int) -> list[dict]:
+    """Two classifier exports of WORKDIR's weights, attention always on `few_tokens_attention`'s kernels and always on
+    `many_tokens_attention`'s; per (batch, tokens) of `grid`, median ms of each over `calls` calls in turn."""
+    from unittest import mock
+
     import tensorflow as tf
 
-    from electra_tf.serving.portable import serving_model
+    from electra_tf.serving import classifier, portable
+    from electra_tf.text.tokenization import WordPieceTokenizer
 
     model = finetuning_model(workdir)
     head = np.load(os.path.join(workdir, "head.npz"))
     model.head.dense.set_weights([head["kernel"], head["bias"]])
-    ids = {name: tf.TensorSpec([None, None], tf.int32) for name in ("input_ids", "input_mask", "segment_ids")}
-    forwards = {}
+    signatures = {}
     for kernels, few_tokens in (("few_tokens", 1 << 30), ("many_tokens", 0)):
-        served = serving_model(model, MAX_SEQ_LENGTH, few_tokens)
-        forwards[kernels] = tf.function(lambda features, served=served: served(features, training=False)["logits"],
-                                        input_signature=[ids])
-    rng, rows = np.random.default_rng(0), []
+        path = os.path.join(workdir, f"attention_{kernels}")
+        with mock.patch.object(classifier, "serving_model",  # the exports' own code, the threshold set
+                               lambda model, length, few_tokens=few_tokens: portable.serving_model(model, length,
+                                                                                                   few_tokens)):
+            classifier.export_classifier(model, WordPieceTokenizer(DEFAULT_VOCAB), [str(i) for i in range(NUM_LABELS)],
+                                         MAX_SEQ_LENGTH, path, False)
+        signatures[kernels] = tf.saved_model.load(path).signatures["serving_default"]
+    rows = []
     for batch, tokens in grid:
-        features = {"input_ids": tf.constant(rng.integers(1000, 30000, (batch, tokens)), tf.int32),
-                    "input_mask": tf.ones((batch, tokens), tf.int32), "segment_ids": tf.zeros((batch, tokens), tf.int32)}
-        times = {name: [] for name in forwards}
+        texts = tf.constant([" ".join((WORDS * tokens)[:tokens - 2])] * batch)
+        times = {name: [] for name in signatures}
         for i in range(calls + 5):
-            for name in (list(forwards) if i % 2 else list(forwards)[::-1]):
+            for name in (list(signatures) if i % 2 else list(signatures)[::-1]):
                 started = time.perf_counter()
-                forwards[name](features).numpy()
-                if i >= 5:  # the first calls trace and warm up
+                signatures[name](text=texts)["logits"].numpy()
+                if i >= 5:  # the first calls warm up
                     times[name].append(time.perf_counter() - started)
-        few, many = (1e3 * statistics.median(times[name]) for name in forwards)
+        few, many = (1e3 * statistics.median(times[name]) for name in signatures)
         rows.append({"batch": batch, "tokens": tokens, "batch_tokens": batch * tokens, "few_tokens_ms": round(few, 2),
                      "many_tokens_ms": round(many, 2), "few_over_many": round(few / many, 3)})
         print(json.dumps(rows[-1]), file=sys.stderr)
