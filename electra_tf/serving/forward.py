@@ -15,8 +15,8 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
 * scores as one batch matmul, scaled by 1/√size, plus the padding mask as an additive bias of
   −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one batch matmul; on a
   batch of at most `FEW_TOKENS` tokens in ops oneDNN leaves to TensorFlow's kernels, which run small work on the
-  calling thread instead of handing it to the intra-op threads (`attention`; a [CLS] classifier's SST-2 request
-  at batch 1 about 15 % faster, `bench/results/inference-sst2-small.json`);
+  calling thread instead of handing it to the intra-op threads (`attention`; the two kernel sets timed against each
+  other in `bench/results/inference-attention-crossover.json`);
 * the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
   `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm.
 
@@ -49,7 +49,7 @@ MASKED_SCORE = -0.7 * float(tf.float32.max)
 
 # Up to this many tokens in a request's batch (batch × longest row), attention runs on TensorFlow's own kernels,
 # above it on oneDNN's (`attention`): about where the two cross at batch 1 to 16 on ELECTRA-Small
-# (`bench.inference_bench_breakdown --parts=attention`).
+# (`bench.inference_bench_breakdown --parts attention`).
 FEW_TOKENS = 80
 ATTENTION_KERNELS = "attention_kernels"  # the name of the `tf.cond` that chooses
 
@@ -190,7 +190,7 @@ class LayerForm:
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
         self.scale = tf.constant(1.0 / math.sqrt(size))
         self.batch = batch
-        self.few_tokens = batch * length <= few_tokens if few_tokens else None
+        self.has_few_tokens = batch * length <= few_tokens if few_tokens else None  # None: no choice
 
 
 def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, query_length=None):
@@ -219,15 +219,13 @@ def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, q
     return layer_norm(feedforward + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
 
 
-
-
 def attention(q, k, v, mask_bias, form):
     """Scaled dot-product attention of `[batch, heads, tokens, size]` queries, keys and values, the padding mask an
-    additive bias: `few_tokens_attention` where the batch holds at most `form.few_tokens` tokens, else
+    additive bias: `few_tokens_attention` where the batch holds at most `ServingEncoder.few_tokens` tokens, else
     `many_tokens_attention` (one `tf.cond` on the batch's shape; both compute the same function)."""
-    if form.few_tokens is None:
+    if form.has_few_tokens is None:
         return many_tokens_attention(q, k, v, mask_bias, form.scale)
-    return tf.cond(form.few_tokens, lambda: few_tokens_attention(q, k, v, mask_bias, form.scale),
+    return tf.cond(form.has_few_tokens, lambda: few_tokens_attention(q, k, v, mask_bias, form.scale),
                    lambda: many_tokens_attention(q, k, v, mask_bias, form.scale), name=ATTENTION_KERNELS)
 
 
