@@ -120,9 +120,7 @@ def export_ours(workdir: str, vocab_file: str) -> None:
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     model = reading_model(workdir)
-    head = np.load(os.path.join(workdir, HEAD_FILE))
-    for layer, column in ((model.head.start_logits, 0), (model.head.end_logits, 1)):
-        layer.set_weights([head["kernel"][:, column:column + 1], head["bias"][column:column + 1]])
+    set_qa_outputs_weights(model.head, np.load(os.path.join(workdir, HEAD_FILE)))
     export_squad(model, WordPieceTokenizer(vocab_file), serving_settings(), os.path.join(workdir, SERVING_DIR))
 
 
@@ -133,6 +131,13 @@ def qa_outputs_weights(head) -> dict:
     end_kernel, end_bias = (w.numpy() for w in head.end_logits.weights)
     return {"kernel": np.concatenate([start_kernel, end_kernel], axis=1),
             "bias": np.concatenate([start_bias, end_bias])}
+
+
+def set_qa_outputs_weights(head, weights) -> None:
+    """`qa_outputs_weights` undone: HF's `[H, 2]` kernel and `[2]` bias into our `SpanHead`'s start (column 0) and
+    end (column 1) dense layers."""
+    for layer, column in ((head.start_logits, 0), (head.end_logits, 1)):
+        layer.set_weights([weights["kernel"][:, column:column + 1], weights["bias"][column:column + 1]])
 
 
 def hf_reader(workdir: str):

@@ -166,6 +166,26 @@ def test_the_squad_head_maps_onto_hf_qa_outputs_start_column_first():
     assert weights["kernel"].tolist() == [[1.0, 3.0], [2.0, 4.0]] and weights["bias"].tolist() == [0.5, -0.5]
 
 
+def test_the_squad_heads_weights_come_back_from_hf_qa_outputs():
+    from types import SimpleNamespace
+
+    from bench.inference_bench_squad import qa_outputs_weights, set_qa_outputs_weights
+
+    class Dense:
+        def __init__(self):
+            self.weights = []
+
+        def set_weights(self, values):
+            self.weights = [SimpleNamespace(numpy=lambda v=np.asarray(v): v) for v in values]
+
+    head = SimpleNamespace(start_logits=Dense(), end_logits=Dense())
+    set_qa_outputs_weights(head, {"kernel": np.array([[1.0, 3.0], [2.0, 4.0]]), "bias": np.array([0.5, -0.5])})
+    assert [w.numpy().tolist() for w in head.start_logits.weights] == [[[1.0], [2.0]], [0.5]]
+    assert [w.numpy().tolist() for w in head.end_logits.weights] == [[[3.0], [4.0]], [-0.5]]
+    back = qa_outputs_weights(head)  # the round trip
+    assert back["kernel"].tolist() == [[1.0, 3.0], [2.0, 4.0]] and back["bias"].tolist() == [0.5, -0.5]
+
+
 def test_the_squad_windows_know_their_context_pieces_and_where_each_has_its_max_context():
     from bench.inference_bench_squad import window_meta
 
