@@ -125,14 +125,24 @@ def finetuning_model(workdir: str):
     return model.build_all(MAX_SEQ_LENGTH)
 
 
+def set_dense_head(model, path: str):
+    """The prepared head's `kernel` and `bias` (the .npz at `path`) into `model.head.dense`; returns `model`."""
+    head = np.load(path)
+    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    return model
+
+
+def prepared_classifier(workdir: str):
+    """`finetuning_model(workdir)` holding the prepared head (WORKDIR/head.npz)."""
+    return set_dense_head(finetuning_model(workdir), os.path.join(workdir, "head.npz"))
+
+
 def export_ours(workdir: str, vocab_file: str) -> None:
     """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
     from electra_tf.serving.classifier import export_classifier
     from electra_tf.text.tokenization import WordPieceTokenizer
 
-    model = finetuning_model(workdir)
-    head = np.load(os.path.join(workdir, "head.npz"))
-    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    model = prepared_classifier(workdir)
     export_classifier(model, WordPieceTokenizer(vocab_file), [str(i) for i in range(NUM_LABELS)], MAX_SEQ_LENGTH,
                       os.path.join(workdir, "serving"), False)
 

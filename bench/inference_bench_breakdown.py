@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, commit, cpu_name,
-                                   emit, finetuning_model, read_sentences)
+                                   emit, prepared_classifier, read_sentences)
 
 
 # Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
@@ -100,9 +100,7 @@ def parts(workdir: str, export: str, sentences, requests: int) -> dict:
     from electra_tf.serving.portable import serving_model
     from electra_tf.text.tokenization import WordPieceTokenizer
 
-    model = finetuning_model(workdir)
-    head = np.load(os.path.join(workdir, "head.npz"))
-    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    model = prepared_classifier(workdir)
     server = ClassifierServer(serving_model(model, MAX_SEQ_LENGTH), WordPieceTokenizer(DEFAULT_VOCAB),
                               [str(i) for i in range(NUM_LABELS)], MAX_SEQ_LENGTH)
     text = tf.TensorSpec([None], tf.string)
@@ -138,9 +136,7 @@ def attention(workdir: str, grid: list[tuple[int, int]], calls: int) -> list[dic
     from electra_tf.serving import classifier, portable
     from electra_tf.text.tokenization import WordPieceTokenizer
 
-    model = finetuning_model(workdir)
-    head = np.load(os.path.join(workdir, "head.npz"))
-    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    model = prepared_classifier(workdir)
     signatures = {}
     for kernels, few_tokens in (("few_tokens", 1 << 30), ("many_tokens", 0)):
         path = os.path.join(workdir, f"attention_{kernels}")

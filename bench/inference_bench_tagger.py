@@ -34,8 +34,8 @@ import sys
 import numpy as np
 
 from bench.inference_bench import (MAX_SEQ_LENGTH, ROOT, SEED, bench_parser, chosen_systems, emit, hf_or_ort_loader,
-                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, spawn_worker, timed,
-                                   timing_rows)
+                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, set_dense_head,
+                                   spawn_worker, timed, timing_rows)
 
 SYSTEMS = ("ours", "hf", "ort")
 DEFAULT_CONLL_DEV = os.path.join(ROOT, "..", "shared", "data", "conll2003", "dev.txt")
@@ -97,8 +97,7 @@ def export_ours(workdir: str, vocab_file: str, conll_dev: str) -> None:
     from electra_tf.text.tokenization import WordPieceTokenizer
 
     model, task = tagging_model(workdir, conll_dev)
-    head = np.load(os.path.join(workdir, HEAD_FILE))
-    model.head.dense.set_weights([head["kernel"], head["bias"]])
+    set_dense_head(model, os.path.join(workdir, HEAD_FILE))
     export_tagging(model, WordPieceTokenizer(vocab_file), task.labels, task.scheme, MAX_SEQ_LENGTH,
                    os.path.join(workdir, SERVING_DIR), segment_id=task.segment_id)
 
