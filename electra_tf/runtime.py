@@ -25,6 +25,8 @@ import platform
 import sys
 
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+# oneDNN's setting for serving a fixed model: each fused matmul keeps the weights of its first call.
+FROZEN_WEIGHTS_ENV = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 XLA_ENV = "TF_XLA_FLAGS"
 XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 XLA_CACHE_HELP = ("Where compiled XLA:CPU kernels persist between runs, so a run after the first (a resume, the "
@@ -54,6 +56,11 @@ def onednn_enabled() -> bool:
     except ImportError:
         return False
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def frozen_weights_assumed() -> bool:
+    """Whether `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS` is on, as TensorFlow reads it ("1" or "true", any case)."""
+    return os.environ.get(FROZEN_WEIGHTS_ENV, "").strip().lower() in ("1", "true")
 
 
 def xla_cache_root(setting: str) -> str | None:

@@ -102,6 +102,28 @@ def test_a_batch_that_replicas_times_micro_batches_do_not_divide_is_refused_befo
     assert not model_dir.exists()
 
 
+def test_a_run_whose_onednn_kernels_assume_frozen_weights_is_refused_before_anything_is_built(
+        data_dir, tmp_path, monkeypatch):
+    """Under TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 a fused matmul keeps its first call's weights, and a run changes
+    them (before: the run trained, and evaluated with stale weights). A run on GPUs alone is not oneDNN's."""
+    from electra_tf.runtime import onednn_enabled
+
+    if not onednn_enabled():
+        pytest.skip("TensorFlow runs no oneDNN kernels here (TF_ENABLE_ONEDNN_OPTS=0, or not an x86 build)")
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")
+    model_dir = tmp_path / "run"
+    options = pretraining.TrainOptions(data_dir=data_dir, model_dir=str(model_dir), execution=ExecutionOptions())
+    with pytest.raises(ValueError) as error:
+        pretraining.train(small(num_train_steps=1), options, mirrored_cpus())
+    assert str(error.value) == ("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1: oneDNN's fused matmuls would keep the weights of "
+                                "their first call while this run trains or evaluates changing ones; unset it (it is "
+                                "for serving a fixed model)")
+    assert not model_dir.exists()
+    distribution.check_frozen_weights({"GPU"})
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "0")
+    distribution.check_frozen_weights({"CPU"})
+
+
 ACCELERATOR_FLAGS = ["--kernels=reference", "--dropout_masks=keras", "--sampling=gumbel", "--adam_kernel=ops",
                      "--jit_compile", "--graph_optimizer=on"]
 

@@ -4,6 +4,8 @@ window), not to `max_seq_length`, and the outputs stay the trained model's on in
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -265,6 +267,37 @@ def test_the_export_holds_one_transformer_layer_whatever_the_depth(tmp_path):
         assert not [node.name for node in nodes if node.op == "Pack" and node.attr["T"].type == tf.float32]
     assert counts[2][1] == counts[4][1]  # the same matmuls
     assert abs(counts[4][0] - counts[2][0]) <= 4  # a layer is about 40 nodes (the loop's bounds differ)
+
+
+# Both loaders' logits of `texts` in a process of its own, whose environment the test sets.
+BOTH_LOADERS = """
+import json, sys
+import tensorflow as tf, tensorflow_text  # noqa: F401 (registers the tokenizer ops)
+path, texts = sys.argv[1], json.loads(sys.argv[2])
+tf2 = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))["logits"].numpy()
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def["serving_default"]
+    tf1 = session.run(signature.outputs["logits"].name, {signature.inputs["text"].name: texts})
+print(json.dumps({"tf2": tf2.tolist(), "tf1": tf1.tolist()}))
+"""
+
+
+def test_exports_serve_the_trained_model_where_onednn_assumes_frozen_weights(tmp_path):
+    """`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`, oneDNN's setting for inference, makes each fused matmul (grappler's
+    `MatMul` + `BiasAdd`) keep the weights it first saw: in a `While` over the layers' weights, every iteration
+    would compute with layer 0's, silently (a 4-layer loop of that kind: outputs off by about 2). The exports' layer
+    loop is in the pruned graph, which runs with grappler off in both loaders (`compact.GRAPPLER_OFF`), so its
+    matmuls are not fused and both serve the trained model under that setting; with grappler on for the pruned
+    graph this fails."""
+    model, tokenizer, path = deep_classifier(tmp_path, 3)  # two layers in the loop, the last one on [CLS]
+    result = subprocess.run([sys.executable, "-c", BOTH_LOADERS, path, json.dumps(TEXTS)], capture_output=True,
+                            text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = trained_logits(model, tokenizer, TEXTS)
+    for loader in ("tf2", "tf1"):
+        np.testing.assert_allclose(np.array(served[loader]), expected, atol=1e-5, rtol=0, err_msg=loader)
 
 
 def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable():

@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from electra_tf.options import PRECISIONS, STRATEGIES, ExecutionOptions, only_cpus
+from electra_tf.runtime import FROZEN_WEIGHTS_ENV, frozen_weights_assumed, onednn_enabled
 
 # Strategies whose input iterators yield the whole global batch on every worker (see `split_for_replicas`).
 _GLOBAL_BATCH_INPUT = weakref.WeakSet()
@@ -178,6 +179,19 @@ def check_batch_split(batch_size: int, replicas: int, micro_batches: int) -> Non
                          f"{replicas * micro_batches}")
 
 
+def check_frozen_weights(devices) -> None:
+    """Refuses, in one line, a run on CPUs whose oneDNN kernels assume frozen weights
+    (`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`): a fused matmul (grappler's matmul + bias, in every function it optimises:
+    the evaluations' always, the training loop's with --graph_optimizer=on) then keeps the weights of its first call
+    while the run changes them. Measured: RTE fine-tuned for 3 epochs, each evaluated, took epoch 2 as its best
+    instead of 1 and scored its final model 52.3 instead of 51.6; a 40-step SST-2 fine-tuning with
+    --graph_optimizer=on ended 0.017 off in its weights."""
+    if "CPU" in devices and frozen_weights_assumed() and onednn_enabled():
+        raise ValueError(f"{FROZEN_WEIGHTS_ENV}=1: oneDNN's fused matmuls would keep the weights of their first "
+                         "call while this run trains or evaluates changing ones; unset it (it is for serving a "
+                         "fixed model)")
+
+
 def resolve_execution(requested: ExecutionOptions, strategy, config, recorded_micro_batches: int | None = None,
                       batch_size: int | None = None) -> tuple[ExecutionOptions, MicroBatches]:
     """The run's execution options, decided once, here, for `strategy`'s devices, the Keras backend,
@@ -190,6 +204,7 @@ def resolve_execution(requested: ExecutionOptions, strategy, config, recorded_mi
                                  recorded_micro_batches)
     resolved = requested.resolve(devices, keras.backend.backend(), config.hidden_act, micro.count)
     check_batch_split(batch_size or config.train_batch_size, replicas, resolved.gradient_accumulation_steps)
+    check_frozen_weights(devices)
     logging.info("Execution on %s: %s", "+".join(sorted(devices)), resolved.describe())
     if micro.note:
         logging.warning("%s", micro.note)
