@@ -49,6 +49,22 @@ from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_L
 CALLS = ("StatefulPartitionedCall", "PartitionedCall")
 
 
+WARMUP = 10  # requests each call answers before any is timed (the first instantiates its function)
+
+
+def warmed(calls: dict, sentences) -> dict:
+    """`calls`, each having answered the first `WARMUP` sentences, one a request."""
+    for call in calls.values():
+        for sentence in sentences[:WARMUP]:
+            call([sentence])
+    return calls
+
+
+def sentences_sent(sentences, requests: int) -> list:
+    """Every sentence `warmed` and `interleaved(calls, requests, sentences)` send a call."""
+    return list(sentences[:max(WARMUP, requests)])
+
+
 def interleaved(calls: dict, requests: int, sentences) -> dict:
     """Batch-1 median / p90 ms and mean CPU ms of each call, the calls rotated on every request."""
     names = list(calls)
@@ -72,10 +88,7 @@ def signature_call(path: str):
 
 
 def ab(workdir: str, exports: list[str], sentences, requests: int) -> dict:
-    calls = {name: signature_call(os.path.join(workdir, name)) for name in exports}
-    for call in calls.values():
-        for sentence in sentences[:10]:  # warm: the first request instantiates the function
-            call([sentence])
+    calls = warmed({name: signature_call(os.path.join(workdir, name)) for name in exports}, sentences)
     result = interleaved(calls, requests, sentences)
     logits = {}
     for rep in range(2):
@@ -108,15 +121,13 @@ def parts(workdir: str, export: str, sentences, requests: int) -> dict:
     ids = {name: tf.TensorSpec([None, None], tf.int32) for name in ("input_ids", "input_mask", "segment_ids")}
     forward = tf.function(lambda features: server.model(features, training=False)["logits"], input_signature=[ids])
     empty = tf.function(tf.strings.length, input_signature=[text])
-    tokenised = {s: {k: v.numpy() for k, v in encode(tf.constant([s])).items()} for s in sentences[:requests]}
+    tokenised = {s: {k: v.numpy() for k, v in encode(tf.constant([s])).items()}
+                 for s in sentences_sent(sentences, requests)}  # what "model" is sent, tokenised beforehand
     calls = {"signature": signature_call(os.path.join(workdir, export)),
              "empty_function": lambda texts: empty(tf.constant(texts)).numpy(),
              "tokenise": lambda texts: {k: v.numpy() for k, v in encode(tf.constant(texts)).items()},
              "model": lambda texts: forward(tokenised[texts[0]]).numpy()}
-    for call in calls.values():
-        for sentence in sentences[:10]:
-            call([sentence])
-    result = interleaved(calls, requests, sentences)
+    result = interleaved(warmed(calls, sentences), requests, sentences)
     lengths = [tokenised[s]["input_ids"].shape[1] for s in sentences[:requests]]
     result["tokens"] = {"median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)}
     return result

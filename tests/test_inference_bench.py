@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench import inference_bench
 from tools import docs_renderers, render_docs
@@ -72,6 +73,19 @@ def test_the_breakdown_sends_every_request_to_each_call_in_rotated_order():
                      ("c", "s2"), ("a", "s2"), ("b", "s2"), ("a", "s0"), ("b", "s0"), ("c", "s0")]
     assert set(result) == {"a", "b", "c"}
     assert set(result["a"]) == {"batch1_median_ms", "batch1_p90_ms", "batch1_cpu_ms"}
+
+
+@pytest.mark.parametrize("requests", [3, 12])
+def test_the_breakdown_knows_every_sentence_its_calls_are_sent(requests):
+    """`parts` tokenises beforehand what its "model" call will be sent (`sentences_sent`); the warm-up sends more
+    sentences than 3 requests do (before: `--requests` under 10 failed on the warm-up's first untokenised one)."""
+    from bench import inference_bench_breakdown as breakdown
+
+    sentences = [f"s{i}" for i in range(20)]
+    sent = []
+    calls = breakdown.warmed({"a": lambda texts: sent.append(texts[0])}, sentences)
+    breakdown.interleaved(calls, requests, sentences)
+    assert set(sent) == set(breakdown.sentences_sent(sentences, requests))
 
 
 def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32_in_order():
