@@ -151,7 +151,7 @@ def stacked_weights(variables):
 # The session options the call into the pruned graph carries: grappler's meta-optimizer off (its passes ran at
 # export); soft placement, as TensorFlow's own function calls ask. Invariant: no matmul of the layer loop is fused,
 # so `TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1` (a fused matmul keeps its first call's weights) cannot give every layer the
-# first one's (`tests/test_serving_speed.py`).
+# first one's (`tests/test_serving_onednn.py`).
 GRAPPLER_OFF = config_pb2.ConfigProto(
     allow_soft_placement=True,
     graph_options=config_pb2.GraphOptions(rewrite_options=rewriter_config_pb2.RewriterConfig(
