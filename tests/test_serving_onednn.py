@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from electra_tf.serving.forward import FEW_TOKENS
@@ -83,6 +84,10 @@ def test_exports_serve_the_trained_model_where_onednn_assumes_frozen_weights(tmp
     loop is in the pruned graph, which runs with grappler off in both loaders (`compact.GRAPPLER_OFF`), so its
     matmuls are not fused and both serve the trained model under that setting; with grappler on for the pruned
     graph this fails."""
+    from electra_tf.runtime import onednn_enabled
+
+    if not onednn_enabled():
+        pytest.skip("TensorFlow runs no oneDNN kernels here (TF_ENABLE_ONEDNN_OPTS=0, or not an x86 build)")
     model, tokenizer, path = deep_classifier(tmp_path, 3)  # two layers in the loop, the last one on [CLS]
     result = subprocess.run([sys.executable, "-c", BOTH_LOADERS, path, json.dumps(TEXTS)], capture_output=True,
                             text=True, timeout=300,
