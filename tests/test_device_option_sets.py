@@ -115,11 +115,14 @@ def test_a_run_whose_onednn_kernels_assume_frozen_weights_is_refused_before_anyt
     options = pretraining.TrainOptions(data_dir=data_dir, model_dir=str(model_dir), execution=ExecutionOptions())
     with pytest.raises(ValueError) as error:
         pretraining.train(small(num_train_steps=1), options, mirrored_cpus())
-    assert str(error.value) == ("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1: oneDNN's fused matmuls would keep the weights of "
-                                "their first call while this run trains or evaluates changing ones; unset it (it is "
-                                "for serving a fixed model)")
+    assert str(error.value) == ("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1: oneDNN's fused matmuls would keep the weights "
+                                "of their first call while this run trains or evaluates changing ones; unset it (it "
+                                "is for serving a fixed model)")
     assert not model_dir.exists()
     distribution.check_frozen_weights({"GPU"})
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "True")  # TensorFlow's spelling of on, any case
+    with pytest.raises(ValueError, match="^TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=True: "):
+        distribution.check_frozen_weights({"CPU"})
     monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "0")
     distribution.check_frozen_weights({"CPU"})
 

@@ -183,14 +183,12 @@ def check_frozen_weights(devices) -> None:
     """Refuses, in one line, a run on CPUs whose oneDNN kernels assume frozen weights
     (`TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`): a fused matmul (grappler's matmul + bias, in every function it optimises:
     the evaluations' always, the training loop's with --graph_optimizer=on) then keeps the weights of its first call
-    while the run changes them. Measured (`bench/results/frozen-weights-finetuning.json`): RTE fine-tuned for 3
-    epochs, each evaluated, took epoch 2 as its best instead of 1 and scored its final model 52.3 instead of 51.6
-    on the same trained weights; a 40-step SST-2 fine-tuning with --graph_optimizer=on ended 0.017 off in its
-    weights."""
+    while the run changes them: evaluations score stale weights, and with grappler on so do the training steps
+    (`bench/results/frozen-weights-finetuning.json`)."""
     if "CPU" in devices and frozen_weights_assumed() and onednn_enabled():
-        raise ValueError(f"{FROZEN_WEIGHTS_ENV}=1: oneDNN's fused matmuls would keep the weights of their first "
-                         "call while this run trains or evaluates changing ones; unset it (it is for serving a "
-                         "fixed model)")
+        raise ValueError(f"{FROZEN_WEIGHTS_ENV}={os.environ[FROZEN_WEIGHTS_ENV]}: oneDNN's fused matmuls would keep "
+                         "the weights of their first call while this run trains or evaluates changing ones; unset it "
+                         "(it is for serving a fixed model)")
 
 
 def resolve_execution(requested: ExecutionOptions, strategy, config, recorded_micro_batches: int | None = None,
