@@ -90,9 +90,7 @@ def cpu_name() -> str:
 def prepare(workdir: str, vocab_file: str) -> None:
     """Our pre-training export (random weights), its HF conversion, a random head, then every served model."""
     prepare_encoder(workdir, vocab_file)
-    model = finetuning_model(workdir)
-    kernel, bias = (w.numpy() for w in model.head.dense.weights)
-    np.savez(os.path.join(workdir, "head.npz"), kernel=kernel, bias=bias)
+    save_dense_head(finetuning_model(workdir), os.path.join(workdir, "head.npz"))
     export_ours(workdir, vocab_file)
     export_onnx(workdir)
 
@@ -123,6 +121,12 @@ def finetuning_model(workdir: str):
     encoder, _, _ = load_encoder(os.path.join(workdir, "ours"))
     model = FinetuningModel(encoder, ClassificationHead(NUM_LABELS, name="classification_head"))
     return model.build_all(MAX_SEQ_LENGTH)
+
+
+def save_dense_head(model, path: str) -> None:
+    """`model.head.dense`'s `kernel` and `bias` to the .npz at `path` (what `set_dense_head` reads)."""
+    kernel, bias = (w.numpy() for w in model.head.dense.weights)
+    np.savez(path, kernel=kernel, bias=bias)
 
 
 def set_dense_head(model, path: str):

@@ -34,8 +34,8 @@ import sys
 import numpy as np
 
 from bench.inference_bench import (MAX_SEQ_LENGTH, ROOT, SEED, bench_parser, chosen_systems, emit, hf_or_ort_loader,
-                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, set_dense_head,
-                                   spawn_worker, timed, timing_rows)
+                                   interleaved, onnx_export, prepare_encoder, ratios, run_header, save_dense_head,
+                                   set_dense_head, spawn_worker, timed, timing_rows)
 
 SYSTEMS = ("ours", "hf", "ort")
 DEFAULT_CONLL_DEV = os.path.join(ROOT, "..", "shared", "data", "conll2003", "dev.txt")
@@ -74,8 +74,7 @@ def prepare(workdir: str, vocab_file: str, conll_dev: str) -> None:
         prepare_encoder(workdir, vocab_file)
     keras.utils.set_random_seed(SEED)
     model, task = tagging_model(workdir, conll_dev)  # saves the labels
-    kernel, bias = (w.numpy() for w in model.head.dense.weights)
-    np.savez(os.path.join(workdir, HEAD_FILE), kernel=kernel, bias=bias)
+    save_dense_head(model, os.path.join(workdir, HEAD_FILE))
     export_ours(workdir, vocab_file, conll_dev)
     onnx_export(hf_tagger(workdir, len(task.labels)), os.path.join(workdir, ONNX_FILE),
                 {0: "batch", 1: "sequence"})
