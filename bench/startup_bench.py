@@ -55,18 +55,18 @@ class Timer:
 
 
 def graph_parts(concrete) -> dict:
-    """Node counts of the traced loop by part: the optimizer update's nodes carry its name scope
-    (`electra_adam_w`, `electra_lamb`); backward nodes carry the tape's `gradient_tape/` prefix."""
+    """Node counts of the traced function (the step driver's loop, or its step alone) and the functions it
+    calls, by part: the optimizer update's nodes carry its name scope (`electra_adam_w`, `electra_lamb`);
+    backward nodes carry the tape's `gradient_tape/` prefix."""
     counts = collections.Counter()
     graph = concrete.graph.as_graph_def()
-    for function in graph.library.function:
-        for node in function.node_def:
-            if "electra_adam_w" in node.name or "electra_lamb" in node.name:
-                counts["optimizer update"] += 1
-            elif node.name.startswith("gradient_tape/"):
-                counts["backward"] += 1
-            else:
-                counts["forward, losses, metrics, loop"] += 1
+    for node in list(graph.node) + [node for function in graph.library.function for node in function.node_def]:
+        if "electra_adam_w" in node.name or "electra_lamb" in node.name:
+            counts["optimizer update"] += 1
+        elif node.name.startswith("gradient_tape/"):
+            counts["backward"] += 1
+        else:
+            counts["forward, losses, metrics, loop"] += 1
     counts["outer graph"] = len(graph.node)
     return dict(counts)
 
@@ -79,7 +79,7 @@ def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple
     with Timer() as build:
         impl = ours.OursPretraining(config, batch, precision, strategy, execution)
     with Timer() as trace:
-        concrete = impl.fn.function.get_concrete_function(impl.iterator, tf.constant(1))
+        concrete = impl.fn.concrete_function(impl.iterator)
     with Timer() as first:
         impl.call(1)
     times = {"build": build.pair(), "trace": trace.pair(), "first_call": first.pair()}

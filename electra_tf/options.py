@@ -32,6 +32,7 @@ DROPOUT_MASKS = ("auto", "16bit", "keras")
 SAMPLING_METHODS = ("auto", "inverse_cdf", "gumbel")
 ADAM_KERNELS = ("auto", "fused", "ops")
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
+STEP_LOOPS = ("auto", "graph", "host")
 EXECUTION_HELP = {
     "kernels": "Encoder layers' element-wise chains and the MLM loss: xla_cpu = XLA-compiled kernels with "
                "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras "
@@ -49,6 +50,10 @@ EXECUTION_HELP = {
                    "GPUs and TPUs.",
     "graph_optimizer": "TF's graph optimizer (grappler) for the training loop: auto = off where every device "
                        "is a CPU (start-up seconds, no step time saved: bench/startup_bench.py), on elsewhere.",
+    "step_loop": "Where a call's steps (up to --steps_per_loop) loop: graph = inside one tf.function (what TPUs "
+                 "need; no host round trip between steps); host = one step per call of a step function, looped in "
+                 "Python (only the step is traced: a shorter first step, docs/performance.md). The same steps "
+                 "either way. auto = host where every device is a CPU, else graph.",
     "gradient_accumulation_steps": "Split each replica's batch into K micro-batches and sum their gradients before "
                                    "one update (the same update, less memory). Unset = auto: on CPUs the fewest "
                                    "micro-batches whose activations fit the memory free at the run's start "
@@ -72,9 +77,9 @@ class ExecutionOptions:
     Example:
 
     >>> ExecutionOptions().resolve({"CPU"})
-    ExecutionOptions(kernels='xla_cpu', dropout_masks='16bit', sampling='inverse_cdf', adam_kernel='fused', jit_compile=False, graph_optimizer='off', gradient_accumulation_steps=1)
+    ExecutionOptions(kernels='xla_cpu', dropout_masks='16bit', sampling='inverse_cdf', adam_kernel='fused', jit_compile=False, graph_optimizer='off', step_loop='host', gradient_accumulation_steps=1)
     >>> ExecutionOptions(sampling="inverse_cdf").resolve({"GPU", "CPU"}).describe()
-    'kernels=reference dropout_masks=keras sampling=inverse_cdf adam_kernel=ops jit_compile=on graph_optimizer=on gradient_accumulation_steps=1'
+    'kernels=reference dropout_masks=keras sampling=inverse_cdf adam_kernel=ops jit_compile=on graph_optimizer=on step_loop=graph gradient_accumulation_steps=1'
     """
 
     kernels: str = "auto"
@@ -83,6 +88,7 @@ class ExecutionOptions:
     adam_kernel: str = "auto"
     jit_compile: Optional[bool] = None  # None: auto
     graph_optimizer: str = "auto"
+    step_loop: str = "auto"
     gradient_accumulation_steps: Optional[int] = None  # None: auto (see `resolve`'s fitted_micro_batches)
 
     def __post_init__(self):
@@ -91,7 +97,7 @@ class ExecutionOptions:
             raise ValueError(f"--gradient_accumulation_steps must be a positive integer, got {steps!r}")
         for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS),
                               ("sampling", SAMPLING_METHODS), ("adam_kernel", ADAM_KERNELS),
-                              ("graph_optimizer", GRAPH_OPTIMIZERS)):
+                              ("graph_optimizer", GRAPH_OPTIMIZERS), ("step_loop", STEP_LOOPS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {choices}, got {getattr(self, name)!r}")
 
@@ -115,6 +121,7 @@ class ExecutionOptions:
             adam_kernel=self.adam_kernel if self.adam_kernel != "auto" else ("fused" if cpu else "ops"),
             jit_compile=self.jit_compile if self.jit_compile is not None else not cpu,
             graph_optimizer=self.graph_optimizer if self.graph_optimizer != "auto" else ("off" if cpu else "on"),
+            step_loop=self.step_loop if self.step_loop != "auto" else ("host" if cpu else "graph"),
             gradient_accumulation_steps=self.gradient_accumulation_steps or fitted_micro_batches)
         if resolved.kernels == "xla_cpu" and backend != "tensorflow":
             raise ValueError(f"--kernels=xla_cpu needs the TensorFlow backend, not {backend}; use --kernels=reference")
@@ -132,12 +139,13 @@ class ExecutionOptions:
         (TF Serving compiles no XLA on CPU and fails on XLA-marked functions on GPU) and what a layer
         built without options computes."""
         return cls(kernels="reference", dropout_masks="keras", sampling="gumbel", adam_kernel="ops",
-                   jit_compile=False, graph_optimizer="on", gradient_accumulation_steps=1)
+                   jit_compile=False, graph_optimizer="on", step_loop="graph", gradient_accumulation_steps=1)
 
     @property
     def resolved(self) -> bool:
         return "auto" not in (self.kernels, self.dropout_masks, self.sampling, self.adam_kernel,
-                              self.graph_optimizer) and None not in (self.jit_compile, self.gradient_accumulation_steps)
+                              self.graph_optimizer, self.step_loop) and None not in (
+            self.jit_compile, self.gradient_accumulation_steps)
 
     def describe(self) -> str:
         """One line for the log: every option as resolved."""
@@ -150,7 +158,8 @@ class ExecutionOptions:
 def define_execution_flags(flags) -> None:
     """The execution options as absl flags (`flags`: the `absl.flags` module), for both scripts."""
     for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS), ("sampling", SAMPLING_METHODS),
-                          ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS)):
+                          ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS),
+                          ("step_loop", STEP_LOOPS)):
         flags.DEFINE_enum(name, "auto", list(choices), EXECUTION_HELP[name])
     flags.DEFINE_bool("jit_compile", None, EXECUTION_HELP["jit_compile"])
     # The process's, not the run's: where compiled kernels persist changes no result (electra_tf.runtime).

@@ -48,7 +48,7 @@ def first_step(data_dir, execution, strategy, precision="none", seed=0):
     finally:
         keras.mixed_precision.set_global_policy("float32")  # the variables are built; the policy was the build's
     dataset = input_pipeline.worker_dataset(strategy, data_dir, manifest, config.train_batch_size, seed=seed)
-    run = pretraining.make_train_fn(strategy, model, graph_optimizer=execution.graph_optimizer)
+    run = pretraining.make_train_fn(strategy, model, execution)
     outputs = run(iter(dataset), tf.constant(1))
     assert int(outputs["nonfinite_steps"]) == 0
     return {name: float(value) for name, value in model.metric_results().items()}

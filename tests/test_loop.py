@@ -15,6 +15,8 @@ from electra_tf.model import step as model_step
 from electra_tf.training import loop
 from electra_tf.training.optimization import ElectraAdamW, WarmupLinearDecay
 
+STEP_LOOPS = ("graph", "host")  # ExecutionOptions.step_loop, resolved
+
 
 class Quadratic(keras.Model):
     """loss = mean((x·w − y)²): gradients known in closed form."""
@@ -31,8 +33,9 @@ class Quadratic(keras.Model):
         pass
 
 
+@pytest.mark.parametrize("step_loop", STEP_LOOPS)
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_step_driver_runs_the_clipped_sgd_update_for_each_batch(jit_compile):
+def test_step_driver_runs_the_clipped_sgd_update_for_each_batch(jit_compile, step_loop):
     model = Quadratic()
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5))
     rng = np.random.RandomState(0)
@@ -40,7 +43,7 @@ def test_step_driver_runs_the_clipped_sgd_update_for_each_batch(jit_compile):
                for _ in range(3)]
     strategy = tf.distribute.get_strategy()
     run = loop.make_step_driver(strategy, lambda b: model_step.train_step(model, b, clip_norm=0.3, jit_compile=jit_compile),
-                                ["loss", "grad_norm"])
+                                ["loss", "grad_norm"], step_loop=step_loop)
     outputs = run(iter(tf.data.Dataset.from_tensor_slices(
         {k: np.stack([b[k] for b in batches]) for k in batches[0]})), tf.constant(3))
     w = np.zeros(2)
@@ -89,7 +92,8 @@ def test_progress_bar_on_a_terminal_and_log_lines_otherwise(monkeypatch, capsys)
     assert len(lines) == 1 and re.fullmatch(r"step 20/100  ETA [0-9.]+ (s|min)  loss=2", lines[0]), lines
 
 
-def test_step_driver_stops_when_asked():
+@pytest.mark.parametrize("step_loop", STEP_LOOPS)
+def test_step_driver_stops_when_asked(step_loop):
     model = Quadratic()
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1))
     stop = tf.Variable(False)
@@ -100,7 +104,7 @@ def test_step_driver_stops_when_asked():
         return outputs
 
     data = tf.data.Dataset.from_tensors({"x": np.ones((4, 2), "float32"), "y": np.ones(4, "float32")}).repeat()
-    run = loop.make_step_driver(tf.distribute.get_strategy(), step, ["loss"], stop_requested=stop)
+    run = loop.make_step_driver(tf.distribute.get_strategy(), step, ["loss"], stop_requested=stop, step_loop=step_loop)
     run(iter(data), tf.constant(10))
     assert int(model.optimizer.iterations.numpy()) == 2
 
@@ -122,9 +126,11 @@ def test_clip_by_global_norm_matches_tensorflow_and_propagates_nan():
     assert not np.isfinite(float(norm)) and np.isnan(clipped[0].numpy()).all()
 
 
-def test_step_driver_takes_a_resolved_graph_optimizer_only():
+def test_step_driver_takes_resolved_options_only():
     with pytest.raises(ValueError, match="resolved graph_optimizer"):
         loop.make_step_driver(tf.distribute.get_strategy(), lambda b: {}, ["loss"], graph_optimizer="auto")
+    with pytest.raises(ValueError, match="resolved step_loop"):
+        loop.make_step_driver(tf.distribute.get_strategy(), lambda b: {}, ["loss"], step_loop="auto")
 
 
 def _meta_optimizer_disabled() -> bool:
@@ -178,21 +184,22 @@ class AlwaysNaN(Quadratic):
         return {"loss": super().compute_losses(batch)["loss"] * np.nan}
 
 
-def _skipping_run(optimizer, tolerate):
+def _skipping_run(optimizer, tolerate, step_loop="graph"):
     model = AlwaysNaN()
     model.compile(optimizer=optimizer)
     optimizer.build(model.trainable_variables)  # as the runs do: the loss scale is a variable from here
     data = tf.data.Dataset.from_tensors({"x": np.ones((4, 2), "float32"), "y": np.ones(4, "float32")}).repeat()
     run = loop.make_step_driver(tf.distribute.get_strategy(), lambda b: model_step.train_step(model, b, clip_norm=1.0),
-                                ["loss"], stop_on_nonfinite=not tolerate)
+                                ["loss"], stop_on_nonfinite=not tolerate, step_loop=step_loop)
     return model, iter(data), run
 
 
-def test_fp16_steps_that_never_become_finite_stop_the_run_after_the_limit():
+@pytest.mark.parametrize("step_loop", STEP_LOOPS)
+def test_fp16_steps_that_never_become_finite_stop_the_run_after_the_limit(step_loop):
     """Keras' loss-scale optimizer halves its scale forever on a NaN loss and never advances `iterations`:
     the loop must still end, with the one-line error, after `LIMIT` steps skipped in a row."""
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=0.1))
-    model, iterator, run = _skipping_run(optimizer, tolerate=True)
+    model, iterator, run = _skipping_run(optimizer, tolerate=True, step_loop=step_loop)
     skipped = loop.SkippedSteps(tolerate=True, limit=8)
     calls = 0
     with pytest.raises(loop.NonFiniteError) as error:
@@ -207,9 +214,10 @@ def test_fp16_steps_that_never_become_finite_stop_the_run_after_the_limit():
     assert "Last good checkpoint: ckpt-0" in message
 
 
-def test_fp32_non_finite_step_stops_at_once_without_the_skip_flag():
+@pytest.mark.parametrize("step_loop", STEP_LOOPS)
+def test_fp32_non_finite_step_stops_at_once_without_the_skip_flag(step_loop):
     optimizer = keras.optimizers.SGD(learning_rate=0.1)
-    model, iterator, run = _skipping_run(optimizer, tolerate=False)
+    model, iterator, run = _skipping_run(optimizer, tolerate=False, step_loop=step_loop)
     outputs = run(iterator, tf.constant(5))
     assert int(outputs["nonfinite_steps"]) == 1  # the driver stopped at the first
     with pytest.raises(loop.NonFiniteError, match="pass --skip_nonfinite_steps"):

@@ -208,7 +208,7 @@ def test_the_exports_need_only_tensorflow_and_the_tf_text_ops_tf_serving_links(c
 
 # ---- the weights-plus-config exports ------------------------------------------------------------
 
-EXECUTION_KEYS = {"kernels", "dropout_masks", "sampling", "adam_kernel", "jit_compile", "graph_optimizer",
+EXECUTION_KEYS = {"kernels", "dropout_masks", "sampling", "adam_kernel", "jit_compile", "graph_optimizer", "step_loop",
                   "execution", "fused_kernels", "adam_fused_kernel", "fused"}
 
 

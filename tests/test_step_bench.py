@@ -106,6 +106,7 @@ INTENDED = {
     "gumbel_sampling": {"sampling"},
     "ops_adam": {"adam_kernel"},
     "grappler_on": {"graph_optimizer"},
+    "graph_loop": {"step_loop"},
     "xla": {"kernels", "dropout_masks", "sampling", "jit_compile"},
     "accelerator_defaults": ALL_FIELDS - {"gradient_accumulation_steps"},  # one batch per step on every device
 }
@@ -128,7 +129,7 @@ def test_xla_and_accelerator_defaults_are_the_accelerators_path():
     accelerator = ExecutionOptions().resolve({"CPU", "GPU"})
     assert ablations.BY_NAME["accelerator_defaults"].options(BASELINE, CPU) == accelerator
     xla = ablations.BY_NAME["xla"].options(BASELINE, CPU)
-    assert changed_fields(xla, accelerator) == {"adam_kernel", "graph_optimizer"}
+    assert changed_fields(xla, accelerator) == {"adam_kernel", "graph_optimizer", "step_loop"}
 
 
 def test_fine_tuning_takes_every_ablation_but_sampling():

@@ -242,3 +242,25 @@ def test_graph_optimizer_option_reaches_the_loop_and_leaves_the_training_unchang
         assert expected in caplog.text, caplog.text[-2000:]
     assert_same_training(runs["auto"], runs["on"], str(tmp_path / "auto"), str(tmp_path / "on"),
                          ("step_loss", "gen_loss", "disc_loss", "grad_norm"))
+
+
+def test_steps_looped_on_the_host_or_in_the_graph_train_the_same_run_bit_for_bit(data_dir, tmp_path, caplog):
+    """--step_loop=host (the CPU default: one traced step, looped in Python) and graph (the steps in one
+    tf.while_loop) run the same steps: with calls of two steps and one, dropout on and the corrupt-record report
+    summed over each call's steps, the logs and every weight and optimizer slot are equal bit for bit."""
+    caplog.set_level(logging.INFO)
+    config = small(num_train_steps=3)
+    runs = {}
+    for mode, where in (("auto", "on the host"), ("graph", "in the graph")):
+        caplog.clear()
+        runs[mode] = run(config, data_dir, str(tmp_path / mode), export=False, skip_corrupt_records=True,
+                         execution=ExecutionOptions(step_loop=mode))
+        assert f"steps looped {where}" in caplog.text, caplog.text[-2000:]
+    timing = ("per_second", "seconds", "eta")
+    logged = [{k: v for k, v in h.items() if not any(t in k for t in timing)} for h in runs["auto"]]
+    assert logged == [{k: v for k, v in h.items() if not any(t in k for t in timing)} for h in runs["graph"]]
+    assert [h["step"] for h in logged] == [1, 2, 3] and "loss" in logged[0]
+    host, graph = checkpoint_values(str(tmp_path / "auto")), checkpoint_values(str(tmp_path / "graph"))
+    assert set(host) == set(graph) and any(k.startswith("optimizer/") for k in host)
+    for key in host:
+        np.testing.assert_array_equal(host[key], graph[key], err_msg=key)

@@ -13,7 +13,7 @@ import dataclasses
 from electra_tf.options import ExecutionOptions
 
 # The defaults where there is a GPU or TPU: Keras ops, Keras dropout, Gumbel-max,
-# per-op Adam, whole-step XLA, grappler on.
+# per-op Adam, whole-step XLA, grappler on, the steps looped in the graph.
 ACCELERATOR_DEFAULTS = ExecutionOptions().resolve({"CPU", "GPU"})
 
 
@@ -45,6 +45,8 @@ ABLATIONS = (
              "the fused ResourceApplyAdam kernel (AdamW as separate ops instead)"),
     Ablation("grappler_on", (("graph_optimizer", "on"),),
              "running the training loop without TF's graph optimizer"),
+    Ablation("graph_loop", (("step_loop", "graph"),),
+             "looping the steps on the host (each call's steps in one tf.while_loop instead)"),
     Ablation("xla", (("kernels", "reference"), ("dropout_masks", "keras"), ("sampling", "gumbel"),
                      ("jit_compile", True)),
              "the CPU path: the accelerators' whole-step XLA with their layer ops, dropout and sampling"),

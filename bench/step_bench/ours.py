@@ -64,7 +64,7 @@ class OursPretraining(OursStep):
         self.build_seconds = time.perf_counter() - start
         workload.set_policy("fp32")
         self.iterator = repeated_batch(batch)
-        self.fn = pretraining.make_train_fn(strategy, self.model, graph_optimizer=execution.graph_optimizer)
+        self.fn = pretraining.make_train_fn(strategy, self.model, execution)
 
 
 class OursFinetuning(OursStep):
@@ -94,7 +94,7 @@ class OursFinetuning(OursStep):
             self.optimizer.build(self.model.trainable_variables)
         self.build_seconds = time.perf_counter() - start
         self.iterator = repeated_batch(batch)
-        self.fn = train.make_train_fn(strategy, self.model, execution.graph_optimizer)
+        self.fn = train.make_train_fn(strategy, self.model, execution)
 
 
 def pipeline_throughput(config, rows, num_batches, tmp) -> dict:

@@ -33,7 +33,7 @@ from electra_tf.finetuning.evaluate import evaluate
 from electra_tf.finetuning.layerwise_lr import layerwise_lr_multipliers
 from electra_tf.finetuning.task import Task
 from electra_tf.training.optimization import ElectraAdamW, WarmupLinearDecay
-from electra_tf.options import RunOptions
+from electra_tf.options import ExecutionOptions, RunOptions
 
 
 def ScalarWriter(run_dir):
@@ -68,11 +68,12 @@ def make_optimizer(model, options: RunOptions, config, total_steps: int):
     return optimizer
 
 
-def make_train_fn(strategy, model, graph_optimizer="off", stop_on_nonfinite=True):
-    """`run(iterator, steps)`: the compiled multi-step driver of `model.train_step` (XLA, if the run's
-    execution options say so, is the step's own: `model.step.train_step`)."""
+def make_train_fn(strategy, model, execution: ExecutionOptions, stop_on_nonfinite=True):
+    """`run(iterator, steps)`: the multi-step driver of `model.train_step`, looped and optimised as the resolved
+    `execution` says (XLA, if it says so, is the step's own: `model.step.train_step`)."""
     return loop.make_step_driver(strategy, model.train_step, ["loss", "grad_norm"],
-                                 stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=graph_optimizer)
+                                 stop_on_nonfinite=stop_on_nonfinite, graph_optimizer=execution.graph_optimizer,
+                                 step_loop=execution.step_loop)
 
 
 def _compile(model, options: RunOptions, config, total_steps: int, strategy):
@@ -106,7 +107,7 @@ def train(model, task: Task, config, features, options: RunOptions, strategy, ev
     # fp16's loss-scale optimizer skips overflowed steps itself: they do not stop the driver, but a run
     # of them does (`loop.SkippedSteps`); any other non-finite step stops it at once.
     skipped_steps = loop.SkippedSteps(tolerate=options.mixed_precision == "fp16")
-    train_steps = make_train_fn(strategy, model, options.execution.graph_optimizer,
+    train_steps = make_train_fn(strategy, model, options.execution,
                                 stop_on_nonfinite=not skipped_steps.tolerate)
     logging.info("Fine-tuning %s: %d examples, %d steps (%d per epoch), batch %d, lr %g, layer decay %g, "
                  "loss %s over the batch, clip %g%s; %s", task.name, num_examples, total_steps,

@@ -2,9 +2,9 @@
 
 A model's `train_step` (`electra_tf.model.step.train_step`: one optimisation step, its
 collectives outside any XLA computation) returns replica partials; `make_step_driver`
-compiles `steps_per_loop` of them into one `tf.function` (what TPUs need, and on CPU it traces
-the step once), run with or without TF's graph optimizer (grappler) as the run's resolved
-execution options say. `ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
+runs `steps_per_loop` of them per call, looped inside one `tf.function` (what TPUs need) or on the
+host around a traced step (the CPU default: a shorter first step), with or without TF's graph
+optimizer (grappler), as the run's resolved execution options say. `ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
 `ProgressReporter` shows a progress bar on a terminal and log lines otherwise.
 
 Example:
@@ -59,20 +59,27 @@ def grappler(enabled: bool):
 
 
 def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, stop_requested=None,
-                     graph_optimizer="off", input_report=None):
-    """`run(iterator, num_steps)`: up to `num_steps` steps in one `tf.function`, returning the last
-    step's outputs summed over replicas (step functions return replica partials) and
-    `nonfinite_steps`, the number of steps not applied because they were not finite.
+                     graph_optimizer="off", input_report=None, step_loop="graph"):
+    """`run(iterator, num_steps)`: up to `num_steps` steps, returning the last step's outputs summed over
+    replicas (step functions return replica partials) and `nonfinite_steps`, the number of steps not
+    applied because they were not finite.
 
-    The step is traced once, inside the loop; the outputs ride along as loop variables. Only
-    the loop itself goes through autograph: step functions use explicit TF control flow
+    `step_loop` (the run's resolved `ExecutionOptions.step_loop`) says where the steps loop:
+    - "graph": in one `tf.function`, the step traced once inside a `tf.while_loop` (TPUs need it; no host
+      round trip between steps). Every variable and slot the step touches becomes a loop variable;
+    - "host": one step per call of a `tf.function` holding the step alone, looped here. Small's step traces
+      in about two thirds of the time and instantiates faster (docs/performance.md, "The first step");
+      each step then ends with the host reading whether it was finite, which a CPU step waits for anyway.
+    Both run the same step function on the same iterator in the same order: the same steps, bit for bit
+    (`tests/test_loop.py`).
+    Only the graph loop goes through autograph: step functions use explicit TF control flow
     (`tf.cond`, `tf.while_loop`), and converting them, with every function they call, took
     about a quarter of the tracing time.
     With `stop_on_nonfinite` the loop ends at the first such step, so the caller can name it.
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress. `graph_optimizer`
     ("on", "off": the run's resolved `ExecutionOptions.graph_optimizer`) says whether grappler
-    optimises the loop. XLA is the step's business (`model.step.train_step`): the loop around it
+    optimises the traced function. XLA is the step's business (`model.step.train_step`): the loop around it
     holds the all-reduces and is never compiled whole.
     `input_report` (e.g. `input_pipeline.SkipReport`) takes fields that are not the model's off
     each input element (`split`); they are summed over the call's steps into the outputs, from
@@ -80,6 +87,8 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
     """
     if graph_optimizer not in ("on", "off"):
         raise ValueError(f"make_step_driver needs a resolved graph_optimizer ('on' or 'off'), got {graph_optimizer!r}")
+    if step_loop not in ("graph", "host"):
+        raise ValueError(f"make_step_driver needs a resolved step_loop ('graph' or 'host'), got {step_loop!r}")
     use_grappler = graph_optimizer == "on"
     step_fn = tf.autograph.experimental.do_not_convert(step_fn)
     output_names = [name for name in output_names if name != "nonfinite"]
@@ -97,11 +106,13 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
         nonfinite = strategy.experimental_local_results(per_replica["nonfinite"])[0]
         return outputs, nonfinite, report
 
+    def initial():
+        outputs = {name: tf.constant(0.0) for name in output_names}
+        return outputs, tf.constant(0.0), input_report.zeros() if input_report is not None else {}
+
     @tf.function
     def run(iterator, num_steps):
-        outputs = {name: tf.constant(0.0) for name in output_names}
-        skipped = tf.constant(0.0)
-        reported = input_report.zeros() if input_report is not None else {}
+        outputs, skipped, reported = initial()
         for _ in tf.range(num_steps):
             outputs, nonfinite, report = one_step(iterator)
             skipped += nonfinite
@@ -112,20 +123,42 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
                 break
         return {**outputs, **reported, "nonfinite_steps": skipped}
 
+    step = tf.function(one_step, autograph=False)
+
+    def run_on_host(iterator, num_steps):
+        outputs, skipped, reported = initial()
+        for _ in range(int(num_steps)):
+            outputs, nonfinite, report = step(iterator)
+            skipped += nonfinite
+            reported = {name: reported[name] + report[name] for name in reported}
+            if stop_on_nonfinite and float(nonfinite) > 0:
+                break
+            if stop_requested is not None and bool(stop_requested.numpy()):
+                break
+        return {**outputs, **reported, "nonfinite_steps": skipped}
+
     def run_with_graph_options(iterator, num_steps):
         with grappler(use_grappler):
-            return run(iterator, num_steps)
+            return (run if step_loop == "graph" else run_on_host)(iterator, num_steps)
+
+    def concrete_function(iterator):
+        """The traced function a call runs (the whole loop, or the one step), traced here if not yet."""
+        if step_loop == "graph":
+            return run.get_concrete_function(iterator, tf.constant(1))
+        return step.get_concrete_function(iterator)
 
     run_with_graph_options.grappler = use_grappler
-    run_with_graph_options.function = run  # the tf.function itself (e.g. to trace it alone)
+    run_with_graph_options.step_loop = step_loop
+    run_with_graph_options.concrete_function = concrete_function
     return run_with_graph_options
 
 
 def runtime_summary(run) -> str:
-    """For the training logs: which TF CPU kernels run and whether grappler optimises `run`."""
+    """For the training logs: which TF CPU kernels run, whether grappler optimises `run` and where its steps loop."""
     onednn = "on" if onednn_enabled() else "off"
+    where = "in the graph" if run.step_loop == "graph" else "on the host"
     return (f"TF oneDNN CPU kernels {onednn}, graph optimizer (grappler) {'on' if run.grappler else 'off'}, "
-            f"XLA:CPU kernel cache {xla_cache_in_use() or 'off'}")
+            f"steps looped {where}, XLA:CPU kernel cache {xla_cache_in_use() or 'off'}")
 
 
 class NonFiniteError(RuntimeError):

@@ -35,7 +35,7 @@ from electra_tf.training.run_setup import RunSetup, set_up
 from electra_tf.config import ElectraConfig
 from electra_tf.convert import export_dir
 from electra_tf.training.optimization import create_optimizer
-from electra_tf.options import TrainOptions
+from electra_tf.options import ExecutionOptions, TrainOptions
 from electra_tf.model.networks import pretrainer_from_config
 from electra_tf.text import verify
 
@@ -63,9 +63,10 @@ def rng_states(model) -> list:
     return [g.state.value for g in generators]
 
 
-def make_train_fn(strategy, model, stop_on_nonfinite=True, stop_request=None, graph_optimizer="off",
+def make_train_fn(strategy, model, execution: ExecutionOptions, stop_on_nonfinite=True, stop_request=None,
                   input_report=None):
-    """`run(iterator, num_steps)` over `model.replica_step` (see `loop.make_step_driver`).
+    """`run(iterator, num_steps)` over `model.replica_step` (see `loop.make_step_driver`), looped and optimised
+    as the resolved `execution` says.
 
     With a `preemption.StopRequest`, the loop ends after the step in progress once a stop
     is requested (agreed by all workers: see `StopRequest.wrap_step`).
@@ -73,7 +74,8 @@ def make_train_fn(strategy, model, stop_on_nonfinite=True, stop_request=None, gr
     step_fn = model.replica_step if stop_request is None else stop_request.wrap_step(model.replica_step)
     return loop.make_step_driver(strategy, step_fn, model.step_output_names, stop_on_nonfinite=stop_on_nonfinite,
                                  stop_requested=None if stop_request is None else stop_request.agreed,
-                                 graph_optimizer=graph_optimizer, input_report=input_report)
+                                 graph_optimizer=execution.graph_optimizer, step_loop=execution.step_loop,
+                                 input_report=input_report)
 
 
 def input_checkpoint_key(skip_corrupt_records: bool) -> str:
@@ -220,8 +222,8 @@ class TrainLoop:
         # fp16's loss-scale optimizer skips overflowed steps itself: those never stop the driver.
         self.skipped_steps = loop.SkippedSteps(
             tolerate=options.skip_nonfinite_steps or options.mixed_precision == "fp16")
-        self.train_steps = make_train_fn(strategy, model, stop_on_nonfinite=not self.skipped_steps.tolerate,
-                                         stop_request=stop_request, graph_optimizer=setup.execution.graph_optimizer,
+        self.train_steps = make_train_fn(strategy, model, setup.execution,
+                                         stop_on_nonfinite=not self.skipped_steps.tolerate, stop_request=stop_request,
                                          input_report=setup.skipping.report if setup.skipping else None)
         self.logger = loop.ScalarLogger(options.model_dir, "train", "train_log.jsonl") if setup.chief else None
         with checkpoints.corrupt_data_as_error(options.data_dir):
