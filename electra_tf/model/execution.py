@@ -15,7 +15,7 @@ Example:
 >>> layer_execution(ExecutionOptions())
 Traceback (most recent call last):
 ...
-ValueError: execution options with 'auto' left (kernels=auto dropout_masks=auto sampling=auto adam_kernel=auto jit_compile=auto graph_optimizer=auto gradient_accumulation_steps=auto): resolve them for the run's devices first (electra_tf.training.distribution.resolve_execution)
+ValueError: execution options with 'auto' left (kernels=auto dropout_masks=auto sampling=auto adam_kernel=auto jit_compile=auto graph_optimizer=auto step_loop=auto gradient_accumulation_steps=auto): resolve them for the run's devices first (electra_tf.training.distribution.resolve_execution)
 """
 
 from electra_tf.options import LEGACY_EXECUTION_FIELDS, ExecutionOptions
