@@ -1,6 +1,6 @@
 """Where the first pre-training step's time goes: build, trace, graph optimisation, first step.
 
-Not a test. Splits the first call of `training.make_train_fn`'s loop (what `run_pretraining.py`
+Not a test. Splits the first call of `training.make_train_fn`'s driver (what `run_pretraining.py`
 runs) into Python tracing (`get_concrete_function`) and the first execution (grappler, function
 instantiation, oneDNN rewrites and one step); counts the traced graph's nodes by part (forward,
 backward, optimizer update); and compares, interleaved in one process, steps with TF's grappler
@@ -10,6 +10,7 @@ machine CPU seconds are the steadier measure.
     python -m bench.startup_bench --size=small --rounds=4
     python -m bench.startup_bench --size=small --grappler_log   # per-pass grappler times
     python -m bench.startup_bench --size=small --grappler=off --rounds=0   # the CPU default's first step alone
+    python -m bench.startup_bench --size=small --grappler=off --rounds=0 --step_loop=graph   # the steps in a while loop
 
 Under `TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR` a second process finds the XLA kernels the first
 compiled: the difference of their first calls is the kernels' compile time.
@@ -71,11 +72,11 @@ def graph_parts(concrete) -> dict:
     return dict(counts)
 
 
-def first_step(config, batch, strategy, grappler: bool, precision: str) -> tuple:
-    import tensorflow as tf
-
+def first_step(config, batch, strategy, grappler: bool, precision: str, step_loop: str = "auto") -> tuple:
     from bench.step_bench import ours
     execution = dataclasses.replace(ours.baseline_execution(strategy), graph_optimizer="on" if grappler else "off")
+    if step_loop != "auto":
+        execution = dataclasses.replace(execution, step_loop=step_loop)
     with Timer() as build:
         impl = ours.OursPretraining(config, batch, precision, strategy, execution)
     with Timer() as trace:
@@ -122,6 +123,9 @@ def parse_args(argv):
     parser.add_argument("--grappler", default="both", choices=["both", "off"],
                         help="first steps to time: grappler on then off (the A/B), or off only (the CPU default's "
                              "first step, with nothing compiled before it in the process)")
+    parser.add_argument("--step_loop", default="auto", choices=["auto", "graph", "host"],
+                        help="where the driver loops the steps (auto: the default on this CPU, host); the trace is "
+                             "the whole loop (graph) or the step alone (host)")
     parser.add_argument("--grappler_log", action="store_true",
                         help="also report grappler's per-pass times (from TF's own log)")
     parser.add_argument("--json_out", default=None, help="write the numbers here as JSON")
@@ -145,17 +149,17 @@ def main(argv):
     machine = harness.machine()
     report = {"command": "python -m bench.startup_bench " + " ".join(argv), "commit": harness.commit_id(),
               "machine": machine, "hardware": harness.hardware_line(machine), "size": args.size,
-              "precision": args.precision}
+              "precision": args.precision, "step_loop": args.step_loop}
 
     impls = {}
     for grappler in (True, False) if args.grappler == "both" else (False,):
-        impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision)
+        impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision, args.step_loop)
         impls[grappler] = impl
         report[f"grappler_{'on' if grappler else 'off'}"] = times
         print(f"grappler {'on ' if grappler else 'off'}: " + ", ".join(
             f"{k} {v['wall_s']} s wall / {v['cpu_s']} CPU-s" for k, v in times.items()), flush=True)
     report["graph_nodes"] = graph_parts(concrete)
-    print("traced loop, nodes by part:", report["graph_nodes"], flush=True)
+    print("traced function, nodes by part:", report["graph_nodes"], flush=True)
 
     rounds = args.rounds if args.grappler == "both" else 0  # the on/off A/B needs both first steps
     per_round = {True: [], False: []}

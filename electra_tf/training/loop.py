@@ -4,8 +4,9 @@ A model's `train_step` (`electra_tf.model.step.train_step`: one optimisation ste
 collectives outside any XLA computation) returns replica partials; `make_step_driver`
 runs `steps_per_loop` of them per call, looped inside one `tf.function` (what TPUs need) or on the
 host around a traced step (the CPU default: a shorter first step), with or without TF's graph
-optimizer (grappler), as the run's resolved execution options say. `ScalarLogger` writes TensorBoard scalars plus a JSON-lines file, and
-`ProgressReporter` shows a progress bar on a terminal and log lines otherwise.
+optimizer (grappler), as the run's resolved execution options say. `ScalarLogger` writes
+TensorBoard scalars plus a JSON-lines file, and `ProgressReporter` shows a progress bar on a
+terminal and log lines otherwise.
 
 Example:
 
@@ -67,11 +68,11 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
     `step_loop` (the run's resolved `ExecutionOptions.step_loop`) says where the steps loop:
     - "graph": in one `tf.function`, the step traced once inside a `tf.while_loop` (TPUs need it; no host
       round trip between steps). Every variable and slot the step touches becomes a loop variable;
-    - "host": one step per call of a `tf.function` holding the step alone, looped here. Small's step traces
-      in about two thirds of the time and instantiates faster (docs/performance.md, "The first step");
-      each step then ends with the host reading whether it was finite, which a CPU step waits for anyway.
+    - "host": one step per call of a `tf.function` holding the step alone, looped here: without the loop's
+      variables the step traces and instantiates faster (docs/performance.md, "The first step"); each
+      step then ends with the host reading whether it was finite, which a CPU step waits for anyway.
     Both run the same step function on the same iterator in the same order: the same steps, bit for bit
-    (`tests/test_loop.py`).
+    (`tests/test_training.py`, `tests/test_loop.py`).
     Only the graph loop goes through autograph: step functions use explicit TF control flow
     (`tf.cond`, `tf.while_loop`), and converting them, with every function they call, took
     about a quarter of the tracing time.
@@ -79,8 +80,8 @@ def make_step_driver(strategy, step_fn, output_names, stop_on_nonfinite=True, st
     `stop_requested`, a boolean `tf.Variable` (e.g. set by a SIGTERM handler while the loop
     runs in another thread), ends the loop after the step in progress. `graph_optimizer`
     ("on", "off": the run's resolved `ExecutionOptions.graph_optimizer`) says whether grappler
-    optimises the traced function. XLA is the step's business (`model.step.train_step`): the loop around it
-    holds the all-reduces and is never compiled whole.
+    optimises the traced function. XLA is the step's business (`model.step.train_step`): the loop around
+    it holds the all-reduces and is never compiled whole.
     `input_report` (e.g. `input_pipeline.SkipReport`) takes fields that are not the model's off
     each input element (`split`); they are summed over the call's steps into the outputs, from
     its `zeros()`.
