@@ -58,16 +58,19 @@ class Timer:
 def graph_parts(concrete) -> dict:
     """Node counts of the traced function (the step driver's loop, or its step alone) and the functions it
     calls, by part: the optimizer update's nodes carry its name scope (`electra_adam_w`, `electra_lamb`);
-    backward nodes carry the tape's `gradient_tape/` prefix."""
+    backward nodes carry the tape's `gradient_tape/` prefix. The traced function's placeholders are its
+    captured inputs (variables, slots, the iterator), counted apart: slots are named after the optimizer."""
     counts = collections.Counter()
     graph = concrete.graph.as_graph_def()
-    for node in list(graph.node) + [node for function in graph.library.function for node in function.node_def]:
+    inner = [node for function in graph.library.function for node in function.node_def]
+    for node in [node for node in graph.node if node.op != "Placeholder"] + inner:
         if "electra_adam_w" in node.name or "electra_lamb" in node.name:
             counts["optimizer update"] += 1
         elif node.name.startswith("gradient_tape/"):
             counts["backward"] += 1
         else:
             counts["forward, losses, metrics, loop"] += 1
+    counts["captured inputs"] = sum(node.op == "Placeholder" for node in graph.node)
     counts["outer graph"] = len(graph.node)
     return dict(counts)
 

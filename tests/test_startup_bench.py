@@ -48,15 +48,16 @@ def test_parser_of_a_log_without_grappler_lines_is_empty(startup_bench, tmp_path
 
 def test_graph_parts_classifies_nodes_by_name(startup_bench):
     class Node:
-        def __init__(self, name):
-            self.name = name
+        def __init__(self, name, op="MatMul"):
+            self.name, self.op = name, op
 
     class Function:
         def __init__(self, names):
             self.node_def = [Node(n) for n in names]
 
     class GraphDef:
-        node = [Node("outer_a"), Node("gradient_tape/outer_b")]  # the step alone: traced in the outer graph
+        # The step alone: traced in the outer graph, its captured slots placeholders named after the optimizer.
+        node = [Node("outer_a"), Node("gradient_tape/outer_b"), Node("electra_adam_w/m", "Placeholder")]
         library = type("Library", (), {"function": [
             Function(["while/electra_pretrainer/dense/MatMul", "gradient_tape/while/dense/MatMul",
                       "gradient_tape/while/dense/BiasAddGrad"]),
@@ -67,4 +68,5 @@ def test_graph_parts_classifies_nodes_by_name(startup_bench):
         graph = type("Graph", (), {"as_graph_def": staticmethod(lambda: GraphDef())})()
 
     assert startup_bench.graph_parts(Concrete()) == {
-        "forward, losses, metrics, loop": 2, "backward": 3, "optimizer update": 3, "outer graph": 2}
+        "forward, losses, metrics, loop": 2, "backward": 3, "optimizer update": 3, "captured inputs": 1,
+        "outer graph": 3}
