@@ -11,6 +11,7 @@ machine CPU seconds are the steadier measure.
     python -m bench.startup_bench --size=small --grappler_log   # per-pass grappler times
     python -m bench.startup_bench --size=small --grappler=off --rounds=0   # the CPU default's first step alone
     python -m bench.startup_bench --size=small --grappler=off --rounds=0 --step_loop=graph   # the steps in a while loop
+    python -m bench.startup_bench --size=small --grappler=off --rounds=0 --kernel_timeline   # the kernels' compilations
 
 Under `TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR` a second process finds the XLA kernels the first
 compiled: the difference of their first calls is the kernels' compile time.
@@ -75,18 +76,69 @@ def graph_parts(concrete) -> dict:
     return dict(counts)
 
 
-def first_step(config, batch, strategy, grappler: bool, precision: str, step_loop: str = "auto") -> tuple:
+class KernelTimeline:
+    """When each XLA:CPU kernel was queued for, started and ended compiling on `electra_tf.ops.precompile`'s
+    thread, in seconds from `start()` (the first step's trace). Wraps the worker's private `submit`: a
+    measurement only, for this bench."""
+
+    def __init__(self):
+        from electra_tf.ops import precompile
+
+        self.origin, self.jobs = None, []
+        self.submit = submit = precompile._Worker.submit
+
+        def timed_submit(worker, key, job):
+            queued = time.perf_counter()
+
+            def timed_job():
+                started = time.perf_counter()
+                try:
+                    job()
+                finally:
+                    self.jobs.append((queued, started, time.perf_counter()))
+
+            return submit(worker, key, timed_job)
+
+        precompile._Worker.submit = timed_submit
+
+    def start(self):
+        self.origin = time.perf_counter()
+
+    def close(self):
+        from electra_tf.ops import precompile
+
+        precompile._Worker.submit = self.submit
+
+    def summary(self, trace_s: float) -> dict:
+        from electra_tf.ops import precompile
+
+        precompile.wait(600)
+        jobs = sorted((q - self.origin, s - self.origin, e - self.origin) for q, s, e in self.jobs)
+        return {"kernels": len(jobs), "trace_ended_s": round(trace_s, 2),
+                "last_queued_s": round(max((q for q, _, _ in jobs), default=0.0), 2),
+                "compiling_s": round(sum(e - s for _, s, e in jobs), 2),
+                "last_compiled_s": round(max((e for _, _, e in jobs), default=0.0), 2),
+                "per_kernel_queued_started_ended_s": [[round(t, 2) for t in job] for job in jobs]}
+
+
+def first_step(config, batch, strategy, grappler: bool, precision: str, step_loop: str = "auto",
+               timeline: KernelTimeline | None = None) -> tuple:
     from bench.step_bench import ours
     execution = dataclasses.replace(ours.baseline_execution(strategy), graph_optimizer="on" if grappler else "off")
     if step_loop != "auto":
         execution = dataclasses.replace(execution, step_loop=step_loop)
     with Timer() as build:
         impl = ours.OursPretraining(config, batch, precision, strategy, execution)
+    if timeline:
+        timeline.start()
     with Timer() as trace:
         concrete = impl.fn.concrete_function(impl.iterator)
     with Timer() as first:
         impl.call(1)
     times = {"build": build.pair(), "trace": trace.pair(), "first_call": first.pair()}
+    if timeline:
+        times["kernel_compilation"] = timeline.summary(trace.wall)
+        timeline.close()
     return impl, times, concrete
 
 
@@ -129,6 +181,9 @@ def parse_args(argv):
     parser.add_argument("--step_loop", default="auto", choices=["auto", "graph", "host"],
                         help="where the driver loops the steps (auto: the default on this CPU, host); the trace is "
                              "the whole loop (graph) or the step alone (host)")
+    parser.add_argument("--kernel_timeline", action="store_true",
+                        help="also report when each XLA:CPU kernel was queued and compiled on the second thread "
+                             "(seconds from the trace's start, beside the trace's end); the first call does not wait for them")
     parser.add_argument("--grappler_log", action="store_true",
                         help="also report grappler's per-pass times (from TF's own log)")
     parser.add_argument("--json_out", default=None, help="write the numbers here as JSON")
@@ -155,12 +210,17 @@ def main(argv):
               "precision": args.precision, "step_loop": args.step_loop}
 
     impls = {}
+    timeline = KernelTimeline() if args.kernel_timeline else None
     for grappler in (True, False) if args.grappler == "both" else (False,):
-        impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision, args.step_loop)
+        impl, times, concrete = first_step(config, batch, strategy, grappler, args.precision, args.step_loop,
+                                           timeline if not impls else None)
         impls[grappler] = impl
         report[f"grappler_{'on' if grappler else 'off'}"] = times
         print(f"grappler {'on ' if grappler else 'off'}: " + ", ".join(
-            f"{k} {v['wall_s']} s wall / {v['cpu_s']} CPU-s" for k, v in times.items()), flush=True)
+            f"{k} {v['wall_s']} s wall / {v['cpu_s']} CPU-s" for k, v in times.items() if "wall_s" in v), flush=True)
+        if "kernel_compilation" in times:
+            print("XLA:CPU kernels:", {k: v for k, v in times["kernel_compilation"].items() if not k.startswith("per_")},
+                  flush=True)
     report["graph_nodes"] = graph_parts(concrete)
     print("traced function, nodes by part:", report["graph_nodes"], flush=True)
 

@@ -1,4 +1,5 @@
-"""bench/startup_bench.py: its grappler-log parser counts only the traced loop's first optimisation."""
+"""bench/startup_bench.py: its grappler-log parser counts only the traced loop's first optimisation; its node
+counts and kernel timeline."""
 
 import importlib.util
 import os
@@ -70,3 +71,29 @@ def test_graph_parts_classifies_nodes_by_name(startup_bench):
     assert startup_bench.graph_parts(Concrete()) == {
         "forward, losses, metrics, loop": 2, "backward": 3, "optimizer update": 3, "captured inputs": 1,
         "outer graph": 3}
+
+
+def test_kernel_timeline_times_each_compilation_queued_by_a_trace(startup_bench):
+    import tensorflow as tf
+
+    from electra_tf.ops import precompile
+
+    if not precompile.enabled():
+        pytest.skip("kernels are compiled ahead only where every device is a CPU")
+    double = precompile.jit(lambda x: 2.0 * x, autograph=False)
+
+    @tf.function(autograph=False)
+    def graph(x):
+        return double(x) + 1.0
+
+    timeline = startup_bench.KernelTimeline()
+    try:
+        timeline.start()
+        graph.get_concrete_function(tf.TensorSpec([7]))  # queues `double` on [7]
+        summary = timeline.summary(trace_s=0.5)
+    finally:
+        timeline.close()
+    assert precompile._Worker.submit is timeline.submit  # restored
+    (queued, started, ended), = summary["per_kernel_queued_started_ended_s"]
+    assert summary["kernels"] == 1 and 0 <= queued <= started <= ended == summary["last_compiled_s"]
+    assert summary["trace_ended_s"] == 0.5 and summary["compiling_s"] == pytest.approx(ended - started, abs=0.02)
