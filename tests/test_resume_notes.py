@@ -122,3 +122,12 @@ def test_fine_tuning_records_without_a_stream_or_sharding_keep_the_generic_warni
         (logging.WARNING, "--output_dir o resumes with 2 micro-batches (recorded: 1) with other "
                           "execution choices (gradient_accumulation_steps: 1 there vs 2 now): the random stream or "
                           "arithmetic now differs from the uninterrupted run's (exact only with the recorded choices)")]
+
+
+def test_steps_looped_elsewhere_are_the_same_steps_and_the_resume_says_nothing(tmp_path, caplog):
+    """--step_loop changes where a call's steps loop, not a bit of them (tests/test_training.py): no warning that the
+    arithmetic differs, where any other execution choice gets one."""
+    model_dir = stopped_run(tmp_path, step_loop="host")
+    assert resume_lines(model_dir, caplog, step_loop="graph") == []
+    [(level, line)] = resume_lines(model_dir, caplog, step_loop="host", adam_kernel="ops")
+    assert level == logging.WARNING and "adam_kernel: fused there vs ops now" in line and "step_loop" not in line

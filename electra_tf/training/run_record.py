@@ -9,7 +9,8 @@ and under `convert.api.RUN_OPTIONS_KEY`:
 - the data's identity (`DATA_KEY`: source, vocab file, vocab size; the manifest's sha256 for shards);
 - the execution choices that change the random streams or the arithmetic (`EXECUTION_KEY`: the resolved
   kernels, dropout masks, sampling, Adam kernel, XLA, graph optimizer, micro-batches, replicas, workers,
-  whether a tf.data service feeds the input, and the dropout stream `example_dropout.DROPOUT_STREAM`).
+  whether a tf.data service feeds the input, and the dropout stream `example_dropout.DROPOUT_STREAM`; also where
+  the steps loop, which changes neither and is not compared, `SAME_STEPS`).
 
 The counts live in the checkpoints, which a resume restores together: the optimizer's steps, the input
 iterator's position (the batches consumed; fp16's skipped steps read a batch each) and, under
@@ -76,6 +77,9 @@ EXECUTION_KEY = "execution"  # the execution choices (`execution_record`)
 # How a step's batch is split (`execution_record`'s fields): with the dropout stream keyed by the example and
 # `--input_sharding=batch` they change no random stream, so a resume may change them (`resume_note`).
 LAYOUT = ("replicas", "workers", "gradient_accumulation_steps")
+# Execution choices under which the steps are the same bit for bit (`tests/test_training.py`): a resume may change
+# them without a word.
+SAME_STEPS = ("step_loop",)
 # The execution choices written by runs before the record held them (only the micro-batches).
 LEGACY_EXECUTION_FILE = "execution.json"
 # The flag that sets a recorded value, named in a refusal (the other config fields: --hparams).
@@ -245,6 +249,7 @@ def resume_note(where: str, recorded: dict, execution: dict, input_sharding: str
       and another worker count), the random stream or arithmetic differs (any other choice, and the layout where
       the input sharding is unknown or a tf.data service feeds the input).
 
+    `SAME_STEPS` choices (where the steps loop) change no bit and are not compared.
     Micro-batches are compared only for the layout: `distribution.choose_micro_batches` keeps the recorded count
     and says so where it cannot."""
     def differs(name):
@@ -255,7 +260,7 @@ def resume_note(where: str, recorded: dict, execution: dict, input_sharding: str
     layout_changed = any(differs(name) for name in LAYOUT)
     file_order = input_sharding == "file" and differs("workers")
     keyed_input = input_sharding in ("batch", "file") and not execution.get("data_service")
-    others = [name for name in execution if name not in ("dropout_stream", *LAYOUT) and differs(name)]
+    others = [name for name in execution if name not in ("dropout_stream", *LAYOUT, *SAME_STEPS) and differs(name)]
     if layout_changed and not keyed_input and not file_order:  # nothing says the split changes no stream
         others += [name for name in LAYOUT if differs(name)]
     consequences = []
