@@ -51,8 +51,8 @@ def ours_timings(report: dict) -> tuple[float, float]:
 
 def time_once(checkout: Path, steps: int, out: Path, precision: str = "fp32",
               xla_cache_dir: str | None = None) -> tuple[float, float]:
-    subprocess.run(bench_command(steps, out, precision, xla_cache_dir), cwd=checkout, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(bench_command(steps, out, precision, xla_cache_dir), cwd=checkout, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return ours_timings(json.loads(out.read_text()))
 
 
