@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 
+from electra_tf.options import STEP_LOOPS
 from electra_tf.runtime import use_onednn_kernels
 
 
@@ -178,12 +179,13 @@ def parse_args(argv):
     parser.add_argument("--grappler", default="both", choices=["both", "off"],
                         help="first steps to time: grappler on then off (the A/B), or off only (the CPU default's "
                              "first step, with nothing compiled before it in the process)")
-    parser.add_argument("--step_loop", default="auto", choices=["auto", "graph", "host"],
+    parser.add_argument("--step_loop", default="auto", choices=STEP_LOOPS,
                         help="where the driver loops the steps (auto: the default on this CPU, host); the trace is "
                              "the whole loop (graph) or the step alone (host)")
     parser.add_argument("--kernel_timeline", action="store_true",
                         help="also report when each XLA:CPU kernel was queued and compiled on the second thread "
-                             "(seconds from the trace's start, beside the trace's end); the first call does not wait for them")
+                             "(seconds from the trace's start, beside the trace's end); the first call does not "
+                             "wait for them")
     parser.add_argument("--grappler_log", action="store_true",
                         help="also report grappler's per-pass times (from TF's own log)")
     parser.add_argument("--json_out", default=None, help="write the numbers here as JSON")
@@ -219,8 +221,8 @@ def main(argv):
         print(f"grappler {'on ' if grappler else 'off'}: " + ", ".join(
             f"{k} {v['wall_s']} s wall / {v['cpu_s']} CPU-s" for k, v in times.items() if "wall_s" in v), flush=True)
         if "kernel_compilation" in times:
-            print("XLA:CPU kernels:", {k: v for k, v in times["kernel_compilation"].items() if not k.startswith("per_")},
-                  flush=True)
+            compilation = times["kernel_compilation"]
+            print("XLA:CPU kernels:", {k: v for k, v in compilation.items() if not k.startswith("per_")}, flush=True)
     report["graph_nodes"] = graph_parts(concrete)
     print("traced function, nodes by part:", report["graph_nodes"], flush=True)
 

@@ -33,6 +33,9 @@ SAMPLING_METHODS = ("auto", "inverse_cdf", "gumbel")
 ADAM_KERNELS = ("auto", "fused", "ops")
 GRAPH_OPTIMIZERS = ("auto", "on", "off")
 STEP_LOOPS = ("auto", "graph", "host")
+# The execution options chosen from a list, with their choices: what `ExecutionOptions` checks and the flags offer.
+EXECUTION_CHOICES = (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS), ("sampling", SAMPLING_METHODS),
+                     ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS), ("step_loop", STEP_LOOPS))
 EXECUTION_HELP = {
     "kernels": "Encoder layers' element-wise chains and the MLM loss: xla_cpu = XLA-compiled kernels with "
                "hand-written backward passes between TF's matmuls (tuned on CPUs); reference = Keras "
@@ -95,9 +98,7 @@ class ExecutionOptions:
         steps = self.gradient_accumulation_steps
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"--gradient_accumulation_steps must be a positive integer, got {steps!r}")
-        for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS),
-                              ("sampling", SAMPLING_METHODS), ("adam_kernel", ADAM_KERNELS),
-                              ("graph_optimizer", GRAPH_OPTIMIZERS), ("step_loop", STEP_LOOPS)):
+        for name, choices in EXECUTION_CHOICES:
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {choices}, got {getattr(self, name)!r}")
 
@@ -157,9 +158,7 @@ class ExecutionOptions:
 
 def define_execution_flags(flags) -> None:
     """The execution options as absl flags (`flags`: the `absl.flags` module), for both scripts."""
-    for name, choices in (("kernels", KERNELS), ("dropout_masks", DROPOUT_MASKS), ("sampling", SAMPLING_METHODS),
-                          ("adam_kernel", ADAM_KERNELS), ("graph_optimizer", GRAPH_OPTIMIZERS),
-                          ("step_loop", STEP_LOOPS)):
+    for name, choices in EXECUTION_CHOICES:
         flags.DEFINE_enum(name, "auto", list(choices), EXECUTION_HELP[name])
     flags.DEFINE_bool("jit_compile", None, EXECUTION_HELP["jit_compile"])
     # The process's, not the run's: where compiled kernels persist changes no result (electra_tf.runtime).
