@@ -81,7 +81,9 @@ def read_sentences(path: str) -> list[str]:
 
 
 def cpu_name() -> str:
-    return f"{cpu_model()}, {os.cpu_count()} cores"
+    """The CPU and how many of its cores this process may run on (`taskset` narrows them)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_model()}, {cores} cores"
 
 
 # ---- prepare: the three models from one set of weights ------------------------------------------

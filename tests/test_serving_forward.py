@@ -6,7 +6,7 @@ import pytest
 
 from electra_tf.config import get_config
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.serving.forward import ServingEncoder
+from electra_tf.serving.forward import FEEDFORWARD_BLOCKS, ServingEncoder
 from electra_tf.serving.portable import copy_weights
 from test_serving_portable import XLA_CPU, classifier, functions, squad, tagger  # noqa: F401 (fixtures)
 
@@ -73,3 +73,53 @@ def test_every_export_computes_with_the_serving_encoder(fixture, request):
     ops = op_types(path)
     assert {"MatMul", "BatchMatMulV2", "Bitcast"} <= ops
     assert "Einsum" not in ops
+
+
+def test_feed_forward_column_blocks_compute_what_one_matmul_does():
+    """The served encoder's feed-forward in column blocks (the default, `FEEDFORWARD_BLOCKS`) and in one matmul per
+    kernel: each output is the same dot product, and the blocks' kernels are the weights' columns in order."""
+    _, served = encoders()
+    config = served.get_config()
+    assert config["feedforward_blocks"] == FEEDFORWARD_BLOCKS == served.blocks() == 2
+    one_matmul = ServingEncoder.from_config({**config, "feedforward_blocks": 1})
+    one_matmul.build()
+    copy_weights(served, one_matmul)
+    features = inputs()
+    np.testing.assert_allclose(served(features).numpy(), one_matmul(features).numpy(), atol=1e-6, rtol=0)
+    odd = ServingEncoder.from_config({**config, "feedforward_blocks": 3})  # divides neither kernel's columns
+    odd.build()
+    assert odd.blocks() == 1
+
+
+def products_of(nodes: dict, name: str, depth: int = 16) -> set:
+    """The `MatMul`s whose products the node `name` computes from through element-wise ops (no other matmul)."""
+    node = nodes.get(name.split(":")[0])
+    if node is None or depth == 0:
+        return set()
+    if node.op == "MatMul":
+        return {node.name}
+    return set().union(*(products_of(nodes, i, depth - 1) for i in node.input if not i.startswith("^")))
+
+
+def matmul_blocks(function) -> list[list[str]]:
+    """For each `ConcatV2` of `function` that joins matmuls' outputs (one matmul behind each part): the rows each of
+    those matmuls multiplies."""
+    nodes = {node.name: node for node in function.node_def}
+    blocks = []
+    for node in function.node_def:
+        if node.op == "ConcatV2":
+            parts = [products_of(nodes, name) for name in node.input[:-1]]
+            if all(len(matmuls) == 1 for matmuls in parts):
+                blocks.append([nodes[matmul].input[0] for matmuls in parts for matmul in matmuls])
+    return blocks
+
+
+@pytest.mark.parametrize("fixture", ["classifier", "tagger", "squad"])
+def test_every_export_computes_the_feed_forward_in_independent_column_blocks(fixture, request):
+    """In the layer loop of every export, each feed-forward matmul is two matmuls on the same rows (column blocks of
+    its kernel), neither taking the other's product: the executor can run them on two threads at once. Before, one
+    matmul read the whole kernel on one thread."""
+    path = [value for value in request.getfixturevalue(fixture) if isinstance(value, str)][0]
+    blocks = [rows for function in functions(path) for rows in matmul_blocks(function)]
+    assert len(blocks) >= 2  # the intermediate and the output kernel, in the loop's body or the last layer
+    assert all(len(rows) == FEEDFORWARD_BLOCKS and len(set(rows)) == 1 for rows in blocks), blocks

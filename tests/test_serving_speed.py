@@ -276,9 +276,15 @@ def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable():
         np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
     groups = flat._model.encoder.weight_stacks()  # noqa: SLF001
     assert len(stacks) == len(groups) == 16
+    assert sorted(group.column_blocks for group in groups) == [1] * 14 + [2, 2]  # the feed-forward kernels
     for group in groups:
-        stack = stacks[tuple(id(v) for v in group)]
-        np.testing.assert_array_equal(stack.numpy(), np.stack([v.numpy() for v in group]))
+        stack = stacks[group.key]
+        values = np.stack([v.numpy() for v in group.variables])
+        if group.column_blocks == 2:  # [layers, blocks, inputs, outputs / 2]: block j, columns j·outputs/2 on
+            columns = values.shape[-1] // 2
+            np.testing.assert_array_equal(stack[:, 1].numpy(), values[:, :, columns:])
+            values = np.stack([values[:, :, :columns], values[:, :, columns:]], axis=1)
+        np.testing.assert_array_equal(stack.numpy(), values)
         np.testing.assert_array_equal(compact.stacked_weights(group).numpy(), stack.numpy())  # outside: a copy
 
 

@@ -9,8 +9,9 @@ Python. `FlatWeights` stores the model's weights in one `[rows, 16]` float32 var
 (`keras.Model.stateless_call`): the signature splits the variable along rows (`SplitV` on the first dimension)
 and reshapes each part, which copies nothing but a padded part. What it saves at load, and that a request costs
 no more, is in `bench/results/inference-batch1-breakdown.json`. The weights of one kind across an encoder's layers
-(`stacks`) lie side by side, so that the serving encoder's layer loop reads them as one `[layers, ...]` tensor
-(`stacked_weights`), also without a copy.
+(`Stack`s) lie side by side, so that the serving encoder's layer loop reads them as one `[layers, ...]` tensor
+(`stacked_weights`), also without a copy; a stack's 2-D weights can be stored as column blocks, each contiguous
+(`Stack.column_blocks`), so that a matmul on one block reads that block only.
 
 The model's non-trainable variables (the dropout layers' int64 seed-generator states, unused at inference) are
 passed as constants. TF Serving's TF1 session loader restores the one variable like any other
@@ -49,6 +50,7 @@ release moves them, the export falls back to the traced graph with a warning, an
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -62,13 +64,47 @@ PRUNING_PASSES = ("pruning", "constfold", "common_subgraph_elimination", "depend
                   "function", "debug_stripper")
 
 
+class Stack(NamedTuple):
+    """Weights of one shape (an encoder's layers' query kernels, ...) stored side by side: `stacked_weights(stack)`
+    is one `[len(variables), ...]` tensor of them.
+
+    `column_blocks=b` > 1: each 2-D `[inputs, outputs]` weight is held as `[b, inputs, outputs / b]`, block j its
+    columns j·outputs/b to (j + 1)·outputs/b, each block contiguous, so that the stack is
+    `[len(variables), b, inputs, outputs / b]`: `x @ w` is the blocks' products `x @ block` side by side, and each
+    such matmul reads its block only (`serving.forward`'s feed-forward)."""
+    variables: tuple
+    column_blocks: int = 1
+
+    @property
+    def key(self) -> tuple:
+        return tuple(map(id, self.variables))
+
+    def stored_shape(self, shape) -> tuple:
+        """The shape a member of `shape` is held in."""
+        if self.column_blocks == 1:
+            return tuple(shape)
+        return (self.column_blocks, shape[0], shape[1] // self.column_blocks)
+
+    def blocked(self, value):
+        """A member's value as this stack holds it."""
+        if self.column_blocks == 1:
+            return value
+        _, inputs, columns = self.stored_shape(value.shape)
+        return tf.transpose(tf.reshape(value, (inputs, self.column_blocks, columns)), [1, 0, 2])
+
+    def unblocked(self, data, shape):
+        """A member of `shape` from `data`, a tensor of it as this stack holds it."""
+        if self.column_blocks == 1:
+            return tf.reshape(data, shape)
+        return tf.reshape(tf.transpose(tf.reshape(data, self.stored_shape(shape)), [1, 0, 2]), shape)
+
+
 class FlatWeights(tf.Module):
     """`model` (a built Keras model of float32 weights) called on its weights read from one variable:
     `flat(features, training=False)` computes `model(features, training=False)`.
 
-    `stacks`: groups of the model's weights of one shape each (an encoder's layers' query kernels, ...) to store
-    side by side; while the model runs, `stacked_weights(group)` is that group as one `[len(group), ...]` tensor
-    read from the variable, which copies nothing."""
+    `stacks`: `Stack`s of the model's weights to store side by side; while the model runs, `stacked_weights(stack)`
+    is that stack as one tensor read from the variable, which copies nothing."""
 
     def __init__(self, model, stacks=()):
         super().__init__()
@@ -78,14 +114,15 @@ class FlatWeights(tf.Module):
         self.head = getattr(model, "head", None)  # what a server reads of the model's configuration (SQuAD's beam)
         variables = list(model.trainable_variables)
         position = {id(v): i for i, v in enumerate(variables)}
-        # {the ids of a stack's variables (`stacked_weights`' key): their positions in `variables`}
-        self._stacks = {tuple(map(id, group)): [position[id(v)] for v in group] for group in stacks
-                        if _stackable(group)}
-        stacked = {i for group in self._stacks.values() for i in group}
-        self._singles = [i for i in range(len(variables)) if i not in stacked]
+        # {a stack's key (`stacked_weights`'): (the stack, its members' positions in `variables`)}
+        self._stacks = {stack.key: (stack, [position[id(v)] for v in stack.variables]) for stack in stacks
+                        if _stackable(stack)}
+        layouts = {i: stack for stack, group in self._stacks.values() for i in group}
+        self._singles = [i for i in range(len(variables)) if i not in layouts]
         # Storage order: the weights no stack holds, then each stack's members in order.
-        order = self._singles + [i for group in self._stacks.values() for i in group]
-        arrays = [np.asarray(v.numpy(), np.float32).reshape(-1) for v in variables]
+        order = self._singles + [i for _, group in self._stacks.values() for i in group]
+        arrays = [np.ascontiguousarray(layouts[i].blocked(v.numpy()) if i in layouts else v.numpy(),
+                                       np.float32).reshape(-1) for i, v in enumerate(variables)]
         self._shapes = [tuple(v.shape) for v in variables]
         self._rows = [-(-a.size // ROW) for a in arrays]
         padded = [np.pad(arrays[i], (0, self._rows[i] * ROW - arrays[i].size)) for i in order]
@@ -100,7 +137,7 @@ class FlatWeights(tf.Module):
         """The model's trainable weights read from the variable: (each, in `model.trainable_variables`' order;
         {the ids of a stack's variables: the stack as one tensor})."""
         sizes = [self._rows[i] for i in self._singles] + [len(group) * self._rows[group[0]]
-                                                           for group in self._stacks.values()]
+                                                           for _, group in self._stacks.values()]
         parts = tf.split(self.weights, sizes, axis=0)
         values = [None] * len(self._shapes)
         for i, part in zip(self._singles, parts):
@@ -109,10 +146,10 @@ class FlatWeights(tf.Module):
                 part = tf.reshape(part, [-1])[:size]
             values[i] = tf.reshape(part, self._shapes[i])
         stacks = {}
-        for (key, group), part in zip(self._stacks.items(), parts[len(self._singles):]):
-            stacks[key] = tf.reshape(part, (len(group),) + self._shapes[group[0]])
+        for (key, (stack, group)), part in zip(self._stacks.items(), parts[len(self._singles):]):
+            stacks[key] = tf.reshape(part, (len(group),) + stack.stored_shape(self._shapes[group[0]]))
             for i, member in zip(group, tf.split(part, len(group), axis=0)):
-                values[i] = tf.reshape(member, self._shapes[i])
+                values[i] = stack.unblocked(member, self._shapes[i])  # (unused by the serving encoder: pruned)
         return values, stacks
 
     def __call__(self, features, training=False):
@@ -128,10 +165,14 @@ class FlatWeights(tf.Module):
         return outputs
 
 
-def _stackable(group) -> bool:
-    """Whether `group`'s weights can be stored as one stack: one shape, each in whole rows (no padding between)."""
-    shapes = {tuple(v.shape) for v in group}
-    return len(shapes) == 1 and int(np.prod(group[0].shape)) % ROW == 0
+def _stackable(stack: Stack) -> bool:
+    """Whether `stack`'s weights can be stored as one: one shape, each in whole rows (no padding between); with
+    column blocks, 2-D and as many columns in each block."""
+    shapes = {tuple(v.shape) for v in stack.variables}
+    shape = next(iter(shapes))
+    blocks = stack.column_blocks
+    return (len(shapes) == 1 and int(np.prod(shape)) % ROW == 0
+            and (blocks == 1 or (len(shape) == 2 and shape[1] % blocks == 0)))
 
 
 class _Stacks(threading.local):
@@ -141,11 +182,13 @@ class _Stacks(threading.local):
 _STACKS = _Stacks()
 
 
-def stacked_weights(variables):
-    """`variables` (one shape) as one `[len(variables), ...]` tensor: the stack a running `FlatWeights` holds them
-    in (no copy), else their values stacked."""
-    stack = (_STACKS.current or {}).get(tuple(id(v) for v in variables))
-    return stack if stack is not None else tf.stack([tf.convert_to_tensor(v) for v in variables])
+def stacked_weights(stack: Stack):
+    """`stack` as one tensor (`Stack`'s layout): the one a running `FlatWeights` holds (no copy), else its
+    variables' values stacked."""
+    stored = (_STACKS.current or {}).get(stack.key)
+    if stored is not None:
+        return stored
+    return tf.stack([stack.blocked(tf.convert_to_tensor(v)) for v in stack.variables])
 
 
 # The session options the call into the pruned graph carries: grappler's meta-optimizer off (its passes ran at

@@ -18,7 +18,14 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
   calling thread instead of handing it to the intra-op threads (`attention`; the two kernel sets timed against each
   other in `bench/results/inference-attention-crossover.json`);
 * the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
-  `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm.
+  `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm;
+* each of the feed-forward's two dense layers as `FEEDFORWARD_BLOCKS` dense layers on column blocks of its kernel
+  and bias, their outputs side by side (`ConcatV2`; `feed_forward`). TensorFlow's CPU matmul
+  (oneDNN's sgemm) runs a product of a few rows on one thread, and its time then goes mostly to reading the kernel,
+  whatever the rows: on a block it reads that block only, and the executor runs the blocks' matmuls on two
+  threads at once. Each output is the same dot product as before, so the outputs are unchanged. The feed-forward
+  holds two thirds of a layer's weights; blocking query, key, value and the output projection too, or in four
+  blocks, was slower (the measurements are in `bench/results/inference-batch1-feedforward-blocks.json`).
 
 The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: each kind of weight is one
 `[layers, ...]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a copy),
@@ -42,7 +49,7 @@ import keras
 import tensorflow as tf
 
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.serving.compact import stacked_weights
+from electra_tf.serving.compact import Stack, stacked_weights
 
 # What Keras' masked softmax (`_apply_masks`) puts at a masked score: −0.7 × float32's largest value.
 MASKED_SCORE = -0.7 * float(tf.float32.max)
@@ -52,6 +59,9 @@ MASKED_SCORE = -0.7 * float(tf.float32.max)
 # (`bench.inference_bench_breakdown --parts attention`).
 FEW_TOKENS = 80
 ATTENTION_KERNELS = "attention_kernels"  # the name of the `tf.cond` that chooses
+# Column blocks of each feed-forward kernel (`feed_forward`): two, the cores of the smallest machine that serves.
+FEEDFORWARD_BLOCKS = 2
+FEEDFORWARD_KERNELS = ("intermediate_kernel", "ffn_kernel")  # the `LayerWeights` held in those blocks
 
 
 def transpose_bits(x, perm):
@@ -67,14 +77,16 @@ def transpose_bits(x, perm):
 
 class ServingEncoder(ElectraEncoder):
     """`ElectraEncoder` with the inference forward of this module (see the module docstring). `few_tokens`: up to
-    how many tokens in a batch attention runs on `few_tokens_attention`'s kernels (0: never, and no `tf.cond`)."""
+    how many tokens in a batch attention runs on `few_tokens_attention`'s kernels (0: never, and no `tf.cond`);
+    `feedforward_blocks`: the column blocks of each feed-forward kernel (1: one matmul each)."""
 
-    def __init__(self, *args, few_tokens: int = FEW_TOKENS, **kwargs):
+    def __init__(self, *args, few_tokens: int = FEW_TOKENS, feedforward_blocks: int = FEEDFORWARD_BLOCKS, **kwargs):
         super().__init__(*args, **kwargs)
         self.few_tokens = few_tokens
+        self.feedforward_blocks = feedforward_blocks
 
     def get_config(self):
-        return {**super().get_config(), "few_tokens": self.few_tokens}
+        return {**super().get_config(), "few_tokens": self.few_tokens, "feedforward_blocks": self.feedforward_blocks}
 
     def call(self, inputs, training=None, output_length=None, attention_mask=None):
         if training or attention_mask is not None:
@@ -87,7 +99,7 @@ class ServingEncoder(ElectraEncoder):
                          self.embeddings_projection.activation)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
-        form = LayerForm(batch, length, layers[0], self.few_tokens)  # every layer's the same
+        form = LayerForm(batch, length, layers[0], self.few_tokens, self.blocks())  # every layer's the same
         stacks = LayerWeights(*map(stacked_weights, self.weight_stacks()))
         looped = len(layers) - (output_length is not None)  # the last layer computes n queries only
         if looped:
@@ -97,8 +109,17 @@ class ServingEncoder(ElectraEncoder):
         return tf.reshape(rows, [batch, -1, self.hidden_size])
 
     def weight_stacks(self) -> list:
-        """Each kind of layer weight, all layers' variables of it in order (what `stacked_weights` stacks)."""
-        return [list(kind) for kind in zip(*map(LayerWeights.of, self.transformer_layers))]
+        """Each kind of layer weight, all layers' variables of it in order (a `Stack`: what `stacked_weights`
+        stacks), the feed-forward kernels in `blocks()` column blocks."""
+        kinds = zip(LayerWeights._fields, zip(*map(LayerWeights.of, self.transformer_layers)))
+        return [Stack(kind, self.blocks() if name in FEEDFORWARD_KERNELS else 1) for name, kind in kinds]
+
+    def blocks(self) -> int:
+        """The feed-forward kernels' column blocks: `feedforward_blocks` where it divides both kernels' columns,
+        else 1."""
+        parts = self.transformer_layers[0].sublayers()
+        columns = (parts["intermediate"].kernel.shape[-1], parts["output"].kernel.shape[-1])
+        return self.feedforward_blocks if all(c % self.feedforward_blocks == 0 for c in columns) else 1
 
 
 def loop_layers(stacks, count: int, rows, form, mask_bias):
@@ -173,7 +194,7 @@ class LayerForm:
     """What every layer shares: its activations and LayerNorm epsilons, and the shape and permutation tensors it
     reuses, made once per trace (a traced graph holds one node for each instead of one per use)."""
 
-    def __init__(self, batch, length, layer, few_tokens: int):
+    def __init__(self, batch, length, layer, few_tokens: int, feedforward_blocks: int):
         parts = layer.sublayers()
         attention = parts["attention"]
         heads, size = attention.num_heads, attention.key_dim
@@ -190,6 +211,7 @@ class LayerForm:
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
         self.scale = tf.constant(1.0 / math.sqrt(size))
         self.batch = batch
+        self.feedforward_blocks = feedforward_blocks
         self.has_few_tokens = batch * length <= few_tokens if few_tokens else None  # None: no choice
 
 
@@ -214,9 +236,21 @@ def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, q
     context = tf.reshape(transpose_bits(context, form.swap), form.rows)
     attended = dense(context, tf.reshape(weights.output_kernel, form.output_kernel), weights.output_bias)
     hidden_rows = layer_norm(attended + queries, weights.attention_gamma, weights.attention_beta, form.epsilons[0])
-    intermediate = dense(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias, form.activations[0])
-    feedforward = dense(intermediate, weights.ffn_kernel, weights.ffn_bias, form.activations[1])
-    return layer_norm(feedforward + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
+    intermediate = feed_forward(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias,
+                                form.activations[0], form.feedforward_blocks)
+    output = feed_forward(intermediate, weights.ffn_kernel, weights.ffn_bias, form.activations[1],
+                          form.feedforward_blocks)
+    return layer_norm(output + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
+
+
+def feed_forward(rows, kernel, bias, activation, blocks: int):
+    """`dense(rows, kernel, bias, activation)` for a feed-forward kernel in `blocks` column blocks
+    (`[blocks, inputs, outputs / blocks]`, `compact.Stack`): each block's matmul, bias and activation, independent
+    of the others' (so the activation, exact GELU's `erf`, runs on both threads too), side by side."""
+    if blocks == 1:
+        return dense(rows, kernel, bias, activation)
+    biases = tf.reshape(bias, [blocks, -1])
+    return tf.concat([dense(rows, kernel[j], biases[j], activation) for j in range(blocks)], axis=1)
 
 
 def attention(q, k, v, mask_bias, form):
