@@ -24,8 +24,8 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
   (oneDNN's sgemm) runs a product of a few rows on one thread, and its time then goes mostly to reading the kernel,
   whatever the rows: on a block it reads that block only, and the executor runs the blocks' matmuls on two
   threads at once. Each output is the same dot product as before, so the outputs are unchanged. The feed-forward
-  holds two thirds of a layer's weights; blocking query, key, value and the output projection too, or in four
-  blocks, was slower (the measurements are in `bench/results/inference-batch1-feedforward-blocks.json`).
+  holds two thirds of a layer's weights. What the blocks change, on two cores and on one:
+  `bench/results/inference-batch1-feedforward-blocks.json` and `…-1core.json`.
 
 The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: each kind of weight is one
 `[layers, ...]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a copy),
