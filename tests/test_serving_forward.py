@@ -6,7 +6,7 @@ import pytest
 
 from electra_tf.config import get_config
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.serving.forward import FEEDFORWARD_BLOCKS, ServingEncoder
+from electra_tf.serving.forward import COLUMN_BLOCKS, ServingEncoder
 from electra_tf.serving.portable import copy_weights
 from test_serving_portable import XLA_CPU, classifier, functions, squad, tagger  # noqa: F401 (fixtures)
 
@@ -75,20 +75,25 @@ def test_every_export_computes_with_the_serving_encoder(fixture, request):
     assert "Einsum" not in ops
 
 
-def test_feed_forward_column_blocks_compute_what_one_matmul_does():
-    """The served encoder's feed-forward in column blocks (the default, `FEEDFORWARD_BLOCKS`) and in one matmul per
-    kernel: each output is the same dot product, and the blocks' kernels are the weights' columns in order."""
+def test_column_blocks_compute_what_one_matmul_does():
+    """The served encoder's dense layers in column blocks (the default, `COLUMN_BLOCKS`; attention per group of
+    heads) and in one matmul each: each output is the same dot product, and the blocks' kernels are the weights'
+    columns in order."""
     _, served = encoders()
     config = served.get_config()
-    assert config["feedforward_blocks"] == FEEDFORWARD_BLOCKS == served.blocks() == 2
-    one_matmul = ServingEncoder.from_config({**config, "feedforward_blocks": 1})
+    assert config["column_blocks"] == COLUMN_BLOCKS == served.blocks() == 2
+    one_matmul = ServingEncoder.from_config({**config, "column_blocks": 1})
     one_matmul.build()
     copy_weights(served, one_matmul)
     features = inputs()
-    np.testing.assert_allclose(served(features).numpy(), one_matmul(features).numpy(), atol=1e-6, rtol=0)
-    odd = ServingEncoder.from_config({**config, "feedforward_blocks": 3})  # divides neither kernel's columns
+    for output_length in (None, 1):
+        np.testing.assert_allclose(served(features, output_length=output_length).numpy(),
+                                   one_matmul(features, output_length=output_length).numpy(), atol=1e-6, rtol=0)
+    odd = ServingEncoder.from_config({**config, "column_blocks": 3})  # divides neither the heads nor the columns
     odd.build()
     assert odd.blocks() == 1
+    with pytest.raises(ValueError, match="column_blocks=0, expected 1 or more"):
+        ServingEncoder.from_config({**config, "column_blocks": 0})
 
 
 def products_of(nodes: dict, name: str, depth: int = 16) -> set:
@@ -99,6 +104,15 @@ def products_of(nodes: dict, name: str, depth: int = 16) -> set:
     if node.op == "MatMul":
         return {node.name}
     return set().union(*(products_of(nodes, i, depth - 1) for i in node.input if not i.startswith("^")))
+
+
+def shared_rows(function) -> list[list[str]]:
+    """`function`'s `MatMul`s grouped by the rows they multiply (their first input)."""
+    groups = {}
+    for node in function.node_def:
+        if node.op == "MatMul":
+            groups.setdefault(node.input[0], []).append(node.name)
+    return list(groups.values())
 
 
 def matmul_blocks(function) -> list[list[str]]:
@@ -115,11 +129,14 @@ def matmul_blocks(function) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("fixture", ["classifier", "tagger", "squad"])
-def test_every_export_computes_the_feed_forward_in_independent_column_blocks(fixture, request):
-    """In the layer loop of every export, each feed-forward matmul is two matmuls on the same rows (column blocks of
-    its kernel), neither taking the other's product: the executor can run them on two threads at once. Before, one
-    matmul read the whole kernel on one thread."""
+def test_every_export_computes_its_dense_layers_in_independent_column_blocks(fixture, request):
+    """In every export, the output projection and each feed-forward matmul are two matmuls on the same rows (column
+    blocks of the kernel), neither taking the other's product, and query, key and value two each (a group of heads
+    each): the executor can run them on two threads at once. Before, one matmul read each whole kernel on one
+    thread."""
     path = [value for value in request.getfixturevalue(fixture) if isinstance(value, str)][0]
     blocks = [rows for function in functions(path) for rows in matmul_blocks(function)]
-    assert len(blocks) >= 2  # the intermediate and the output kernel, in the loop's body or the last layer
-    assert all(len(rows) == FEEDFORWARD_BLOCKS and len(set(rows)) == 1 for rows in blocks), blocks
+    assert len(blocks) >= 3  # the output, intermediate and feed-forward output kernels, in the loop's body or after
+    assert all(len(rows) == COLUMN_BLOCKS and len(set(rows)) == 1 for rows in blocks), blocks
+    keys_and_values = [rows for function in functions(path) for rows in shared_rows(function) if len(rows) >= 4]
+    assert keys_and_values  # a layer's keys and values: two matmuls each on its rows (with the queries, six)

@@ -276,11 +276,13 @@ def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable():
         np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
     groups = flat._model.encoder.weight_stacks()  # noqa: SLF001
     assert len(stacks) == len(groups) == 16
-    assert sorted(group.column_blocks for group in groups) == [1] * 14 + [2, 2]  # the feed-forward kernels
+    assert sorted(group.column_blocks for group in groups) == [1] * 10 + [2] * 6  # the kernels
     for group in groups:
         stack = stacks[group.key]
         values = np.stack([v.numpy() for v in group.variables])
         if group.column_blocks == 2:  # [layers, blocks, inputs, outputs / 2]: block j, columns j·outputs/2 on
+            shape = values.shape
+            values = values.reshape(len(values), int(np.prod(shape[1:1 + group.input_axes])), -1)
             columns = values.shape[-1] // 2
             np.testing.assert_array_equal(stack[:, 1].numpy(), values[:, :, columns:])
             values = np.stack([values[:, :, :columns], values[:, :, columns:]], axis=1)
@@ -352,7 +354,9 @@ def test_exports_hold_no_conditional_but_the_attention_kernels(classifier, tagge
     for export in (classifier, tagger):
         path = [value for value in export if isinstance(value, str)][0]
         names = [node.name for _, node in conditionals(path)]
-        assert names and all(name.split("/")[-1] == ATTENTION_KERNELS for name in names), (path, names[:3])
+        # (grappler's function inlining may suffix the name: "…/attention_kernels_tfg_inlined_…")
+        assert names and all(any(part.startswith(ATTENTION_KERNELS) for part in name.split("/")) for name in names), \
+            (path, names[:3])
     assert conditionals([value for value in squad if isinstance(value, str)][0]) == []
 
 

@@ -10,7 +10,7 @@ Python. `FlatWeights` stores the model's weights in one `[rows, 16]` float32 var
 and reshapes each part, which copies nothing but a padded part. What it saves at load, and that a request costs
 no more, is in `bench/results/inference-batch1-breakdown.json`. The weights of one kind across an encoder's layers
 (`Stack`s) lie side by side, so that the serving encoder's layer loop reads them as one `[layers, ...]` tensor
-(`stacked_weights`), also without a copy; a stack's 2-D weights can be stored as column blocks, each contiguous
+(`stacked_weights`), also without a copy; a stack's kernels can be stored as column blocks, each contiguous
 (`Stack.column_blocks`), so that a matmul on one block reads that block only.
 
 The model's non-trainable variables (the dropout layers' int64 seed-generator states, unused at inference) are
@@ -68,12 +68,15 @@ class Stack(NamedTuple):
     """Weights of one shape (an encoder's layers' query kernels, ...) stored side by side: `stacked_weights(stack)`
     is one `[len(variables), ...]` tensor of them.
 
-    `column_blocks=b` > 1: each 2-D `[inputs, outputs]` weight is held as `[b, inputs, outputs / b]`, block j its
-    columns j·outputs/b to (j + 1)·outputs/b, each block contiguous, so that the stack is
-    `[len(variables), b, inputs, outputs / b]`: `x @ w` is the blocks' products `x @ block` side by side, and each
-    such matmul reads its block only (`serving.forward`'s feed-forward)."""
+    `column_blocks=b` > 1: each weight, read as the 2-D kernel `[inputs, outputs]` of a matmul (its first
+    `input_axes` axes the inputs, the others the outputs: an `EinsumDense` kernel `[hidden, heads, size]` has one,
+    `[heads, size, hidden]` two), is held as `[b, inputs, outputs / b]`, block j its columns j·outputs/b to
+    (j + 1)·outputs/b, each block contiguous, so that the stack is `[len(variables), b, inputs, outputs / b]`:
+    `x @ w` is the blocks' products `x @ block` side by side, and each such matmul reads its block only
+    (`serving.forward`'s projections)."""
     variables: tuple
     column_blocks: int = 1
+    input_axes: int = 1
 
     @property
     def key(self) -> tuple:
@@ -83,7 +86,8 @@ class Stack(NamedTuple):
         """The shape a member of `shape` is held in."""
         if self.column_blocks == 1:
             return tuple(shape)
-        return (self.column_blocks, shape[0], shape[1] // self.column_blocks)
+        inputs, outputs = int(np.prod(shape[:self.input_axes])), int(np.prod(shape[self.input_axes:]))
+        return (self.column_blocks, inputs, outputs // self.column_blocks)
 
     def blocked(self, value):
         """A member's value as this stack holds it."""
@@ -167,12 +171,11 @@ class FlatWeights(tf.Module):
 
 def _stackable(stack: Stack) -> bool:
     """Whether `stack`'s weights can be stored as one: one shape, each in whole rows (no padding between); with
-    column blocks, 2-D and as many columns in each block."""
+    column blocks, as many columns in each block."""
     shapes = {tuple(v.shape) for v in stack.variables}
     shape = next(iter(shapes))
-    blocks = stack.column_blocks
     return (len(shapes) == 1 and int(np.prod(shape)) % ROW == 0
-            and (blocks == 1 or (len(shape) == 2 and shape[1] % blocks == 0)))
+            and int(np.prod(shape[stack.input_axes:])) % stack.column_blocks == 0)
 
 
 class _Stacks(threading.local):

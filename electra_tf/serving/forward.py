@@ -11,7 +11,8 @@ times the ops this forward runs for the same function. The per-request effect is
 it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` rows:
 
 * query, key and value as `MatMul` + `BiasAdd` (the projection kernels `[hidden, heads, size]` read as
-  `[hidden, heads · size]`), split into heads by one reshape and transpose each;
+  `[hidden, heads · size]`), split into heads by one reshape and transpose each; with `COLUMN_BLOCKS` (below),
+  per group of heads;
 * scores as one batch matmul, scaled by 1/√size, plus the padding mask as an additive bias of
   −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one batch matmul; on a
   batch of at most `FEW_TOKENS` tokens in ops oneDNN leaves to TensorFlow's kernels, which run small work on the
@@ -19,13 +20,15 @@ it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` r
   other in `bench/results/inference-attention-crossover.json`);
 * the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
   `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm;
-* each of the feed-forward's two dense layers as `FEEDFORWARD_BLOCKS` dense layers on column blocks of its kernel
-  and bias, their outputs side by side (`ConcatV2`; `feed_forward`). TensorFlow's CPU matmul
-  (oneDNN's sgemm) runs a product of a few rows on one thread, and its time then goes mostly to reading the kernel,
-  whatever the rows: on a block it reads that block only, and the executor runs the blocks' matmuls on two
-  threads at once. Each output is the same dot product as before, so the outputs are unchanged. The feed-forward
-  holds two thirds of a layer's weights. What the blocks change, on two cores and on one:
-  `bench/results/inference-batch1-feedforward-blocks.json` and `…-1core.json`.
+* each dense layer (query, key, value, output, the feed-forward's two) as `COLUMN_BLOCKS` dense layers on column
+  blocks of its kernel and bias (`compact.Stack.column_blocks`; `blocked_dense`): query, key and value to context
+  per group of `heads / COLUMN_BLOCKS` heads, the groups' contexts side by side (`ConcatV2`), and the output
+  projection's and feed-forward's blocks' outputs side by side. TensorFlow's CPU matmul (oneDNN's sgemm) runs a product of a few rows on one thread, and its time then goes
+  mostly to reading the kernel, whatever the rows: on a block it reads that block only, and the executor runs the
+  blocks, which take none of each other's outputs, on two threads at once. Each output is the same dot product as
+  before, so the outputs are unchanged. What the blocks change, on two cores and on one:
+  `bench/results/inference-batch1-feedforward-blocks.json` (the feed-forward's alone) and
+  `bench/results/inference-batch1-column-blocks.json`.
 
 The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: each kind of weight is one
 `[layers, ...]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a copy),
@@ -59,9 +62,11 @@ MASKED_SCORE = -0.7 * float(tf.float32.max)
 # (`bench.inference_bench_breakdown --parts attention`).
 FEW_TOKENS = 80
 ATTENTION_KERNELS = "attention_kernels"  # the name of the `tf.cond` that chooses
-# Column blocks of each feed-forward kernel (`feed_forward`): two, the cores of the smallest machine that serves.
-FEEDFORWARD_BLOCKS = 2
-FEEDFORWARD_KERNELS = ("intermediate_kernel", "ffn_kernel")  # the `LayerWeights` held in those blocks
+# Column blocks of each dense layer's kernel (`blocked_dense`): two, the cores of the smallest machine that serves.
+COLUMN_BLOCKS = 2
+# The `LayerWeights` kernels held in those blocks: how many of their leading axes are the matmul's inputs.
+BLOCKED_KERNELS = {"query_kernel": 1, "key_kernel": 1, "value_kernel": 1, "output_kernel": 2,
+                   "intermediate_kernel": 1, "ffn_kernel": 1}
 
 
 def transpose_bits(x, perm):
@@ -78,15 +83,17 @@ def transpose_bits(x, perm):
 class ServingEncoder(ElectraEncoder):
     """`ElectraEncoder` with the inference forward of this module (see the module docstring). `few_tokens`: up to
     how many tokens in a batch attention runs on `few_tokens_attention`'s kernels (0: never, and no `tf.cond`);
-    `feedforward_blocks`: the column blocks of each feed-forward kernel (1: one matmul each)."""
+    `column_blocks`: the column blocks of each dense layer's kernel (1: one matmul each)."""
 
-    def __init__(self, *args, few_tokens: int = FEW_TOKENS, feedforward_blocks: int = FEEDFORWARD_BLOCKS, **kwargs):
+    def __init__(self, *args, few_tokens: int = FEW_TOKENS, column_blocks: int = COLUMN_BLOCKS, **kwargs):
         super().__init__(*args, **kwargs)
+        if column_blocks < 1:
+            raise ValueError(f"ServingEncoder: column_blocks={column_blocks}, expected 1 or more")
         self.few_tokens = few_tokens
-        self.feedforward_blocks = feedforward_blocks
+        self.column_blocks = column_blocks
 
     def get_config(self):
-        return {**super().get_config(), "few_tokens": self.few_tokens, "feedforward_blocks": self.feedforward_blocks}
+        return {**super().get_config(), "few_tokens": self.few_tokens, "column_blocks": self.column_blocks}
 
     def call(self, inputs, training=None, output_length=None, attention_mask=None):
         if training or attention_mask is not None:
@@ -110,16 +117,17 @@ class ServingEncoder(ElectraEncoder):
 
     def weight_stacks(self) -> list:
         """Each kind of layer weight, all layers' variables of it in order (a `Stack`: what `stacked_weights`
-        stacks), the feed-forward kernels in `blocks()` column blocks."""
+        stacks), the kernels in `blocks()` column blocks."""
         kinds = zip(LayerWeights._fields, zip(*map(LayerWeights.of, self.transformer_layers)))
-        return [Stack(kind, self.blocks() if name in FEEDFORWARD_KERNELS else 1) for name, kind in kinds]
+        return [Stack(kind, self.blocks(), BLOCKED_KERNELS[name]) if name in BLOCKED_KERNELS else Stack(kind)
+                for name, kind in kinds]
 
     def blocks(self) -> int:
-        """The feed-forward kernels' column blocks: `feedforward_blocks` where it divides both kernels' columns,
-        else 1."""
+        """The kernels' column blocks: `column_blocks` where it divides the heads and every kernel's columns, else
+        1."""
         parts = self.transformer_layers[0].sublayers()
-        columns = (parts["intermediate"].kernel.shape[-1], parts["output"].kernel.shape[-1])
-        return self.feedforward_blocks if all(c % self.feedforward_blocks == 0 for c in columns) else 1
+        sizes = (parts["attention"].num_heads, self.hidden_size, parts["intermediate"].kernel.shape[-1])
+        return self.column_blocks if all(size % self.column_blocks == 0 for size in sizes) else 1
 
 
 def loop_layers(stacks, count: int, rows, form, mask_bias):
@@ -194,7 +202,7 @@ class LayerForm:
     """What every layer shares: its activations and LayerNorm epsilons, and the shape and permutation tensors it
     reuses, made once per trace (a traced graph holds one node for each instead of one per use)."""
 
-    def __init__(self, batch, length, layer, few_tokens: int, feedforward_blocks: int):
+    def __init__(self, batch, length, layer, few_tokens: int, blocks: int):
         parts = layer.sublayers()
         attention = parts["attention"]
         heads, size = attention.num_heads, attention.key_dim
@@ -202,65 +210,72 @@ class LayerForm:
         self.epsilons = (parts["attention_norm"].epsilon, parts["feedforward_norm"].epsilon)
         self.heads, self.size, self.width = heads, size, heads * size
         self.hidden = attention.output_dense.kernel.shape[-1]
-        self.by_heads = tf.stack([batch, length, heads, size])  # [batch · length, width] → these, then transposed
+        self.blocks, self.group_heads = blocks, heads // blocks  # heads per group (`transformer_layer`)
+        self.by_heads = tf.stack([batch, length, heads // blocks, size])  # a group's [batch · length, width / blocks]
+        # → these, then transposed
         self.sequences = tf.stack([batch, length, self.hidden])
-        self.kernel = tf.constant([-1, self.width])  # EinsumDense [hidden, heads, size] → [hidden, width]
-        self.output_kernel = tf.constant([self.width, -1])  # the output projection's [heads, size, hidden]
-        self.bias = tf.constant([self.width])
-        self.rows = tf.constant([-1, self.width])
+        self.rows = tf.constant([-1, self.width // blocks])  # a group's context
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
         self.scale = tf.constant(1.0 / math.sqrt(size))
         self.batch = batch
-        self.feedforward_blocks = feedforward_blocks
         self.has_few_tokens = batch * length <= few_tokens if few_tokens else None  # None: no choice
 
 
 def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, query_length=None):
     """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows, computing with
-    `weights` (tensors); with `query_length=n`, only each sequence's first n positions are computed (keys and values
-    span all)."""
-    def projection(x, kernel, bias):  # EinsumDense "abc,cde->abde" as a 2-D matmul
-        return tf.nn.bias_add(tf.matmul(x, tf.reshape(kernel, form.kernel)), tf.reshape(bias, form.bias))
-
-    def by_heads(x, shape):  # [batch · tokens, width] → [batch, heads, tokens, size]
-        return transpose_bits(tf.reshape(x, shape), form.swap)
-
+    `weights` (tensors; the kernels in `form.blocks` column blocks, `compact.Stack`); with `query_length=n`, only each
+    sequence's first n positions are computed (keys and values span all)."""
     queries, query_shape = rows, form.by_heads
     if query_length is not None:
         queries = tf.reshape(tf.reshape(rows, form.sequences)[:, :query_length], [-1, form.hidden])
-        query_shape = tf.stack([form.batch, query_length, form.heads, form.size])
-    q = by_heads(projection(queries, weights.query_kernel, weights.query_bias), query_shape)
-    k = by_heads(projection(rows, weights.key_kernel, weights.key_bias), form.by_heads)
-    v = by_heads(projection(rows, weights.value_kernel, weights.value_bias), form.by_heads)
-    context = attention(q, k, v, mask_bias, form)
-    context = tf.reshape(transpose_bits(context, form.swap), form.rows)
-    attended = dense(context, tf.reshape(weights.output_kernel, form.output_kernel), weights.output_bias)
+        query_shape = tf.stack([form.batch, query_length, form.group_heads, form.size])
+    projections = [blocked_dense(x, kernel, bias, form.blocks) for x, kernel, bias in (
+        (queries, weights.query_kernel, weights.query_bias), (rows, weights.key_kernel, weights.key_bias),
+        (rows, weights.value_kernel, weights.value_bias))]
+    def by_heads(x, shape):  # [batch · tokens, group heads · size] → [batch, group heads, tokens, size]
+        return transpose_bits(tf.reshape(x, shape), form.swap)
+
+    groups = [(by_heads(q, query_shape), by_heads(k, form.by_heads), by_heads(v, form.by_heads))
+              for q, k, v in zip(*projections)]  # a group of heads each: `form.group_heads`
+    contexts = [tf.reshape(transpose_bits(context, form.swap), form.rows)
+                for context in attention(groups, mask_bias, form)]
+    attended = side_by_side(blocked_dense(side_by_side(contexts), weights.output_kernel, weights.output_bias,
+                                          form.blocks))
     hidden_rows = layer_norm(attended + queries, weights.attention_gamma, weights.attention_beta, form.epsilons[0])
-    intermediate = feed_forward(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias,
-                                form.activations[0], form.feedforward_blocks)
-    output = feed_forward(intermediate, weights.ffn_kernel, weights.ffn_bias, form.activations[1],
-                          form.feedforward_blocks)
+    intermediate = side_by_side(blocked_dense(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias,
+                                              form.blocks, form.activations[0]))
+    output = side_by_side(blocked_dense(intermediate, weights.ffn_kernel, weights.ffn_bias, form.blocks,
+                                        form.activations[1]))
     return layer_norm(output + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
 
 
-def feed_forward(rows, kernel, bias, activation, blocks: int):
-    """`dense(rows, kernel, bias, activation)` for a feed-forward kernel in `blocks` column blocks
-    (`[blocks, inputs, outputs / blocks]`, `compact.Stack`): each block's matmul, bias and activation, independent
-    of the others' (so the activation, exact GELU's `erf`, runs on both threads too), side by side."""
-    if blocks == 1:
-        return dense(rows, kernel, bias, activation)
+def blocked_dense(rows, kernel, bias, blocks: int, activation=None) -> list:
+    """`dense(rows, kernel, bias, activation)` as the outputs of its `blocks` column blocks (`kernel`:
+    `[blocks, inputs, outputs / blocks]`, `compact.Stack`; `bias`: any shape of `outputs` values): each block's
+    matmul, bias and activation, independent of the others' (so the activation, exact GELU's `erf`, runs on both
+    threads too)."""
+    kernels = [tf.reshape(kernel, [-1, tf.size(bias)])] if blocks == 1 else [kernel[j] for j in range(blocks)]
     biases = tf.reshape(bias, [blocks, -1])
-    return tf.concat([dense(rows, kernel[j], biases[j], activation) for j in range(blocks)], axis=1)
+    return [dense(rows, kernels[j], biases[j], activation) for j in range(blocks)]
 
 
-def attention(q, k, v, mask_bias, form):
-    """Scaled dot-product attention of `[batch, heads, tokens, size]` queries, keys and values, the padding mask an
-    additive bias: `few_tokens_attention` where the batch holds at most `ServingEncoder.few_tokens` tokens, else
-    `many_tokens_attention` (one `tf.cond` on the batch's shape; both compute the same function)."""
+def side_by_side(blocks: list):
+    """Column blocks `[rows, columns]` as one tensor."""
+    return blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=1)
+
+
+def attention(groups: list, mask_bias, form) -> list:
+    """Scaled dot-product attention of each group of heads' `(q, k, v)`, `[batch, heads, tokens, size]` queries,
+    keys and values, the padding mask an additive bias: `few_tokens_attention` where the batch holds at most
+    `ServingEncoder.few_tokens` tokens, else `many_tokens_attention` (one `tf.cond` on the batch's shape for all the
+    groups; both compute the same function)."""
+    def each(kernels):
+        return [kernels(q, k, v, mask_bias, form.scale) for q, k, v in groups]
+
     if form.has_few_tokens is None:
-        return many_tokens_attention(q, k, v, mask_bias, form.scale)
-    return tf.cond(form.has_few_tokens, lambda: few_tokens_attention(q, k, v, mask_bias, form.scale),
-                   lambda: many_tokens_attention(q, k, v, mask_bias, form.scale), name=ATTENTION_KERNELS)
+        return each(many_tokens_attention)
+    return tf.cond(form.has_few_tokens, lambda: each(few_tokens_attention), lambda: each(many_tokens_attention),
+                   name=ATTENTION_KERNELS)
 
 
 def many_tokens_attention(q, k, v, mask_bias, scale):
