@@ -208,11 +208,11 @@ class LayerForm:
         heads, size = attention.num_heads, attention.key_dim
         self.activations = (parts["intermediate"].activation, parts["output"].activation)
         self.epsilons = (parts["attention_norm"].epsilon, parts["feedforward_norm"].epsilon)
-        self.heads, self.size, self.width = heads, size, heads * size
+        self.size, self.width = size, heads * size
         self.hidden = attention.output_dense.kernel.shape[-1]
         self.blocks, self.group_heads = blocks, heads // blocks  # heads per group (`transformer_layer`)
-        self.by_heads = tf.stack([batch, length, heads // blocks, size])  # a group's [batch · length, width / blocks]
-        # → these, then transposed
+        # A group's projections [batch · length, width / blocks] → these, then transposed:
+        self.by_heads = tf.stack([batch, length, heads // blocks, size])
         self.sequences = tf.stack([batch, length, self.hidden])
         self.rows = tf.constant([-1, self.width // blocks])  # a group's context
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
@@ -232,6 +232,7 @@ def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, q
     projections = [blocked_dense(x, kernel, bias, form.blocks) for x, kernel, bias in (
         (queries, weights.query_kernel, weights.query_bias), (rows, weights.key_kernel, weights.key_bias),
         (rows, weights.value_kernel, weights.value_bias))]
+
     def by_heads(x, shape):  # [batch · tokens, group heads · size] → [batch, group heads, tokens, size]
         return transpose_bits(tf.reshape(x, shape), form.swap)
 
