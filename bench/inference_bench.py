@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from bench.machine import cpu_model
+from bench.machine import cpu_model, num_cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEMS = ("ours", "ours_before", "hf", "ort")
@@ -82,8 +82,7 @@ def read_sentences(path: str) -> list[str]:
 
 def cpu_name() -> str:
     """The CPU and how many of its cores this process may run on (`taskset` narrows them)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_model()}, {cores} cores"
+    return f"{cpu_model()}, {num_cores()} cores"
 
 
 # ---- prepare: the three models from one set of weights ------------------------------------------

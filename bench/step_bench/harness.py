@@ -21,6 +21,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bench.machine import num_cores
 from electra_tf.runtime import onednn_enabled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,13 +164,6 @@ def group_ratios(results: dict, reference: str) -> dict:
 # --------------------------------------------------------------------------
 # The machine and the run
 # --------------------------------------------------------------------------
-
-def num_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
 
 def cpu_info() -> tuple:
     """(model name, flags) from /proc/cpuinfo; the platform's processor name elsewhere."""

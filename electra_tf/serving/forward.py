@@ -119,7 +119,8 @@ class ServingEncoder(ElectraEncoder):
         """Each kind of layer weight, all layers' variables of it in order (a `Stack`: what `stacked_weights`
         stacks), the kernels in `blocks()` column blocks."""
         kinds = zip(LayerWeights._fields, zip(*map(LayerWeights.of, self.transformer_layers)))
-        return [Stack(kind, self.blocks(), BLOCKED_KERNELS[name]) if name in BLOCKED_KERNELS else Stack(kind)
+        blocks = self.blocks()
+        return [Stack(kind, blocks, BLOCKED_KERNELS[name]) if name in BLOCKED_KERNELS else Stack(kind)
                 for name, kind in kinds]
 
     def blocks(self) -> int:
@@ -212,7 +213,7 @@ class LayerForm:
         self.hidden = attention.output_dense.kernel.shape[-1]
         self.blocks, self.group_heads = blocks, heads // blocks  # heads per group (`transformer_layer`)
         # A group's projections [batch · length, width / blocks] → these, then transposed:
-        self.by_heads = tf.stack([batch, length, heads // blocks, size])
+        self.by_heads = tf.stack([batch, length, self.group_heads, size])
         self.sequences = tf.stack([batch, length, self.hidden])
         self.rows = tf.constant([-1, self.width // blocks])  # a group's context
         self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
