@@ -7,7 +7,9 @@ directory renamed; `--exports` names them, the first is the baseline):
 * `ab`: every export loaded in ONE process and called in turn on each request (the order rotated), so load on the
   machine hits them alike: batch 1 (median, p90 and CPU ms per request over `--requests` sentences) and batch 32
   (sentences/s and CPU ms per sentence, two passes over the dev set in alternating order), and the largest
-  |logit difference| against the first export;
+  |logit difference| against the first export; with `--head=tagger`, tagger exports (`python -m
+  bench.inference_bench_tagger --stage=export_ours`) on the CoNLL-2003 dev sentences, and whether every
+  sentence's tags equal the first export's;
 * `parts`: one request's pieces, interleaved the same way, on the weights of WORKDIR's current commit: the
   signature call, an empty `tf.function` call on a string (Python's and TensorFlow's fixed cost of a call), the
   in-graph tokenisation alone, and the model alone on the tokenised ids;
@@ -80,30 +82,41 @@ def interleaved(calls: dict, requests: int, sentences) -> dict:
                 "batch1_cpu_ms": round(1e3 * statistics.mean(cpu[n]), 2)} for n in names}
 
 
-def signature_call(path: str):
+def signature_call(path: str, output: str = "logits"):
     import tensorflow as tf
 
     signature = tf.saved_model.load(path).signatures["serving_default"]
-    return lambda texts: signature(text=tf.constant(texts))["logits"].numpy()
+    return lambda texts: signature(text=tf.constant(texts))[output].numpy()
 
 
-def ab(workdir: str, exports: list[str], sentences, requests: int) -> dict:
-    calls = warmed({name: signature_call(os.path.join(workdir, name)) for name in exports}, sentences)
+def ab(workdir: str, exports: list[str], sentences, requests: int, head: str = "classifier") -> dict:
+    output = "tags" if head == "tagger" else "logits"
+    calls = warmed({name: signature_call(os.path.join(workdir, name), output) for name in exports}, sentences)
     result = interleaved(calls, requests, sentences)
-    logits = {}
+    outputs = {}
     for rep in range(2):
         for name in exports if rep == 0 else exports[::-1]:
             started, started_cpu = time.perf_counter(), time.process_time()
-            logits[name] = np.concatenate([calls[name](sentences[i:i + BATCH])
-                                           for i in range(0, len(sentences), BATCH)])
+            outputs[name] = [calls[name](sentences[i:i + BATCH]) for i in range(0, len(sentences), BATCH)]
             result[name].setdefault("batch32_sentences_per_s", []).append(
                 round(len(sentences) / (time.perf_counter() - started), 1))
             result[name].setdefault("batch32_cpu_ms_per_sentence", []).append(
                 round(1e3 * (time.process_time() - started_cpu) / len(sentences), 2))
     for name in exports[1:]:
-        result[name]["max_abs_logit_difference_vs_" + exports[0]] = float(np.max(np.abs(logits[name]
-                                                                                       - logits[exports[0]])))
+        if head == "tagger":  # each batch's tags, padded to its longest sentence
+            result[name]["tags_equal_to_" + exports[0]] = all(
+                np.array_equal(a, b) for a, b in zip(outputs[name], outputs[exports[0]]))
+        else:
+            result[name]["max_abs_logit_difference_vs_" + exports[0]] = float(np.max(np.abs(
+                np.concatenate(outputs[name]) - np.concatenate(outputs[exports[0]]))))
     return result
+
+
+def tagger_sentences(conll_dev: str | None) -> list[str]:
+    """The CoNLL dev file's sentences as raw text (the tagger bench's requests)."""
+    from bench.inference_bench_tagger import DEFAULT_CONLL_DEV, read_texts
+
+    return read_texts(conll_dev or DEFAULT_CONLL_DEV)
 
 
 def parts(workdir: str, export: str, sentences, requests: int) -> dict:
@@ -211,7 +224,10 @@ def main(argv=None) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--traced", type=int, default=10, help="ops: traced requests per export")
     parser.add_argument("--threads", default="0,0", help="INTRA,INTER (0: TensorFlow's default)")
+    parser.add_argument("--head", choices=("classifier", "tagger"), default="classifier",
+                        help="ab: the exports' head (tagger: on --conll_dev's sentences)")
     parser.add_argument("--sst2_dev", default=DEFAULT_SST2)
+    parser.add_argument("--conll_dev", default=None, help="ab --head=tagger: CoNLL-2003 English dev.txt")
     parser.add_argument("--grid", default="1x8,1x24,1x48,1x64,1x80,1x96,1x128,2x24,2x40,2x48,4x16,4x24,4x32,8x16,"
                         "8x32,16x16,32x48", help="attention: BATCHxTOKENS,...")
     parser.add_argument("--calls", type=int, default=60, help="attention: timed calls per (batch, tokens)")
@@ -224,17 +240,19 @@ def main(argv=None) -> int:
     if threads != (0, 0):
         tf.config.threading.set_intra_op_parallelism_threads(threads[0])
         tf.config.threading.set_inter_op_parallelism_threads(threads[1])
-    sentences = read_sentences(args.sst2_dev)
     exports = [e for e in (args.exports or "").split(",") if e]
     if not exports and {"ab", "parts", "ops"} & set(args.parts):
         parser.error("--exports: export directories in WORKDIR expected for --parts ab, parts or ops")
+    if args.head == "tagger" and set(args.parts) != {"ab"}:
+        parser.error("--head=tagger: --parts ab only (the other parts read a classifier's logits)")
+    sentences = tagger_sentences(args.conll_dev) if args.head == "tagger" else read_sentences(args.sst2_dev)
     record = {"command": "python -m bench.inference_bench_breakdown " + " ".join(
                   a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
               "commit": commit(), "machine": cpu_name(), "threads": args.threads,
               "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default (on)"),
               "load_average_1min_at_start": round(os.getloadavg()[0], 2)}
     if "ab" in args.parts:
-        record["ab"] = ab(args.workdir, exports, sentences, args.requests)
+        record["ab"] = ab(args.workdir, exports, sentences, args.requests, args.head)
     if "parts" in args.parts:
         record["parts"] = parts(args.workdir, exports[-1], sentences, args.requests)
     if "attention" in args.parts:

@@ -6,7 +6,7 @@ import pytest
 
 from electra_tf.config import get_config
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.serving.forward import COLUMN_BLOCKS, ServingEncoder
+from electra_tf.serving.forward import BLOCKS, ServingEncoder
 from electra_tf.serving.portable import copy_weights
 from test_serving_portable import XLA_CPU, classifier, functions, squad, tagger  # noqa: F401 (fixtures)
 
@@ -75,29 +75,31 @@ def test_every_export_computes_with_the_serving_encoder(fixture, request):
     assert "Einsum" not in ops
 
 
-def test_column_blocks_compute_what_one_matmul_does():
-    """The served encoder's dense layers in column blocks (the default, `COLUMN_BLOCKS`; attention per group of
-    heads) and in one matmul each: each output is the same dot product, and the blocks' kernels are the weights'
-    columns in order."""
+def test_blocks_compute_what_one_matmul_does():
+    """The served encoder's layers in independent blocks (the default, `BLOCKS`: a group of heads and a block of the
+    feed-forward's inner units each) and in one block (one matmul per dense layer) compute the same function to
+    float rounding (the blocks' sums add partial dot products), with and without a [CLS] head's shortened last
+    layer."""
     _, served = encoders()
     config = served.get_config()
-    assert config["column_blocks"] == COLUMN_BLOCKS == served.blocks() == 2
-    one_matmul = ServingEncoder.from_config({**config, "column_blocks": 1})
-    one_matmul.build()
-    copy_weights(served, one_matmul)
+    assert config["blocks"] == BLOCKS == served.used_blocks() == 2
+    one_block = ServingEncoder.from_config({**config, "blocks": 1})
+    one_block.build()
+    copy_weights(served, one_block)
     features = inputs()
     for output_length in (None, 1):
         np.testing.assert_allclose(served(features, output_length=output_length).numpy(),
-                                   one_matmul(features, output_length=output_length).numpy(), atol=1e-6, rtol=0)
-    odd = ServingEncoder.from_config({**config, "column_blocks": 3})  # divides neither the heads nor the columns
+                                   one_block(features, output_length=output_length).numpy(), atol=1e-6, rtol=0)
+    odd = ServingEncoder.from_config({**config, "blocks": 3})  # divides neither the heads nor the inner units
     odd.build()
-    assert odd.blocks() == 1
-    with pytest.raises(ValueError, match="column_blocks=0, expected 1 or more"):
-        ServingEncoder.from_config({**config, "column_blocks": 0})
+    assert odd.used_blocks() == 1
+    with pytest.raises(ValueError, match="blocks=0, expected 1 or more"):
+        ServingEncoder.from_config({**config, "blocks": 0})
 
 
 def products_of(nodes: dict, name: str, depth: int = 16) -> set:
-    """The `MatMul`s whose products the node `name` computes from through element-wise ops (no other matmul)."""
+    """The `MatMul`s whose products the node `name` computes from (walking its inputs back to the first matmul on
+    each path)."""
     node = nodes.get(name.split(":")[0])
     if node is None or depth == 0:
         return set()
@@ -106,37 +108,32 @@ def products_of(nodes: dict, name: str, depth: int = 16) -> set:
     return set().union(*(products_of(nodes, i, depth - 1) for i in node.input if not i.startswith("^")))
 
 
-def shared_rows(function) -> list[list[str]]:
-    """`function`'s `MatMul`s grouped by the rows they multiply (their first input)."""
-    groups = {}
-    for node in function.node_def:
-        if node.op == "MatMul":
-            groups.setdefault(node.input[0], []).append(node.name)
-    return list(groups.values())
-
-
-def matmul_blocks(function) -> list[list[str]]:
-    """For each `ConcatV2` of `function` that joins matmuls' outputs (one matmul behind each part): the rows each of
-    those matmuls multiplies."""
+def block_sums(function) -> list[list]:
+    """For each `AddN` of `function` that sums matmuls' products: those matmuls' `(rows, kernel)` inputs."""
     nodes = {node.name: node for node in function.node_def}
-    blocks = []
-    for node in function.node_def:
-        if node.op == "ConcatV2":
-            parts = [products_of(nodes, name) for name in node.input[:-1]]
-            if all(len(matmuls) == 1 for matmuls in parts):
-                blocks.append([nodes[matmul].input[0] for matmuls in parts for matmul in matmuls])
-    return blocks
+    return [[tuple(nodes[i.split(":")[0]].input[:2]) for i in node.input] for node in function.node_def
+            if node.op == "AddN" and all(nodes[i.split(":")[0]].op == "MatMul" for i in node.input)]
+
+
+def head_splits(function) -> list[set]:
+    """For each 3-way `Unpack` of `function` (a block's query, key and value): the matmuls it comes from."""
+    nodes = {node.name: node for node in function.node_def}
+    return [products_of(nodes, node.name) for node in function.node_def
+            if node.op == "Unpack" and node.attr["num"].i == 3]
 
 
 @pytest.mark.parametrize("fixture", ["classifier", "tagger", "squad"])
-def test_every_export_computes_its_dense_layers_in_independent_column_blocks(fixture, request):
-    """In every export, the output projection and each feed-forward matmul are two matmuls on the same rows (column
-    blocks of the kernel), neither taking the other's product, and query, key and value two each (a group of heads
-    each): the executor can run them on two threads at once. Before, one matmul read each whole kernel on one
-    thread."""
+def test_every_export_computes_its_layers_in_independent_blocks(fixture, request):
+    """In every export, each layer's query, key and value come from one matmul per block (its group of heads'
+    columns side by side), and the output projection and the feed-forward's second dense layer are sums of one
+    matmul per block, each on its own block's rows and kernel: between the sums the blocks take none of each
+    other's outputs, so the executor can run them on two threads at once. Before, query, key and value were three
+    matmuls per block, and every dense layer's blocks were joined side by side (`ConcatV2`) before the next."""
     path = [value for value in request.getfixturevalue(fixture) if isinstance(value, str)][0]
-    blocks = [rows for function in functions(path) for rows in matmul_blocks(function)]
-    assert len(blocks) >= 3  # the output, intermediate and feed-forward output kernels, in the loop's body or after
-    assert all(len(rows) == COLUMN_BLOCKS and len(set(rows)) == 1 for rows in blocks), blocks
-    keys_and_values = [rows for function in functions(path) for rows in shared_rows(function) if len(rows) >= 4]
-    assert keys_and_values  # a layer's keys and values: two matmuls each on its rows (with the queries, six)
+    sums = [matmuls for function in functions(path) for matmuls in block_sums(function)]
+    assert len(sums) >= 2  # the output projection and the feed-forward's, in the loop's body or after
+    for matmuls in sums:
+        rows, kernels = zip(*matmuls)
+        assert len(matmuls) == BLOCKS and len(set(rows)) == len(set(kernels)) == BLOCKS, matmuls
+    splits = [matmuls for function in functions(path) for matmuls in head_splits(function)]
+    assert len(splits) >= BLOCKS and all(len(matmuls) == 1 for matmuls in splits), splits

@@ -61,11 +61,18 @@ def stored_values(path) -> int:
 def test_exports_store_each_weight_once_in_one_variable(classifier):  # noqa: F811
     """Loading restores one variable holding every weight once (ExportArchive's `track(model)` stored each twice, and
     a variable per weight costs the loader a Python object, a restore and save/restore function nodes each), each
-    weight in whole rows of `compact.ROW` floats; the seed generators' states (dropout's) are not stored."""
+    weight in whole rows of `compact.ROW` floats (the encoder's layers' in parts of `forward.LayerLayout`, each padded
+    to whole rows: at most one row's padding per weight or part); the seed generators' states (dropout's) are not
+    stored."""
+    from electra_tf.serving.portable import serving_model
+
     model, _, path, _ = classifier
     reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
     assert len([name for name in reader.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]) == 1
-    assert stored_values(path) == sum(-(-int(np.prod(w.shape)) // ROW) * ROW for w in model.trainable_weights)
+    weights = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    pack = serving_model(model, SEQ)._model.encoder.weight_pack()  # noqa: SLF001
+    pieces = len(model.trainable_weights) + len(pack.members) * (len(pack.layout.shapes) - len(pack.members[0]))
+    assert weights <= stored_values(path) < weights + ROW * pieces
 
 
 def signature_nodes(path) -> int:
@@ -267,27 +274,41 @@ def test_the_export_holds_one_transformer_layer_whatever_the_depth(tmp_path):
     assert abs(counts[4][0] - counts[2][0]) <= 4  # a layer is about 40 nodes (the loop's bounds differ)
 
 
-def test_flat_weights_stack_the_layers_weights_as_rows_of_the_variable():
+def test_flat_weights_store_the_layers_weights_in_the_layout_the_forward_reads():
+    """The layers' weights are one `[layers, rows, ROW]` tensor of the variable's rows (`stacked_weights`), each
+    layer's parts (`compact.parts_of`) its weights in `forward.LayerLayout`: per block, the query's, key's and
+    value's columns for its heads side by side, the output projection's rows for them, the first feed-forward
+    kernel's columns and the second's rows for its inner units. Every weight reads back unchanged (`values()`);
+    the tiny model's query, key and value bias block (24 floats) is a padded part."""
+    from electra_tf.serving.forward import LayerParts
     from electra_tf.serving.portable import serving_model
 
     flat = serving_model(deep_model(3), SEQ)
     values, stacks = flat.read()
     for value, weight in zip(values, flat._model.trainable_weights):  # noqa: SLF001
         np.testing.assert_array_equal(value.numpy(), weight.numpy(), err_msg=weight.path)
-    groups = flat._model.encoder.weight_stacks()  # noqa: SLF001
-    assert len(stacks) == len(groups) == 16
-    assert sorted(group.column_blocks for group in groups) == [1] * 10 + [2] * 6  # the kernels
-    for group in groups:
-        stack = stacks[group.key]
-        values = np.stack([v.numpy() for v in group.variables])
-        if group.column_blocks == 2:  # [layers, blocks, inputs, outputs / 2]: block j, columns j·outputs/2 on
-            shape = values.shape
-            values = values.reshape(len(values), int(np.prod(shape[1:1 + group.input_axes])), -1)
-            columns = values.shape[-1] // 2
-            np.testing.assert_array_equal(stack[:, 1].numpy(), values[:, :, columns:])
-            values = np.stack([values[:, :, :columns], values[:, :, columns:]], axis=1)
-        np.testing.assert_array_equal(stack.numpy(), values)
-        np.testing.assert_array_equal(compact.stacked_weights(group).numpy(), stack.numpy())  # outside: a copy
+    pack = flat._model.encoder.weight_pack()  # noqa: SLF001
+    assert list(stacks) == [pack.key] and pack.layout.blocks == 2
+    stored = stacks[pack.key]
+    assert stored.shape == (3, sum(pack.part_rows), ROW)
+    np.testing.assert_array_equal(compact.stacked_weights(pack).numpy(), stored.numpy())  # outside: arranged anew
+    for i, member in enumerate(pack.members):
+        q, qb, k, kb, v, vb, o, ob, _, _, w1, b1, w2, b2, _, _ = [w.numpy() for w in member]
+        hidden, width, inner = q.shape[0], q.shape[1] * q.shape[2], w1.shape[1]
+        q, k, v, o = q.reshape(hidden, width), k.reshape(hidden, width), v.reshape(hidden, width), o.reshape(width, -1)
+        qb, kb, vb = qb.reshape(-1), kb.reshape(-1), vb.reshape(-1)
+        parts = LayerParts.of([p.numpy() for p in compact.parts_of(pack, stored[i])], 2)
+        for j, (heads, units) in enumerate([(slice(0, width // 2), slice(0, inner // 2)),
+                                             (slice(width // 2, None), slice(inner // 2, None))]):
+            np.testing.assert_array_equal(parts.qkv_kernels[j], np.concatenate([q[:, heads], k[:, heads], v[:, heads]],
+                                                                                axis=1))
+            np.testing.assert_array_equal(parts.qkv_biases[j], np.concatenate([qb[heads], kb[heads], vb[heads]]))
+            np.testing.assert_array_equal(parts.output_kernels[j], o[heads])
+            np.testing.assert_array_equal(parts.intermediate_kernels[j], w1[:, units])
+            np.testing.assert_array_equal(parts.intermediate_biases[j], b1[units])
+            np.testing.assert_array_equal(parts.ffn_kernels[j], w2[units])
+        np.testing.assert_array_equal(parts.output_bias[0], ob)
+        np.testing.assert_array_equal(parts.ffn_bias[0], b2)
 
 
 def assertion_graph():

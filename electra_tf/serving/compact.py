@@ -8,10 +8,10 @@ Python. `FlatWeights` stores the model's weights in one `[rows, 16]` float32 var
 (its size padded to a multiple of 16 floats, 64 bytes), and calls the model on them
 (`keras.Model.stateless_call`): the signature splits the variable along rows (`SplitV` on the first dimension)
 and reshapes each part, which copies nothing but a padded part. What it saves at load, and that a request costs
-no more, is in `bench/results/inference-batch1-breakdown.json`. The weights of one kind across an encoder's layers
-(`Stack`s) lie side by side, so that the serving encoder's layer loop reads them as one `[layers, ...]` tensor
-(`stacked_weights`), also without a copy; a stack's kernels can be stored as column blocks, each contiguous
-(`Stack.column_blocks`), so that a matmul on one block reads that block only.
+no more, is in `bench/results/inference-batch1-breakdown.json`. An encoder's layers' weights are a `Pack`: each
+layer's in the layout its forward reads (`serving.forward.LayerLayout`: kernels in blocks, query, key and value
+side by side), the layers side by side, so that the serving encoder's layer loop reads them as one
+`[layers, rows, 16]` tensor (`stacked_weights`) and a layer's parts as one split of its rows, also without a copy.
 
 The model's non-trainable variables (the dropout layers' int64 seed-generator states, unused at inference) are
 passed as constants. TF Serving's TF1 session loader restores the one variable like any other
@@ -50,7 +50,7 @@ release moves them, the export falls back to the traced graph with a warning, an
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -64,53 +64,53 @@ PRUNING_PASSES = ("pruning", "constfold", "common_subgraph_elimination", "depend
                   "function", "debug_stripper")
 
 
-class Stack(NamedTuple):
-    """Weights of one shape (an encoder's layers' query kernels, ...) stored side by side: `stacked_weights(stack)`
-    is one `[len(variables), ...]` tensor of them.
+class Pack(NamedTuple):
+    """Members of one layout (an encoder's layers) stored side by side: `stacked_weights(pack)` is one
+    `[len(members), rows, ROW]` tensor of them, row block i member i.
 
-    `column_blocks=b` > 1: each weight, read as the 2-D kernel `[inputs, outputs]` of a matmul (its first
-    `input_axes` axes the inputs, the others the outputs: an `EinsumDense` kernel `[hidden, heads, size]` has one,
-    `[heads, size, hidden]` two), is held as `[b, inputs, outputs / b]`, block j its columns j·outputs/b to
-    (j + 1)·outputs/b, each block contiguous, so that the stack is `[len(variables), b, inputs, outputs / b]`:
-    `x @ w` is the blocks' products `x @ block` side by side, and each such matmul reads its block only
-    (`serving.forward`'s projections)."""
-    variables: tuple
-    column_blocks: int = 1
-    input_axes: int = 1
+    `members`: each member's variables (a tuple). `layout` owns what a member's rows hold: `layout.arrange(values)`
+    gives a member's parts (tensors) from its variables' values, `layout.shapes` their shapes (every member's the
+    same), `layout.restore(parts)` the variables' values back from the parts. Each part lies in whole rows (its size
+    padded to a multiple of `ROW` floats), so that `parts_of(pack, rows)` reads a member's parts with one split
+    along rows and a reshape each, which copy nothing but a padded part."""
+    members: tuple
+    layout: Any
 
     @property
     def key(self) -> tuple:
-        return tuple(map(id, self.variables))
+        return tuple(id(v) for member in self.members for v in member)
 
-    def stored_shape(self, shape) -> tuple:
-        """The shape a member of `shape` is held in."""
-        if self.column_blocks == 1:
-            return tuple(shape)
-        inputs, outputs = int(np.prod(shape[:self.input_axes])), int(np.prod(shape[self.input_axes:]))
-        return (self.column_blocks, inputs, outputs // self.column_blocks)
+    @property
+    def part_rows(self) -> list:
+        return [-(-int(np.prod(shape)) // ROW) for shape in self.layout.shapes]
 
-    def blocked(self, value):
-        """A member's value as this stack holds it."""
-        if self.column_blocks == 1:
-            return value
-        _, inputs, columns = self.stored_shape(value.shape)
-        return tf.transpose(tf.reshape(value, (inputs, self.column_blocks, columns)), [1, 0, 2])
 
-    def unblocked(self, data, shape):
-        """A member of `shape` from `data`, a tensor of it as this stack holds it."""
-        if self.column_blocks == 1:
-            return tf.reshape(data, shape)
-        return tf.reshape(tf.transpose(tf.reshape(data, self.stored_shape(shape)), [1, 0, 2]), shape)
+def arranged_rows(pack: Pack, values):
+    """A member's rows: its variables' `values` arranged (`pack.layout.arrange`), each part padded to whole rows."""
+    parts = [tf.reshape(tf.cast(part, tf.float32), [-1]) for part in pack.layout.arrange(values)]
+    padded = [tf.pad(part, [[0, rows * ROW - part.shape[0]]]) for part, rows in zip(parts, pack.part_rows)]
+    return tf.reshape(tf.concat(padded, axis=0), [-1, ROW])
+
+
+def parts_of(pack: Pack, rows) -> list:
+    """A member's parts (`pack.layout.shapes`) from its rows `[sum(pack.part_rows), ROW]`."""
+    parts = []
+    for part, shape in zip(tf.split(rows, pack.part_rows, axis=0), pack.layout.shapes):
+        size = int(np.prod(shape))
+        if size % ROW:  # the padding of its last row: a copy
+            part = tf.reshape(part, [-1])[:size]
+        parts.append(tf.reshape(part, shape))
+    return parts
 
 
 class FlatWeights(tf.Module):
     """`model` (a built Keras model of float32 weights) called on its weights read from one variable:
     `flat(features, training=False)` computes `model(features, training=False)`.
 
-    `stacks`: `Stack`s of the model's weights to store side by side; while the model runs, `stacked_weights(stack)`
-    is that stack as one tensor read from the variable, which copies nothing."""
+    `packs`: `Pack`s of the model's weights to store in their layouts; while the model runs, `stacked_weights(pack)`
+    is that pack as one tensor read from the variable, which copies nothing."""
 
-    def __init__(self, model, stacks=()):
+    def __init__(self, model, packs=()):
         super().__init__()
         if any(v.dtype != "float32" for v in model.trainable_variables):
             raise ValueError(f"{model.name}: FlatWeights holds float32 weights only")
@@ -118,19 +118,19 @@ class FlatWeights(tf.Module):
         self.head = getattr(model, "head", None)  # what a server reads of the model's configuration (SQuAD's beam)
         variables = list(model.trainable_variables)
         position = {id(v): i for i, v in enumerate(variables)}
-        # {a stack's key (`stacked_weights`'): (the stack, its members' positions in `variables`)}
-        self._stacks = {stack.key: (stack, [position[id(v)] for v in stack.variables]) for stack in stacks
-                        if _stackable(stack)}
-        layouts = {i: stack for stack, group in self._stacks.values() for i in group}
-        self._singles = [i for i in range(len(variables)) if i not in layouts]
-        # Storage order: the weights no stack holds, then each stack's members in order.
-        order = self._singles + [i for _, group in self._stacks.values() for i in group]
-        arrays = [np.ascontiguousarray(layouts[i].blocked(v.numpy()) if i in layouts else v.numpy(),
-                                       np.float32).reshape(-1) for i, v in enumerate(variables)]
+        # {a pack's key (`stacked_weights`'): (the pack, each member's variables' positions in `variables`)}
+        self._packs = {pack.key: (pack, [[position[id(v)] for v in member] for member in pack.members])
+                       for pack in packs}
+        packed = {i for _, members in self._packs.values() for member in members for i in member}
+        self._singles = [i for i in range(len(variables)) if i not in packed]
         self._shapes = [tuple(v.shape) for v in variables]
-        self._rows = [-(-a.size // ROW) for a in arrays]
-        padded = [np.pad(arrays[i], (0, self._rows[i] * ROW - arrays[i].size)) for i in order]
-        self.weights = tf.Variable(np.concatenate(padded).reshape(-1, ROW), trainable=False, name="weights")
+        self._rows = [-(-int(np.prod(shape)) // ROW) for shape in self._shapes]
+        # Storage order: the weights no pack holds, then each pack's members' rows in order.
+        singles = [np.pad(variables[i].numpy().reshape(-1), (0, self._rows[i] * ROW - variables[i].numpy().size))
+                   for i in self._singles]
+        members = [arranged_rows(pack, member).numpy().reshape(-1) for pack in packs for member in pack.members]
+        self.weights = tf.Variable(np.concatenate(singles + members).astype(np.float32).reshape(-1, ROW),
+                                   trainable=False, name="weights")
         self._others = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
 
     def values(self):
@@ -139,9 +139,9 @@ class FlatWeights(tf.Module):
 
     def read(self):
         """The model's trainable weights read from the variable: (each, in `model.trainable_variables`' order;
-        {the ids of a stack's variables: the stack as one tensor})."""
-        sizes = [self._rows[i] for i in self._singles] + [len(group) * self._rows[group[0]]
-                                                           for _, group in self._stacks.values()]
+        {a pack's key: the pack as one tensor})."""
+        sizes = [self._rows[i] for i in self._singles] + [len(members) * sum(pack.part_rows)
+                                                           for pack, members in self._packs.values()]
         parts = tf.split(self.weights, sizes, axis=0)
         values = [None] * len(self._shapes)
         for i, part in zip(self._singles, parts):
@@ -150,10 +150,11 @@ class FlatWeights(tf.Module):
                 part = tf.reshape(part, [-1])[:size]
             values[i] = tf.reshape(part, self._shapes[i])
         stacks = {}
-        for (key, (stack, group)), part in zip(self._stacks.items(), parts[len(self._singles):]):
-            stacks[key] = tf.reshape(part, (len(group),) + stack.stored_shape(self._shapes[group[0]]))
-            for i, member in zip(group, tf.split(part, len(group), axis=0)):
-                values[i] = stack.unblocked(member, self._shapes[i])  # (unused by the serving encoder: pruned)
+        for (key, (pack, members)), part in zip(self._packs.items(), parts[len(self._singles):]):
+            stacks[key] = tf.reshape(part, [len(members), sum(pack.part_rows), ROW])
+            for m, member in enumerate(members):  # (unused by the serving encoder: pruned)
+                for i, value in zip(member, pack.layout.restore(parts_of(pack, stacks[key][m]))):
+                    values[i] = value
         return values, stacks
 
     def __call__(self, features, training=False):
@@ -169,29 +170,20 @@ class FlatWeights(tf.Module):
         return outputs
 
 
-def _stackable(stack: Stack) -> bool:
-    """Whether `stack`'s weights can be stored as one: one shape, each in whole rows (no padding between); with
-    column blocks, as many columns in each block."""
-    shapes = {tuple(v.shape) for v in stack.variables}
-    shape = next(iter(shapes))
-    return (len(shapes) == 1 and int(np.prod(shape)) % ROW == 0
-            and int(np.prod(shape[stack.input_axes:])) % stack.column_blocks == 0)
-
-
 class _Stacks(threading.local):
-    current = None  # while a `FlatWeights` model runs: {tuple of variable ids: their stack}
+    current = None  # while a `FlatWeights` model runs: {a pack's key: its stored tensor}
 
 
 _STACKS = _Stacks()
 
 
-def stacked_weights(stack: Stack):
-    """`stack` as one tensor (`Stack`'s layout): the one a running `FlatWeights` holds (no copy), else its
-    variables' values stacked."""
-    stored = (_STACKS.current or {}).get(stack.key)
+def stacked_weights(pack: Pack):
+    """`pack` as one `[len(members), rows, ROW]` tensor: the one a running `FlatWeights` holds (no copy), else its
+    members' variables arranged and stacked."""
+    stored = (_STACKS.current or {}).get(pack.key)
     if stored is not None:
         return stored
-    return tf.stack([stack.blocked(tf.convert_to_tensor(v)) for v in stack.variables])
+    return tf.stack([arranged_rows(pack, [tf.convert_to_tensor(v) for v in member]) for member in pack.members])
 
 
 # The session options the call into the pruned graph carries: grappler's meta-optimizer off (its passes ran at

@@ -8,33 +8,33 @@ times the ops this forward runs for the same function. The per-request effect is
 `bench/results/inference-batch1-breakdown.json`.
 
 `ServingEncoder` is an `ElectraEncoder` (the same layers, weights and order: `serving.portable.copy_weights` fills
-it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` rows:
+it) whose call computes, per transformer layer, on `[batch · tokens, hidden]` rows, in `BLOCKS` independent blocks
+(below):
 
-* query, key and value as `MatMul` + `BiasAdd` (the projection kernels `[hidden, heads, size]` read as
-  `[hidden, heads · size]`), split into heads by one reshape and transpose each; with `COLUMN_BLOCKS` (below),
-  per group of heads;
-* scores as one batch matmul, scaled by 1/√size, plus the padding mask as an additive bias of
-  −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one batch matmul; on a
-  batch of at most `FEW_TOKENS` tokens in ops oneDNN leaves to TensorFlow's kernels, which run small work on the
-  calling thread instead of handing it to the intra-op threads (`attention`; the two kernel sets timed against each
-  other in `bench/results/inference-attention-crossover.json`);
-* the output projection, the residual and LayerNorm (Keras' formula: `x · inv + (β − mean · inv)`,
-  `inv = rsqrt(var + ε) · γ`), the feed-forward with the dense layer's own activation, residual, LayerNorm;
-* each dense layer (query, key, value, output, the feed-forward's two) as `COLUMN_BLOCKS` dense layers on column
-  blocks of its kernel and bias (`compact.Stack.column_blocks`; `blocked_dense`): query, key and value to context
-  per group of `heads / COLUMN_BLOCKS` heads, the groups' contexts side by side (`ConcatV2`), and the output
-  projection's and feed-forward's blocks' outputs side by side. TensorFlow's CPU matmul (oneDNN's sgemm) runs a product of a few rows on one thread, and its time then goes
-  mostly to reading the kernel, whatever the rows: on a block it reads that block only, and the executor runs the
-  blocks, which take none of each other's outputs, on two threads at once. Each output is the same dot product as
-  before, so the outputs are unchanged. What the blocks change, on two cores and on one:
-  `bench/results/inference-batch1-feedforward-blocks.json` (the feed-forward's alone) and
-  `bench/results/inference-batch1-column-blocks.json`.
+* per block, a group of `heads / BLOCKS` heads: its query, key and value as one `MatMul` + `BiasAdd` (a kernel
+  `[hidden, 3 · group width]`, the group's query, key and value columns side by side), split into heads by one
+  reshape, one transpose and one unstack; scores as one batch matmul, scaled by 1/√size, plus the padding mask as
+  an additive bias of −0.7 · float32's max on padded keys (what Keras' masked softmax puts there), softmax, one
+  batch matmul; on a batch of at most `FEW_TOKENS` tokens in ops oneDNN leaves to TensorFlow's kernels, which run
+  small work on the calling thread instead of handing it to the intra-op threads (`attention`; the two kernel sets
+  timed against each other in `bench/results/inference-attention-crossover.json`); the group's context times its
+  rows of the output projection's kernel;
+* the blocks' products summed, the bias, the residual and LayerNorm (`layer_norm`);
+* per block, a block of the feed-forward's inner units: the first dense layer's columns for them, with the layer's
+  own activation, times the second dense layer's rows for them;
+* the blocks' products summed, the bias, the residual, LayerNorm.
 
-The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: each kind of weight is one
-`[layers, ...]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a copy),
-so the graph a loader imports, optimises and instantiates holds one layer whatever the depth (ELECTRA-Small's
-classifier: its pruned graph 1,291 nodes unrolled, 389 + a 94-node loop body). A [CLS] head's last layer, which
-computes fewer queries, runs after the loop.
+TensorFlow's CPU matmul (oneDNN's sgemm) runs a product of a few rows on one thread. The blocks take none of each
+other's outputs between the two sums, so the executor runs them on two threads at once, and each matmul reads its
+block of a kernel only. The sums add the blocks' partial dot products: the outputs equal one matmul's to float
+rounding. Each layer's weights are stored in that layout (`LayerLayout`, a `compact.Pack`). What the blocks
+change: `bench/results/inference-batch1-column-blocks.json`; the layout, the sums and `layer_norm`:
+`bench/results/inference-batch1-layer-pack.json`.
+
+The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: all layers' weights are one
+`[layers, rows, 16]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a
+copy), split into a layer's `LayerParts` in the loop, so the graph a loader imports, optimises and instantiates
+holds one layer whatever the depth. A [CLS] head's last layer, which computes fewer queries, runs after the loop.
 
 Inference only: no dropout, and no `attention_mask` (Electric's one-directional towers are a pre-training model);
 `training=True` or an attention mask raise. `output_length=n` computes the last layer's queries at the first n
@@ -49,10 +49,11 @@ import math
 from typing import Any, NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from electra_tf.model.encoder import ElectraEncoder
-from electra_tf.serving.compact import Stack, stacked_weights
+from electra_tf.serving.compact import Pack, parts_of, stacked_weights
 
 # What Keras' masked softmax (`_apply_masks`) puts at a masked score: −0.7 × float32's largest value.
 MASKED_SCORE = -0.7 * float(tf.float32.max)
@@ -62,11 +63,9 @@ MASKED_SCORE = -0.7 * float(tf.float32.max)
 # (`bench.inference_bench_breakdown --parts attention`).
 FEW_TOKENS = 80
 ATTENTION_KERNELS = "attention_kernels"  # the name of the `tf.cond` that chooses
-# Column blocks of each dense layer's kernel (`blocked_dense`): two, the cores of the smallest machine that serves.
-COLUMN_BLOCKS = 2
-# The `LayerWeights` kernels held in those blocks: how many of their leading axes are the matmul's inputs.
-BLOCKED_KERNELS = {"query_kernel": 1, "key_kernel": 1, "value_kernel": 1, "output_kernel": 2,
-                   "intermediate_kernel": 1, "ffn_kernel": 1}
+# The independent blocks of each layer's work (`transformer_layer`): two, the cores of the smallest machine that
+# serves.
+BLOCKS = 2
 
 
 def transpose_bits(x, perm):
@@ -83,17 +82,17 @@ def transpose_bits(x, perm):
 class ServingEncoder(ElectraEncoder):
     """`ElectraEncoder` with the inference forward of this module (see the module docstring). `few_tokens`: up to
     how many tokens in a batch attention runs on `few_tokens_attention`'s kernels (0: never, and no `tf.cond`);
-    `column_blocks`: the column blocks of each dense layer's kernel (1: one matmul each)."""
+    `blocks`: the independent blocks of each layer's work (1: one matmul per dense layer)."""
 
-    def __init__(self, *args, few_tokens: int = FEW_TOKENS, column_blocks: int = COLUMN_BLOCKS, **kwargs):
+    def __init__(self, *args, few_tokens: int = FEW_TOKENS, blocks: int = BLOCKS, **kwargs):
         super().__init__(*args, **kwargs)
-        if column_blocks < 1:
-            raise ValueError(f"ServingEncoder: column_blocks={column_blocks}, expected 1 or more")
+        if blocks < 1:
+            raise ValueError(f"ServingEncoder: blocks={blocks}, expected 1 or more")
         self.few_tokens = few_tokens
-        self.column_blocks = column_blocks
+        self.blocks = blocks
 
     def get_config(self):
-        return {**super().get_config(), "few_tokens": self.few_tokens, "column_blocks": self.column_blocks}
+        return {**super().get_config(), "few_tokens": self.few_tokens, "blocks": self.blocks}
 
     def call(self, inputs, training=None, output_length=None, attention_mask=None):
         if training or attention_mask is not None:
@@ -106,36 +105,38 @@ class ServingEncoder(ElectraEncoder):
                          self.embeddings_projection.activation)
         mask_bias = (1.0 - tf.cast(inputs["padding_mask"], tf.float32))[:, None, None, :] * MASKED_SCORE
         layers = self.transformer_layers
-        form = LayerForm(batch, length, layers[0], self.few_tokens, self.blocks())  # every layer's the same
-        stacks = LayerWeights(*map(stacked_weights, self.weight_stacks()))
+        pack = self.weight_pack()
+        form = LayerForm(batch, length, layers[0], self.few_tokens, pack.layout.blocks)  # every layer's the same
+        stored = stacked_weights(pack)  # [layers, rows, 16]: layer i's parts in row block i
+
+        def layer(i):
+            return LayerParts.of(parts_of(pack, stored[i]), pack.layout.blocks)
+
         looped = len(layers) - (output_length is not None)  # the last layer computes n queries only
         if looped:
-            rows = loop_layers(stacks, looped, rows, form, mask_bias)
+            rows = loop_layers(layer, looped, rows, form, mask_bias)
         if output_length is not None:
-            rows = transformer_layer(stacks.at(len(layers) - 1), rows, form, mask_bias, output_length)
+            rows = transformer_layer(layer(len(layers) - 1), rows, form, mask_bias, output_length)
         return tf.reshape(rows, [batch, -1, self.hidden_size])
 
-    def weight_stacks(self) -> list:
-        """Each kind of layer weight, all layers' variables of it in order (a `Stack`: what `stacked_weights`
-        stacks), the kernels in `blocks()` column blocks."""
-        kinds = zip(LayerWeights._fields, zip(*map(LayerWeights.of, self.transformer_layers)))
-        blocks = self.blocks()
-        return [Stack(kind, blocks, BLOCKED_KERNELS[name]) if name in BLOCKED_KERNELS else Stack(kind)
-                for name, kind in kinds]
+    def weight_pack(self) -> Pack:
+        """The layers' weights as the forward reads them: a `Pack` in `LayerLayout`, in `used_blocks()` blocks."""
+        layers = self.transformer_layers
+        return Pack(tuple(tuple(LayerWeights.of(layer)) for layer in layers),
+                    LayerLayout(layers[0], self.used_blocks()))
 
-    def blocks(self) -> int:
-        """The kernels' column blocks: `column_blocks` where it divides the heads and every kernel's columns, else
-        1."""
+    def used_blocks(self) -> int:
+        """`blocks` where it divides the heads and the feed-forward's inner units, else 1."""
         parts = self.transformer_layers[0].sublayers()
-        sizes = (parts["attention"].num_heads, self.hidden_size, parts["intermediate"].kernel.shape[-1])
-        return self.column_blocks if all(size % self.column_blocks == 0 for size in sizes) else 1
+        sizes = (parts["attention"].num_heads, parts["intermediate"].kernel.shape[-1])
+        return self.blocks if all(size % self.blocks == 0 for size in sizes) else 1
 
 
-def loop_layers(stacks, count: int, rows, form, mask_bias):
-    """The first `count` layers as one `tf.while_loop`, iteration i on layer i's weights (`stacks.at(i)`): the
-    graph holds one layer, which a loader instantiates and optimises once, not once per layer."""
+def loop_layers(layer, count: int, rows, form, mask_bias):
+    """The first `count` layers as one `tf.while_loop`, iteration i on layer i's weights (`layer(i)`: its
+    `LayerParts`): the graph holds one layer, which a loader instantiates and optimises once, not once per layer."""
     def body(i, rows):
-        return i + 1, transformer_layer(stacks.at(i), rows, form, mask_bias)
+        return i + 1, transformer_layer(layer(i), rows, form, mask_bias)
 
     _, rows = tf.while_loop(lambda i, _: i < count, body, (tf.constant(0), rows), maximum_iterations=count)
     return rows
@@ -151,22 +152,21 @@ def embedded_rows(embeddings, ids, segments, length):
 
 
 def layer_norm(x, gamma, beta, epsilon):
-    """LayerNorm of `x` over the last axis, Keras' formula (`keras.ops.layer_normalization`)."""
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
-    inv = tf.math.rsqrt(variance + epsilon) * gamma
-    return x * inv + (beta - mean * inv)
+    """LayerNorm of `x` over the last axis: `(x − mean) · rsqrt(variance + ε) · γ + β`, in 9 ops where Keras'
+    formula (`keras.ops.layer_normalization`: `x · inv + (β − mean · inv)`, `inv = rsqrt(variance + ε) · γ`)
+    takes 10, one of them TensorFlow's slower broadcast `SquaredDifference`; the two agree to float rounding."""
+    centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
+    return tf.nn.bias_add(centred * tf.math.rsqrt(variance + epsilon) * gamma, beta)
 
 
 def dense(rows, kernel, bias, activation=None):
     """`rows @ kernel + bias`, then `activation` (if any)."""
-    out = tf.nn.bias_add(tf.matmul(rows, kernel), bias)
-    return out if activation is None or activation is keras.activations.linear else activation(out)
+    return summed_dense([rows], [kernel], bias, activation)
 
 
 class LayerWeights(NamedTuple):
-    """One transformer layer's weights (variables, or tensors) in the shapes its sub-layers hold them; or, stacked,
-    every layer's, `[layers, ...]` (`at(i)`: layer i's)."""
+    """One transformer layer's weights (variables, or tensors) in the shapes its sub-layers hold them."""
     query_kernel: Any  # EinsumDense [hidden, heads, size]
     query_bias: Any  # [heads, size]
     key_kernel: Any
@@ -195,8 +195,74 @@ class LayerWeights(NamedTuple):
                    parts["intermediate"].bias, parts["output"].kernel, parts["output"].bias, norms[1].gamma,
                    norms[1].beta)
 
-    def at(self, i) -> "LayerWeights":
-        return LayerWeights(*[stack[i] for stack in self])
+
+class LayerParts(NamedTuple):
+    """One layer's weights as `transformer_layer` computes with them, in `blocks` blocks (lists of `blocks` tensors;
+    the others one-tuples and pairs). Block j holds heads j·heads/blocks to (j + 1)·heads/blocks and inner units
+    j·inner/blocks to (j + 1)·inner/blocks: the first dense layers' columns for them, the second ones' rows."""
+    qkv_kernels: list  # [hidden, 3 · width / blocks]: the query's, key's and value's columns side by side
+    qkv_biases: list  # [3 · width / blocks]
+    output_kernels: list  # [width / blocks, hidden]
+    output_bias: tuple  # ([hidden],)
+    attention_norm: tuple  # (gamma, beta)
+    intermediate_kernels: list  # [hidden, inner / blocks]
+    intermediate_biases: list  # [inner / blocks]
+    ffn_kernels: list  # [inner / blocks, hidden]
+    ffn_bias: tuple  # ([hidden],)
+    ffn_norm: tuple  # (gamma, beta)
+
+    def flat(self) -> list:
+        return [w for field in self for w in field]
+
+    @classmethod
+    def of(cls, flat: list, blocks: int) -> "LayerParts":
+        """From `flat()`'s list."""
+        sizes = [2 if name.endswith("norm") else 1 if name.endswith("bias") else blocks for name in cls._fields]
+        ends = np.cumsum(sizes)
+        return cls(*[list(flat[end - size:end]) for size, end in zip(sizes, ends)])
+
+
+class LayerLayout:
+    """What a serving export stores of each transformer layer of `layer`'s shapes (`compact.Pack`'s layout): its
+    `LayerParts` in `blocks` blocks."""
+
+    def __init__(self, layer, blocks: int):
+        attention, intermediate = layer.sublayers()["attention"], layer.sublayers()["intermediate"]
+        self.blocks = blocks
+        self.hidden = attention.output_dense.kernel.shape[-1]
+        self.width = attention.num_heads * attention.key_dim
+        self.inner = intermediate.kernel.shape[-1]
+        self.variable_shapes = [tuple(v.shape) for v in LayerWeights.of(layer)]
+        hidden, group, inner = self.hidden, 3 * self.width // blocks, self.inner // blocks
+        self.shapes = LayerParts(
+            [(hidden, group)] * blocks, [(group,)] * blocks, [(self.width // blocks, hidden)] * blocks, [(hidden,)],
+            [(hidden,)] * 2, [(hidden, inner)] * blocks, [(inner,)] * blocks, [(inner, hidden)] * blocks,
+            [(hidden,)], [(hidden,)] * 2).flat()
+
+    def arrange(self, values) -> list:
+        """A layer's `LayerParts` (flat) from its `LayerWeights` values."""
+        w = LayerWeights(*values)
+        kernels = [tf.split(tf.reshape(x, [self.hidden, self.width]), self.blocks, axis=1)
+                   for x in (w.query_kernel, w.key_kernel, w.value_kernel)]
+        biases = [tf.split(tf.reshape(x, [self.width]), self.blocks) for x in (w.query_bias, w.key_bias, w.value_bias)]
+        return LayerParts(
+            [tf.concat(group, axis=1) for group in zip(*kernels)], [tf.concat(group, axis=0) for group in zip(*biases)],
+            tf.split(tf.reshape(w.output_kernel, [self.width, self.hidden]), self.blocks), (w.output_bias,),
+            (w.attention_gamma, w.attention_beta), tf.split(w.intermediate_kernel, self.blocks, axis=1),
+            tf.split(w.intermediate_bias, self.blocks), tf.split(w.ffn_kernel, self.blocks), (w.ffn_bias,),
+            (w.ffn_gamma, w.ffn_beta)).flat()
+
+    def restore(self, flat: list) -> list:
+        """A layer's `LayerWeights` values (in its sub-layers' shapes) from its `LayerParts` (flat)."""
+        p = LayerParts.of(flat, self.blocks)
+        qkv_kernels = zip(*[tf.split(kernel, 3, axis=1) for kernel in p.qkv_kernels])  # (query's blocks, ...)
+        qkv_biases = zip(*[tf.split(bias, 3) for bias in p.qkv_biases])
+        projections = [w for kernels, biases in zip(qkv_kernels, qkv_biases)
+                       for w in (tf.concat(kernels, axis=1), tf.concat(biases, axis=0))]
+        values = LayerWeights(*projections, tf.concat(p.output_kernels, axis=0), *p.output_bias, *p.attention_norm,
+                              tf.concat(p.intermediate_kernels, axis=1), tf.concat(p.intermediate_biases, axis=0),
+                              tf.concat(p.ffn_kernels, axis=0), *p.ffn_bias, *p.ffn_norm)
+        return [tf.reshape(value, shape) for value, shape in zip(values, self.variable_shapes)]
 
 
 class LayerForm:
@@ -209,61 +275,50 @@ class LayerForm:
         heads, size = attention.num_heads, attention.key_dim
         self.activations = (parts["intermediate"].activation, parts["output"].activation)
         self.epsilons = (parts["attention_norm"].epsilon, parts["feedforward_norm"].epsilon)
-        self.size, self.width = size, heads * size
         self.hidden = attention.output_dense.kernel.shape[-1]
-        self.blocks, self.group_heads = blocks, heads // blocks  # heads per group (`transformer_layer`)
-        # A group's projections [batch · length, width / blocks] → these, then transposed:
-        self.by_heads = tf.stack([batch, length, self.group_heads, size])
+        # A block's query, key and value [batch · length, 3 · group width] → this, then `qkv_swap`ped to
+        # [3, batch, group heads, length, size]:
+        self.by_heads = tf.stack([batch, length, 3, heads // blocks, size])
+        self.qkv_swap = tf.constant([2, 0, 3, 1, 4])
         self.sequences = tf.stack([batch, length, self.hidden])
-        self.rows = tf.constant([-1, self.width // blocks])  # a group's context
-        self.swap = tf.constant([0, 2, 1, 3])  # [batch, tokens, heads, size] ↔ [batch, heads, tokens, size]
+        self.rows = tf.constant([-1, heads * size // blocks])  # a group's context
+        self.swap = tf.constant([0, 2, 1, 3])  # [batch, heads, tokens, size] → [batch, tokens, heads, size]
         self.scale = tf.constant(1.0 / math.sqrt(size))
-        self.batch = batch
         self.has_few_tokens = batch * length <= few_tokens if few_tokens else None  # None: no choice
 
 
-def transformer_layer(weights: LayerWeights, rows, form: LayerForm, mask_bias, query_length=None):
+def transformer_layer(parts: LayerParts, rows, form: LayerForm, mask_bias, query_length=None):
     """One post-LN `ElectraTransformerEncoder` at inference on `[batch · length, hidden]` rows, computing with
-    `weights` (tensors; the kernels in `form.blocks` column blocks, `compact.Stack`); with `query_length=n`, only each
-    sequence's first n positions are computed (keys and values span all)."""
-    queries, query_shape = rows, form.by_heads
-    if query_length is not None:
-        queries = tf.reshape(tf.reshape(rows, form.sequences)[:, :query_length], [-1, form.hidden])
-        query_shape = tf.stack([form.batch, query_length, form.group_heads, form.size])
-    projections = [blocked_dense(x, kernel, bias, form.blocks) for x, kernel, bias in (
-        (queries, weights.query_kernel, weights.query_bias), (rows, weights.key_kernel, weights.key_bias),
-        (rows, weights.value_kernel, weights.value_bias))]
-
-    def by_heads(x, shape):  # [batch · tokens, group heads · size] → [batch, group heads, tokens, size]
-        return transpose_bits(tf.reshape(x, shape), form.swap)
-
-    groups = [(by_heads(q, query_shape), by_heads(k, form.by_heads), by_heads(v, form.by_heads))
-              for q, k, v in zip(*projections)]  # a group of heads each: `form.group_heads`
+    `parts` (tensors) in their blocks (see the module docstring); with `query_length=n`, only each sequence's first
+    n positions are computed (keys and values span all)."""
+    groups = [by_heads(dense(rows, kernel, bias), form, query_length)  # a group of heads each
+              for kernel, bias in zip(parts.qkv_kernels, parts.qkv_biases)]
     contexts = [tf.reshape(transpose_bits(context, form.swap), form.rows)
                 for context in attention(groups, mask_bias, form)]
-    attended = side_by_side(blocked_dense(side_by_side(contexts), weights.output_kernel, weights.output_bias,
-                                          form.blocks))
-    hidden_rows = layer_norm(attended + queries, weights.attention_gamma, weights.attention_beta, form.epsilons[0])
-    intermediate = side_by_side(blocked_dense(hidden_rows, weights.intermediate_kernel, weights.intermediate_bias,
-                                              form.blocks, form.activations[0]))
-    output = side_by_side(blocked_dense(intermediate, weights.ffn_kernel, weights.ffn_bias, form.blocks,
-                                        form.activations[1]))
-    return layer_norm(output + hidden_rows, weights.ffn_gamma, weights.ffn_beta, form.epsilons[1])
+    queries = rows
+    if query_length is not None:
+        queries = tf.reshape(tf.reshape(rows, form.sequences)[:, :query_length], [-1, form.hidden])
+    attended = summed_dense(contexts, parts.output_kernels, *parts.output_bias)
+    hidden_rows = layer_norm(attended + queries, *parts.attention_norm, form.epsilons[0])
+    inner = [dense(hidden_rows, kernel, bias, form.activations[0])
+             for kernel, bias in zip(parts.intermediate_kernels, parts.intermediate_biases)]
+    output = summed_dense(inner, parts.ffn_kernels, *parts.ffn_bias, form.activations[1])
+    return layer_norm(output + hidden_rows, *parts.ffn_norm, form.epsilons[1])
 
 
-def blocked_dense(rows, kernel, bias, blocks: int, activation=None) -> list:
-    """`dense(rows, kernel, bias, activation)` as the outputs of its `blocks` column blocks (`kernel`:
-    `[blocks, inputs, outputs / blocks]`, `compact.Stack`; `bias`: any shape of `outputs` values): each block's
-    matmul, bias and activation, independent of the others' (so the activation, exact GELU's `erf`, runs on both
-    threads too)."""
-    kernels = [tf.reshape(kernel, [-1, tf.size(bias)])] if blocks == 1 else [kernel[j] for j in range(blocks)]
-    biases = tf.reshape(bias, [blocks, -1])
-    return [dense(rows, kernels[j], biases[j], activation) for j in range(blocks)]
+def by_heads(projected, form: LayerForm, query_length=None) -> tuple:
+    """A block's query, key and value columns `[batch · tokens, 3 · group heads · size]` as `(q, k, v)`, each
+    `[batch, group heads, tokens, size]` (one transpose for the three); with `query_length=n`, the queries of each
+    sequence's first n positions."""
+    q, k, v = tf.unstack(transpose_bits(tf.reshape(projected, form.by_heads), form.qkv_swap), num=3)
+    return (q if query_length is None else q[:, :, :query_length]), k, v
 
 
-def side_by_side(blocks: list):
-    """Column blocks `[rows, columns]` as one tensor."""
-    return blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=1)
+def summed_dense(blocks: list, kernels: list, bias, activation=None):
+    """`dense` of `blocks` (column blocks of its input) side by side, with `kernels` the matching row blocks of its
+    kernel: the blocks' products summed, then the bias and `activation`."""
+    out = tf.nn.bias_add(tf.add_n([tf.matmul(x, kernel) for x, kernel in zip(blocks, kernels)]), bias)
+    return out if activation is None or activation is keras.activations.linear else activation(out)
 
 
 def attention(groups: list, mask_bias, form) -> list:

@@ -39,7 +39,7 @@ def serving_model(model: FinetuningModel, seq_length: int, few_tokens: int = FEW
     """What every export serves: `serving_copy(model, seq_length, few_tokens)` with its weights in one variable
     (`serving.compact.FlatWeights`); call it as the model, `served(features, training=False)`."""
     copy = serving_copy(model, seq_length, few_tokens)
-    return FlatWeights(copy, stacks=copy.encoder.weight_stacks())
+    return FlatWeights(copy, packs=[copy.encoder.weight_pack()])
 
 
 def serving_copy(model: FinetuningModel, seq_length: int, few_tokens: int = FEW_TOKENS) -> FinetuningModel:
