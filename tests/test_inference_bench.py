@@ -88,6 +88,35 @@ def test_the_breakdown_knows_every_sentence_its_calls_are_sent(requests):
     assert set(sent) == set(breakdown.sentences_sent(sentences, requests))
 
 
+def test_the_breakdown_compares_tagger_exports_by_their_tags_batch_by_batch(monkeypatch):
+    """`--head=tagger`: the exports' `tags` (padded per batch, so batches differ in width) are compared batch by
+    batch against the first export's; any tag differing makes it False. Other parts refuse the tagger head."""
+    import numpy as np
+
+    from bench import inference_bench_breakdown as breakdown
+
+    sentences = [" ".join(["w"] * (1 + i % 3)) for i in range(40)]  # 2 batches of 32 and 8
+
+    def tags(flip):
+        def call(texts):
+            width = max(len(t.split()) for t in texts)
+            out = np.array([[b"O"] * len(t.split()) + [b""] * (width - len(t.split())) for t in texts])
+            if flip and len(texts) < 32:
+                out[-1, 0] = b"B-PER"
+            return out
+        return call
+
+    exports = {"a": tags(False), "b": tags(False), "c": tags(True)}
+    outputs = []
+    monkeypatch.setattr(breakdown, "signature_call", lambda path, output: (outputs.append(output),
+                                                                          exports[path.split("/")[-1]])[1])
+    result = breakdown.ab("/w", ["a", "b", "c"], sentences, 3, head="tagger")
+    assert set(outputs) == {"tags"}
+    assert result["b"]["tags_equal_to_a"] is True and result["c"]["tags_equal_to_a"] is False
+    with pytest.raises(SystemExit):
+        breakdown.main(["--workdir=/w", "--exports=a", "--head=tagger", "--parts", "ab", "ops"])
+
+
 def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32_in_order():
     calls = []
 
