@@ -87,7 +87,7 @@ class Pack(NamedTuple):
 
 def arranged_rows(pack: Pack, values):
     """A member's rows: its variables' `values` arranged (`pack.layout.arrange`), each part padded to whole rows."""
-    parts = [tf.reshape(tf.cast(part, tf.float32), [-1]) for part in pack.layout.arrange(values)]
+    parts = [tf.reshape(part, [-1]) for part in pack.layout.arrange(values)]
     padded = [tf.pad(part, [[0, rows * ROW - part.shape[0]]]) for part, rows in zip(parts, pack.part_rows)]
     return tf.reshape(tf.concat(padded, axis=0), [-1, ROW])
 
@@ -126,9 +126,10 @@ class FlatWeights(tf.Module):
         self._shapes = [tuple(v.shape) for v in variables]
         self._rows = [-(-int(np.prod(shape)) // ROW) for shape in self._shapes]
         # Storage order: the weights no pack holds, then each pack's members' rows in order.
-        singles = [np.pad(variables[i].numpy().reshape(-1), (0, self._rows[i] * ROW - variables[i].numpy().size))
+        singles = [np.pad(variables[i].numpy().reshape(-1), (0, self._rows[i] * ROW - int(np.prod(self._shapes[i]))))
                    for i in self._singles]
-        members = [arranged_rows(pack, member).numpy().reshape(-1) for pack in packs for member in pack.members]
+        members = [arranged_rows(pack, member).numpy().reshape(-1) for pack, _ in self._packs.values()
+                   for member in pack.members]
         self.weights = tf.Variable(np.concatenate(singles + members).astype(np.float32).reshape(-1, ROW),
                                    trainable=False, name="weights")
         self._others = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
