@@ -29,7 +29,7 @@ other's outputs between the two sums, so the executor runs them on two threads a
 block of a kernel only. The sums add the blocks' partial dot products: the outputs equal one matmul's to float
 rounding. Each layer's weights are stored in that layout (`LayerLayout`, a `compact.Pack`). What the blocks
 change: `bench/results/inference-batch1-column-blocks.json`; the layout, the sums and `layer_norm`:
-`bench/results/inference-batch1-layer-pack.json`.
+`bench/results/inference-batch1-layer-pack.json` (the classifier) and `…-layer-pack-tagger.json` (the tagger).
 
 The layers run as one `tf.while_loop` (`loop_layers`), iteration i on layer i's weights: all layers' weights are one
 `[layers, rows, 16]` tensor (`compact.stacked_weights`: under `FlatWeights`, rows of its variable, read without a
