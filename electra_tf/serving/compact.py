@@ -82,7 +82,21 @@ class Pack(NamedTuple):
 
     @property
     def part_rows(self) -> list:
-        return [-(-int(np.prod(shape)) // ROW) for shape in self.layout.shapes]
+        return [rows_for(shape) for shape in self.layout.shapes]
+
+
+def rows_for(shape) -> int:
+    """The whole rows of `ROW` floats a weight of `shape` takes."""
+    return -(-int(np.prod(shape)) // ROW)
+
+
+def from_rows(rows, shape):
+    """A weight of `shape` from its whole rows: a reshape, which copies nothing but a padded weight (its last row's
+    padding cut off)."""
+    size = int(np.prod(shape))
+    if size % ROW:
+        rows = tf.reshape(rows, [-1])[:size]
+    return tf.reshape(rows, shape)
 
 
 def arranged_rows(pack: Pack, values):
@@ -94,13 +108,7 @@ def arranged_rows(pack: Pack, values):
 
 def parts_of(pack: Pack, rows) -> list:
     """A member's parts (`pack.layout.shapes`) from its rows `[sum(pack.part_rows), ROW]`."""
-    parts = []
-    for part, shape in zip(tf.split(rows, pack.part_rows, axis=0), pack.layout.shapes):
-        size = int(np.prod(shape))
-        if size % ROW:  # the padding of its last row: a copy
-            part = tf.reshape(part, [-1])[:size]
-        parts.append(tf.reshape(part, shape))
-    return parts
+    return [from_rows(part, shape) for part, shape in zip(tf.split(rows, pack.part_rows, axis=0), pack.layout.shapes)]
 
 
 class FlatWeights(tf.Module):
@@ -124,7 +132,7 @@ class FlatWeights(tf.Module):
         packed = {i for _, members in self._packs.values() for member in members for i in member}
         self._singles = [i for i in range(len(variables)) if i not in packed]
         self._shapes = [tuple(v.shape) for v in variables]
-        self._rows = [-(-int(np.prod(shape)) // ROW) for shape in self._shapes]
+        self._rows = [rows_for(shape) for shape in self._shapes]
         # Storage order: the weights no pack holds, then each pack's members' rows in order.
         singles = [np.pad(variables[i].numpy().reshape(-1), (0, self._rows[i] * ROW - int(np.prod(self._shapes[i]))))
                    for i in self._singles]
@@ -146,10 +154,7 @@ class FlatWeights(tf.Module):
         parts = tf.split(self.weights, sizes, axis=0)
         values = [None] * len(self._shapes)
         for i, part in zip(self._singles, parts):
-            size = int(np.prod(self._shapes[i]))
-            if size % ROW:  # the padding of its last row: a copy, of a small weight (a head's bias)
-                part = tf.reshape(part, [-1])[:size]
-            values[i] = tf.reshape(part, self._shapes[i])
+            values[i] = from_rows(part, self._shapes[i])  # padded: a small weight (a head's bias)
         stacks = {}
         for (key, (pack, members)), part in zip(self._packs.items(), parts[len(self._singles):]):
             stacks[key] = tf.reshape(part, [len(members), sum(pack.part_rows), ROW])

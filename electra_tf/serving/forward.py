@@ -231,9 +231,8 @@ class LayerLayout:
         self.blocks = blocks
         self.hidden = attention.output_dense.kernel.shape[-1]
         self.width = attention.num_heads * attention.key_dim
-        self.inner = intermediate.kernel.shape[-1]
         self.variable_shapes = [tuple(v.shape) for v in LayerWeights.of(layer)]
-        hidden, group, inner = self.hidden, 3 * self.width // blocks, self.inner // blocks
+        hidden, group, inner = self.hidden, 3 * self.width // blocks, intermediate.kernel.shape[-1] // blocks
         self.shapes = LayerParts(
             [(hidden, group)] * blocks, [(group,)] * blocks, [(self.width // blocks, hidden)] * blocks, [(hidden,)],
             [(hidden,)] * 2, [(hidden, inner)] * blocks, [(inner,)] * blocks, [(inner, hidden)] * blocks,
