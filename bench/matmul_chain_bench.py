@@ -7,7 +7,13 @@ reads its weights from variables in a `tf.function` (as a serving export does; o
 default turns them on), ONNX Runtime from initializers (which it packs once at load, 2 intra-op threads). Both in one
 process, alternating per round; median ms per call over `--calls` calls.
 
+`--weights=distinct,shared` times each chain a second time with every layer computing with the first layer's
+weights (3 MB, which stay in the caches between calls, where the 12 layers' 36 MB do not): the difference is what
+reading the weights from memory costs each system.
+
     python -m bench.matmul_chain_bench --rounds=3 --out=bench/results/matmul-chain-small.json
+    python -m bench.matmul_chain_bench --rounds=3 --weights=distinct,shared \\
+        --out=bench/results/matmul-chain-small-shared-weights.json
 """
 
 from __future__ import annotations
@@ -25,15 +31,30 @@ SHAPES = [(256, 256)] * 4 + [(256, 1024), (1024, 256)]
 LAYERS = 12
 
 
-def weights(seed: int = 0):
+WEIGHTS = ("distinct", "shared")
+
+
+def weights(seed: int = 0, shared: bool = False):
+    """The layers' weights (numpy); `shared`: the first layer's arrays in every layer (the same objects)."""
     rng = np.random.default_rng(seed)
-    return [[(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in SHAPES] for _ in range(LAYERS)]
+    layers = [[(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in SHAPES] for _ in range(LAYERS)]
+    return [layers[0]] * LAYERS if shared else layers
+
+
+def stored_once(layers, store):
+    """`store(array, index)` once per distinct array of `layers` (by identity), as the layers' structure."""
+    stored = {}
+    for layer in layers:
+        for w in layer:
+            if id(w) not in stored:
+                stored[id(w)] = store(w, len(stored))
+    return [[stored[id(w)] for w in layer] for layer in layers]
 
 
 def tensorflow_chain(layers):
     import tensorflow as tf
 
-    variables = [[tf.Variable(w) for w in layer] for layer in layers]
+    variables = stored_once(layers, lambda w, _: tf.Variable(w))
 
     @tf.function
     def chain(h):
@@ -50,9 +71,12 @@ def onnx_runtime_chain(layers):
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, initializers, h = [], [], "x"
-    for i, layer in enumerate(layers):
-        names = [f"w{i}_{j}" for j in range(len(SHAPES))]
-        initializers += [numpy_helper.from_array(w, name) for w, name in zip(layer, names)]
+
+    def initializer(w, index):
+        initializers.append(numpy_helper.from_array(w, f"w{index}"))
+        return f"w{index}"
+
+    for i, names in enumerate(stored_once(layers, initializer)):
         outs = [f"p{i}_{j}" for j in range(4)]
         nodes += [helper.make_node("MatMul", [h, names[j]], [outs[j]]) for j in range(4)]
         nodes += [helper.make_node("Sum", outs, [f"s{i}"]), helper.make_node("Mul", [f"s{i}", "c"], [f"m{i}"]),
@@ -90,13 +114,21 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rows", default="3,25")
+    parser.add_argument("--weights", default="distinct",
+                        help="comma-separated: distinct (each layer its own), shared (every layer the first's)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    layers = weights()
-    chains = {"tensorflow": tensorflow_chain(layers), "onnx_runtime": onnx_runtime_chain(layers)}
+    chosen = [w for w in args.weights.split(",") if w]
+    if not chosen or set(chosen) - set(WEIGHTS):
+        parser.error(f"--weights={args.weights}: expected a comma-separated subset of {', '.join(WEIGHTS)}")
     inputs = {int(r): np.random.default_rng(1).standard_normal((int(r), 256)).astype(np.float32)
               for r in args.rows.split(",")}
-    np.testing.assert_allclose(chains["tensorflow"](inputs[3]), chains["onnx_runtime"](inputs[3]), rtol=1e-4, atol=1e-4)
+    chains = {}
+    for kind in chosen:
+        layers = weights(shared=kind == "shared")
+        pair = {"tensorflow": tensorflow_chain(layers), "onnx_runtime": onnx_runtime_chain(layers)}
+        np.testing.assert_allclose(pair["tensorflow"](inputs[3]), pair["onnx_runtime"](inputs[3]), rtol=1e-4, atol=1e-4)
+        chains.update({name + ("" if kind == "distinct" else f", {kind} weights"): run for name, run in pair.items()})
     runs = {f"{name}, {rows} rows": [] for rows in inputs for name in chains}
     for i in range(args.rounds):
         order = list(chains.items()) if i % 2 == 0 else list(chains.items())[::-1]
