@@ -118,6 +118,28 @@ def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request)
     assert {node.op for node in callers[0].node_def} <= {calls[0].op, "Identity", "NoOp"}
 
 
+@pytest.mark.parametrize("export", ["classifier", "tagger", "squad"])
+def test_the_signature_reaches_the_pruned_graph_through_one_endpoint_function(export, request):
+    """The saved signature's wrapper calls the endpoint, which calls the pruned graph: two call levels, each a function
+    the loader turns into a graph at load and instantiates on the first request. `ExportArchive.add_endpoint` given
+    an `input_signature` wraps the function it gets in a `tf.function` of its own, which for the endpoint (already
+    one) was a third level, a copy of the second."""
+    from electra_tf.serving.compact import PRUNED_FUNCTION
+
+    library = {f.signature.name: f for f in functions(request.getfixturevalue(export)[-2])}
+
+    def callers(name):
+        return [f.signature.name for f in library.values() if any(n.attr["f"].func.name == name for n in f.node_def)]
+
+    (pruned,) = [name for name in library if PRUNED_FUNCTION in name]
+    (endpoint,) = callers(pruned)
+    (wrapper,) = callers(endpoint)
+    assert callers(wrapper) == []
+    calls_only = {"PartitionedCall", "StatefulPartitionedCall", "Identity", "NoOp"}
+    wrappers = [f for f in library.values() if {n.op for n in f.node_def} <= calls_only]
+    assert sorted(f.signature.name for f in wrappers) == sorted([endpoint, wrapper])
+
+
 def test_flat_weights_hold_the_model_weights_and_compute_its_outputs(classifier):  # noqa: F811
     model, tokenizer, _, _ = classifier
     flat = FlatWeights(model)

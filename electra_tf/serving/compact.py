@@ -205,9 +205,13 @@ PRUNED_FUNCTION = "pruned_graph"  # the name (prefix) of the function holding th
 
 def pruned_endpoint(function, input_signature):
     """`function` traced on `input_signature` (named `TensorSpec`s), its graph pruned by `PRUNING_PASSES`, as a
-    `tf.function` over the same inputs that calls the pruned graph with `GRAPPLER_OFF`; and the variables it reads
-    (an `ExportArchive` must track them). The traced function itself where TensorFlow's private grappler or
-    call-options modules are not there (a warning says so)."""
+    Python function over the same inputs that calls the pruned graph with `GRAPPLER_OFF`; and the variables it reads
+    (an `ExportArchive` must track them). `function` itself where TensorFlow's private grappler or call-options
+    modules are not there (a warning says so).
+
+    A Python function, not a `tf.function`: `ExportArchive.add_endpoint(name, fn, input_signature)` wraps `fn` in a
+    `tf.function` of its own, and a `tf.function` there would be a second call level, a copy of the first, that a
+    loader turns into a graph at load and runs through on every request."""
     traced = tf.function(function).get_concrete_function(*input_signature)
     variables = list(traced.graph.variables)
     try:
@@ -220,7 +224,7 @@ def pruned_endpoint(function, input_signature):
     except (ImportError, AttributeError, TypeError) as e:
         logging.warning("serving export: the signature's graph is not pruned (TensorFlow's grappler or call-options "
                         "API moved: %s); it loads and answers its first request slower, and computes the same", e)
-        return tf.function(function, input_signature=input_signature), variables
+        return function, variables
     pruned = _graph_function(graph_def, traced)
 
     def endpoint(*args):
@@ -233,7 +237,7 @@ def pruned_endpoint(function, input_signature):
         finally:
             eager_context.function_call_options = saved
 
-    return tf.function(endpoint, input_signature=input_signature), variables
+    return endpoint, variables
 
 
 def _graph_function(graph_def, traced):
