@@ -302,7 +302,6 @@ def test_flat_weights_store_the_layers_weights_in_the_layout_the_forward_reads()
     value's columns for its heads side by side, the output projection's rows for them, the first feed-forward
     kernel's columns and the second's rows for its inner units. Every weight reads back unchanged (`values()`);
     the tiny model's query, key and value bias block (24 floats) is a padded part."""
-    from electra_tf.serving.forward import LayerParts
     from electra_tf.serving.portable import serving_model
 
     flat = serving_model(deep_model(3), SEQ)
@@ -319,7 +318,7 @@ def test_flat_weights_store_the_layers_weights_in_the_layout_the_forward_reads()
         hidden, width, inner = q.shape[0], q.shape[1] * q.shape[2], w1.shape[1]
         q, k, v, o = q.reshape(hidden, width), k.reshape(hidden, width), v.reshape(hidden, width), o.reshape(width, -1)
         qb, kb, vb = qb.reshape(-1), kb.reshape(-1), vb.reshape(-1)
-        parts = LayerParts.of([p.numpy() for p in compact.parts_of(pack, stored[i])], 2)
+        parts = pack.layout.parts([p.numpy() for p in compact.parts_of(pack, stored[i])])
         for j, (heads, units) in enumerate([(slice(0, width // 2), slice(0, inner // 2)),
                                              (slice(width // 2, None), slice(inner // 2, None))]):
             np.testing.assert_array_equal(parts.qkv_kernels[j], np.concatenate([q[:, heads], k[:, heads], v[:, heads]],

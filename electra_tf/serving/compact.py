@@ -90,6 +90,13 @@ def rows_for(shape) -> int:
     return -(-int(np.prod(shape)) // ROW)
 
 
+def to_rows(value):
+    """`value` as whole rows `[rows_for(shape), ROW]`: flattened, its last row padded with zeros (`from_rows`'
+    inverse)."""
+    flat = tf.reshape(value, [-1])
+    return tf.reshape(tf.pad(flat, [[0, rows_for(value.shape) * ROW - flat.shape[0]]]), [-1, ROW])
+
+
 def from_rows(rows, shape):
     """A weight of `shape` from its whole rows: a reshape, which copies nothing but a padded weight (its last row's
     padding cut off)."""
@@ -100,10 +107,8 @@ def from_rows(rows, shape):
 
 
 def arranged_rows(pack: Pack, values):
-    """A member's rows: its variables' `values` arranged (`pack.layout.arrange`), each part padded to whole rows."""
-    parts = [tf.reshape(part, [-1]) for part in pack.layout.arrange(values)]
-    padded = [tf.pad(part, [[0, rows * ROW - part.shape[0]]]) for part, rows in zip(parts, pack.part_rows)]
-    return tf.reshape(tf.concat(padded, axis=0), [-1, ROW])
+    """A member's rows: its variables' `values` arranged (`pack.layout.arrange`), each part in whole rows."""
+    return tf.concat([to_rows(part) for part in pack.layout.arrange(values)], axis=0)
 
 
 def parts_of(pack: Pack, rows) -> list:
@@ -134,12 +139,9 @@ class FlatWeights(tf.Module):
         self._shapes = [tuple(v.shape) for v in variables]
         self._rows = [rows_for(shape) for shape in self._shapes]
         # Storage order: the weights no pack holds, then each pack's members' rows in order.
-        singles = [np.pad(variables[i].numpy().reshape(-1), (0, self._rows[i] * ROW - int(np.prod(self._shapes[i]))))
-                   for i in self._singles]
-        members = [arranged_rows(pack, member).numpy().reshape(-1) for pack, _ in self._packs.values()
-                   for member in pack.members]
-        self.weights = tf.Variable(np.concatenate(singles + members).astype(np.float32).reshape(-1, ROW),
-                                   trainable=False, name="weights")
+        singles = [to_rows(variables[i]) for i in self._singles]
+        members = [arranged_rows(pack, member) for pack, _ in self._packs.values() for member in pack.members]
+        self.weights = tf.Variable(tf.concat(singles + members, axis=0), trainable=False, name="weights")
         self._others = [tf.constant(v.numpy()) for v in model.non_trainable_variables]
 
     def values(self):

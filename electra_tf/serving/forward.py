@@ -110,7 +110,7 @@ class ServingEncoder(ElectraEncoder):
         stored = stacked_weights(pack)  # [layers, rows, 16]: layer i's parts in row block i
 
         def layer(i):
-            return LayerParts.of(parts_of(pack, stored[i]), pack.layout.blocks)
+            return pack.layout.parts(parts_of(pack, stored[i]))
 
         looped = len(layers) - (output_length is not None)  # the last layer computes n queries only
         if looped:
@@ -214,13 +214,6 @@ class LayerParts(NamedTuple):
     def flat(self) -> list:
         return [w for field in self for w in field]
 
-    @classmethod
-    def of(cls, flat: list, blocks: int) -> "LayerParts":
-        """From `flat()`'s list."""
-        sizes = [2 if name.endswith("norm") else 1 if name.endswith("bias") else blocks for name in cls._fields]
-        ends = np.cumsum(sizes)
-        return cls(*[list(flat[end - size:end]) for size, end in zip(sizes, ends)])
-
 
 class LayerLayout:
     """What a serving export stores of each transformer layer of `layer`'s shapes (`compact.Pack`'s layout): its
@@ -233,10 +226,17 @@ class LayerLayout:
         self.width = attention.num_heads * attention.key_dim
         self.variable_shapes = [tuple(v.shape) for v in LayerWeights.of(layer)]
         hidden, group, inner = self.hidden, 3 * self.width // blocks, intermediate.kernel.shape[-1] // blocks
-        self.shapes = LayerParts(
+        self.part_shapes = LayerParts(
             [(hidden, group)] * blocks, [(group,)] * blocks, [(self.width // blocks, hidden)] * blocks, [(hidden,)],
             [(hidden,)] * 2, [(hidden, inner)] * blocks, [(inner,)] * blocks, [(inner, hidden)] * blocks,
-            [(hidden,)], [(hidden,)] * 2).flat()
+            [(hidden,)], [(hidden,)] * 2)
+        self.shapes = self.part_shapes.flat()
+
+    def parts(self, flat: list) -> LayerParts:
+        """A layer's `LayerParts` from their flat list (`arrange`'s, `compact.parts_of`'s): as many in each field as
+        `part_shapes` has."""
+        ends = np.cumsum([len(field) for field in self.part_shapes])
+        return LayerParts(*[list(flat[end - len(field):end]) for field, end in zip(self.part_shapes, ends)])
 
     def arrange(self, values) -> list:
         """A layer's `LayerParts` (flat) from its `LayerWeights` values."""
@@ -253,7 +253,7 @@ class LayerLayout:
 
     def restore(self, flat: list) -> list:
         """A layer's `LayerWeights` values (in its sub-layers' shapes) from its `LayerParts` (flat)."""
-        p = LayerParts.of(flat, self.blocks)
+        p = self.parts(flat)
         qkv_kernels = zip(*[tf.split(kernel, 3, axis=1) for kernel in p.qkv_kernels])  # (query's blocks, ...)
         qkv_biases = zip(*[tf.split(bias, 3) for bias in p.qkv_biases])
         projections = [w for kernels, biases in zip(qkv_kernels, qkv_biases)
