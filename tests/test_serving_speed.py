@@ -100,7 +100,8 @@ def test_exports_hold_the_pruned_graph(classifier, monkeypatch, tmp_path):  # no
 def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request):
     """The loader's grappler would rerun on the first request the passes the export ran (a SavedModel carries no
     session options): the signature calls the pruned graph, the one function marked `_noinline` (not inlined into
-    the signature, so the loader's grappler optimizes the one-node signature only), through one call node carrying
+    the signature, so the loader's grappler optimizes the one-node signature only, though it reads the functions that
+    node reaches), through one call node carrying
     `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel optimizes the function it instantiates with."""
     from tensorflow.core.protobuf import config_pb2
 
@@ -116,6 +117,31 @@ def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request)
     callers = [f for f in library if any(node.attr["f"].func.name == name for node in f.node_def)]
     # What the loader's grappler still optimizes: the call and the identities of its outputs.
     assert {node.op for node in callers[0].node_def} <= {calls[0].op, "Identity", "NoOp"}
+
+
+@pytest.mark.parametrize("export,inputs", [("classifier", {"text": TEXTS}), ("tagger", {"text": TAGGING_TEXTS}),
+                                           ("squad", {"question": SQUAD_QUESTIONS, "context": SQUAD_CONTEXTS})])
+def test_a_loading_process_with_grappler_off_serves_the_same_outputs(export, inputs, request):
+    """What docs/finetuning.md offers a serving process: grappler's meta-optimizer off for the whole process (the
+    loader's pass over the signature's call is then skipped: its first request is cheaper) serves the outputs the
+    default serves. The export's own call into the pruned graph already runs with grappler off, so only the
+    signature's call and identities go unoptimized; an `If` or `While` that only grappler could lower would fail."""
+    path = request.getfixturevalue(export)[-2]
+    feed = {name: tf.constant(value) for name, value in inputs.items()}
+    expected = tf.saved_model.load(path).signatures["serving_default"](**feed)
+    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:  # a second load: functions of new names, instantiated under the option
+        from tensorflow.core.protobuf import config_pb2
+        from tensorflow.python.eager import context
+
+        options = config_pb2.ConfigProto.FromString(  # what an eager call instantiates with
+            context.context().function_call_options.config_proto_serialized)
+        assert options.graph_options.rewrite_options.disable_meta_optimizer
+        served = tf.saved_model.load(path).signatures["serving_default"](**feed)
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+    assert_same_outputs(served, expected)
 
 
 @pytest.mark.parametrize("export", ["classifier", "tagger", "squad"])

@@ -32,8 +32,11 @@ carries no session options, and the loader's (TF Serving's, or `tf.saved_model.l
 So the signature's function holds one call into the pruned graph (`PRUNED_FUNCTION`, a function marked `_noinline`,
 which neither grappler nor TensorFlow's function inlining inlines) whose call node carries its own session options,
 `GRAPPLER_OFF`: the `PartitionedCall` kernel optimizes the function it instantiates with its node's `config_proto`,
-not the session's, and the loader's grappler optimizes the signature's few nodes only. What grappler no longer does
-at load is fuse (its remapper's `MatMul` + `BiasAdd` + activation into oneDNN's fused matmul). Measured on
+not the session's, and the loader's grappler optimizes the signature's few nodes only. It still reads the functions
+they reach (its function optimizer builds the pruned graph's body to find it may not inline it; its MLIR pass imports
+every reachable function): 30–55 ms of the first request, which a serving process can skip by turning grappler off
+for itself (`bench/results/inference-first-request-loader-grappler-*.json`, docs/finetuning.md). What grappler no
+longer does at load is fuse (its remapper's `MatMul` + `BiasAdd` + activation into oneDNN's fused matmul). Measured on
 ELECTRA-Small's classifier (`bench/results/inference-first-request-call-options.json`,
 `bench/results/inference-batch1-call-options.json`, a shared 2-core machine): the first request 0.84 → 0.47 s,
 batch 1 18.2 → 16.4 ms, batch 32 about 5 % more CPU per sentence (the four-system runs of
