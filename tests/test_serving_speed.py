@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.eager import context
 
 from electra_tf.finetuning.encoding import encode_pairs
 from electra_tf.finetuning.heads import MASK_PENALTY
@@ -103,8 +105,6 @@ def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request)
     the signature, so the loader's grappler optimizes the one-node signature only, though it reads the functions that
     node reaches), through one call node carrying
     `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel optimizes the function it instantiates with."""
-    from tensorflow.core.protobuf import config_pb2
-
     path = request.getfixturevalue(export)[-2]
     library = functions(path)
     not_inlined = [f for f in library if f.attr["_noinline"].b]
@@ -122,21 +122,16 @@ def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request)
 @pytest.mark.parametrize("export,inputs", [("classifier", {"text": TEXTS}), ("tagger", {"text": TAGGING_TEXTS}),
                                            ("squad", {"question": SQUAD_QUESTIONS, "context": SQUAD_CONTEXTS})])
 def test_a_loading_process_with_grappler_off_serves_the_same_outputs(export, inputs, request):
-    """What docs/finetuning.md offers a serving process: grappler's meta-optimizer off for the whole process (the
-    loader's pass over the signature's call is then skipped: its first request is cheaper) serves the outputs the
-    default serves. The export's own call into the pruned graph already runs with grappler off, so only the
-    signature's call and identities go unoptimized; an `If` or `While` that only grappler could lower would fail."""
+    """What docs/finetuning.md offers a serving process: grappler's meta-optimizer off for the whole process (which
+    skips the loader's pass over the signature's call) serves the default's outputs. The export's own call into the
+    pruned graph already runs with grappler off; an `If` or `While` only grappler could lower would fail here."""
     path = request.getfixturevalue(export)[-2]
     feed = {name: tf.constant(value) for name, value in inputs.items()}
     expected = tf.saved_model.load(path).signatures["serving_default"](**feed)
     before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    try:  # a second load: functions of new names, instantiated under the option
-        from tensorflow.core.protobuf import config_pb2
-        from tensorflow.python.eager import context
-
-        options = config_pb2.ConfigProto.FromString(  # what an eager call instantiates with
-            context.context().function_call_options.config_proto_serialized)
+    try:  # a second load: functions of new names, instantiated under the option (what an eager call passes on)
+        options = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
         assert options.graph_options.rewrite_options.disable_meta_optimizer
         served = tf.saved_model.load(path).signatures["serving_default"](**feed)
     finally:
