@@ -103,8 +103,8 @@ def test_the_signature_calls_the_pruned_graph_with_grappler_off(export, request)
     """The loader's grappler would rerun on the first request the passes the export ran (a SavedModel carries no
     session options): the signature calls the pruned graph, the one function marked `_noinline` (not inlined into
     the signature, so the loader's grappler optimizes the one-node signature only, though it reads the functions that
-    node reaches), through one call node carrying
-    `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel optimizes the function it instantiates with."""
+    node reaches), through one call node carrying `compact.GRAPPLER_OFF`, which the `PartitionedCall` kernel
+    optimizes the function it instantiates with."""
     path = request.getfixturevalue(export)[-2]
     library = functions(path)
     not_inlined = [f for f in library if f.attr["_noinline"].b]

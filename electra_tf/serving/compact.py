@@ -34,7 +34,7 @@ which neither grappler nor TensorFlow's function inlining inlines) whose call no
 `GRAPPLER_OFF`: the `PartitionedCall` kernel optimizes the function it instantiates with its node's `config_proto`,
 not the session's, and the loader's grappler optimizes the signature's few nodes only. It still reads the functions
 they reach (its function optimizer builds the pruned graph's body to find it may not inline it; its MLIR pass imports
-every reachable function): 30–55 ms of the first request, which a serving process can skip by turning grappler off
+every reachable function): 29–55 ms of the first request, which a serving process can skip by turning grappler off
 for itself (`bench/results/inference-first-request-loader-grappler-*.json`, docs/finetuning.md). What grappler no
 longer does at load is fuse (its remapper's `MatMul` + `BiasAdd` + activation into oneDNN's fused matmul). Measured on
 ELECTRA-Small's classifier (`bench/results/inference-first-request-call-options.json`,
