@@ -246,9 +246,10 @@ def worker(system: str, workdir: str, sentences: list[str], requests: int) -> di
     return {**timings, "logits": np.concatenate(outputs).tolist()}
 
 
-def timed(system: str, load_system, texts: list, requests: int) -> tuple[dict, list]:
+def timed(system: str, load_system, texts: list, requests: int, bucket=None) -> tuple[dict, list]:
     """Times one system: `load_system()` (its imports) → `load()` → `run(texts)`; returns the timings and the
-    outputs of `run` on every batch of `BATCH` texts, in order."""
+    outputs of `run` on every batch of `BATCH` texts, in order. `bucket(text)`, if given, names each batch-1
+    request's group: the timings then hold each group's median and request count too (`batch1_by_bucket`)."""
     started = time.perf_counter()
     load = load_system()
     imported = time.perf_counter()
@@ -265,10 +266,22 @@ def timed(system: str, load_system, texts: list, requests: int) -> tuple[dict, l
     t = time.perf_counter()
     outputs = [run(texts[i:i + BATCH]) for i in range(0, len(texts), BATCH)]
     batch_s = time.perf_counter() - t
-    return {"system": system, "import_s": imported - started, "load_s": loaded - imported,
-            "first_request_s": first - loaded, "batch1_median_ms": 1e3 * statistics.median(single),
-            "batch1_p90_ms": 1e3 * float(np.percentile(single, 90)),
-            "batch32_sentences_per_s": len(texts) / batch_s}, outputs
+    timings = {"system": system, "import_s": imported - started, "load_s": loaded - imported,
+               "first_request_s": first - loaded, "batch1_median_ms": 1e3 * statistics.median(single),
+               "batch1_p90_ms": 1e3 * float(np.percentile(single, 90)),
+               "batch32_sentences_per_s": len(texts) / batch_s}
+    if bucket is not None:
+        timings["batch1_by_bucket"] = by_bucket(single, [bucket(texts[i % len(texts)]) for i in range(requests)])
+    return timings, outputs
+
+
+def by_bucket(seconds: list[float], names: list[str]) -> dict:
+    """Per bucket name (in first-seen order), the median ms of its requests and their count."""
+    groups: dict[str, list[float]] = {}
+    for name, value in zip(names, seconds, strict=True):
+        groups.setdefault(name, []).append(value)
+    return {name: {"median_ms": 1e3 * statistics.median(values), "requests": len(values)}
+            for name, values in groups.items()}
 
 
 # ---- run: interleaved rounds, the summary -------------------------------------------------------

@@ -22,13 +22,15 @@ token gets the segment id NER trains with (`tagging.DEFAULT_SEGMENT_ID`, 1), in 
 `prepare` reuses WORKDIR/ours and WORKDIR/hf when `bench.inference_bench --stage=prepare` wrote them. The
 data: CoNLL-2003 English dev, each sentence's words joined by single spaces. Compared: the tags of every word
 of every dev sentence, between each pair of systems; words past HF's truncation have no HF tag and are
-counted apart.
+counted apart. Batch 1 is also timed by the words of each request (`WORD_BUCKETS`): where short sentences
+cost each system a fixed part, the ratio moves with the length.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 
 import numpy as np
@@ -42,6 +44,16 @@ DEFAULT_CONLL_DEV = os.path.join(ROOT, "..", "shared", "data", "conll2003", "dev
 SERVING_DIR = "serving_tagger"
 HEAD_FILE = "tagger_head.npz"
 ONNX_FILE = "tagger.onnx"
+# Words per request, both ends included (None: no upper end): the batch-1 requests grouped by length. The first 200
+# dev sentences (the requests) fall 26, 77, 53 and 44 into them.
+WORD_BUCKETS = ((1, 3), (4, 9), (10, 19), (20, None))
+
+
+def word_bucket(text: str) -> str:
+    """The `WORD_BUCKETS` name of `text`'s whitespace words ("1–3", …, "20+"); no word counts in the first."""
+    words = len(text.split())
+    low, high = next((low, high) for low, high in WORD_BUCKETS if high is None or words <= high)
+    return f"{low}+" if high is None else f"{low}–{high}"
 
 
 def ner_task(workdir: str, data_dir: str | None = None, do_train: bool = True):
@@ -163,7 +175,7 @@ def load_system(system: str, workdir: str):
 
 
 def worker(system: str, workdir: str, texts: list[str], requests: int) -> dict:
-    timings, outputs = timed(system, lambda: load_system(system, workdir), texts, requests)
+    timings, outputs = timed(system, lambda: load_system(system, workdir), texts, requests, bucket=word_bucket)
     return {**timings, "tags": [tags for batch in outputs for tags in batch]}
 
 
@@ -193,7 +205,23 @@ def summarise(rounds: list[list[dict]], systems) -> dict:
     rows = timing_rows(rounds, systems)
     tags = {r["system"]: r["tags"] for r in rounds[0]}
     pairs = {f"{a} vs {b}": agreement(tags[a], tags[b]) for i, a in enumerate(systems) for b in systems[i + 1:]}
-    return {"systems": rows, "tag_agreement": pairs, "compared_inputs": len(tags[systems[0]]), **ratios(rows)}
+    return {"systems": rows, "tag_agreement": pairs, "compared_inputs": len(tags[systems[0]]), **ratios(rows),
+            **by_words(rounds, systems)}
+
+
+def by_words(rounds: list[list[dict]], systems) -> dict:
+    """Batch 1 by words per request (`{"batch1_by_words": …}`, where the workers timed it): per bucket, its
+    requests, each system's median over the rounds of its bucket medians, and ours ÷ ONNX Runtime of those."""
+    runs = [r for one in rounds for r in one]
+    if not all("batch1_by_bucket" in r for r in runs):
+        return {}
+    buckets = {}
+    for name, first in runs[0]["batch1_by_bucket"].items():
+        medians = {system: round(statistics.median(r["batch1_by_bucket"][name]["median_ms"] for r in runs
+                                                   if r["system"] == system), 2) for system in systems}
+        ratio = {"ours_over_ort": round(medians["ours"] / medians["ort"], 2)} if {"ours", "ort"} <= set(medians) else {}
+        buckets[name] = {"requests": first["requests"], "median_ms": medians, **ratio}
+    return {"batch1_by_words": buckets}
 
 
 def spawn(system: str, args) -> dict:

@@ -130,7 +130,15 @@ def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32
     assert calls == [1] * 6 + [32, 32, 6]
     assert [t for batch in outputs for t in batch] == [t.upper() for t in texts]
     assert timings["system"] == "fake" and set(timings) >= {"load_s", "first_request_s", "batch1_p90_ms"}
-    assert timings["batch32_sentences_per_s"] > 0
+    assert timings["batch32_sentences_per_s"] > 0 and "batch1_by_bucket" not in timings
+    grouped, _ = inference_bench.timed("fake", lambda: lambda: run, texts, requests=73, bucket=lambda t: len(t))
+    # requests cycle through the 70 texts: "s0".."s9" (2 characters) 13 times, the 60 others once each
+    assert {name: b["requests"] for name, b in grouped["batch1_by_bucket"].items()} == {2: 13, 3: 60}
+
+
+def test_by_bucket_takes_each_groups_median_in_milliseconds():
+    assert inference_bench.by_bucket([0.001, 0.009, 0.003, 0.004], ["a", "b", "a", "a"]) == {
+        "a": {"median_ms": 3.0, "requests": 3}, "b": {"median_ms": 9.0, "requests": 1}}
 
 
 # ---- the tagger (bench/inference_bench_tagger.py) ----
@@ -139,9 +147,24 @@ def test_a_worker_times_load_first_request_batch_1_and_returns_every_batch_of_32
 def tagger_rounds():
     ours = [["B-PER", "I-PER", "O"], ["O", "B-LOC"], ["O"] * 4]
     hf = [["B-PER", "I-PER", "O"], ["O", "O"], ["O", "O"]]  # sentence 3 cut after two words
-    return [[{**worker_result("ours", 10.0, 100.0, None), "tags": ours},
-             {**worker_result("hf", 20.0, 80.0, None), "tags": hf},
-             {**worker_result("ort", 8.0, 120.0, None), "tags": hf}]]
+    return [[{**worker_result("ours", 10.0, 100.0, None), "tags": ours, **by_words(ours=(6.0, 12.0))},
+             {**worker_result("hf", 20.0, 80.0, None), "tags": hf, **by_words(hf=(18.0, 22.0))},
+             {**worker_result("ort", 8.0, 120.0, None), "tags": hf, **by_words(ort=(4.0, 10.0))}]]
+
+
+def by_words(**medians):
+    """A tagger worker's `batch1_by_bucket` with one system's medians of two buckets."""
+    (short, long), = medians.values()
+    return {"batch1_by_bucket": {"1–3": {"median_ms": short, "requests": 5},
+                                 "20+": {"median_ms": long, "requests": 2}}}
+
+
+def test_the_tagger_groups_requests_by_their_words():
+    from bench.inference_bench_tagger import WORD_BUCKETS, word_bucket
+
+    assert [word_bucket(" ".join(["w"] * n)) for n in (0, 1, 3, 4, 9, 10, 19, 20, 200)] == [
+        "1–3", "1–3", "1–3", "4–9", "4–9", "10–19", "10–19", "20+", "20+"]
+    assert WORD_BUCKETS[-1][1] is None and all(a[1] + 1 == b[0] for a, b in zip(WORD_BUCKETS, WORD_BUCKETS[1:]))
 
 
 def test_the_tagger_agreement_counts_words_sentences_and_the_words_past_a_truncation_apart():
@@ -184,10 +207,18 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
     assert "hf vs ort: 100.000 % of 7 words agree, disagreeing sentences: 0." in text
     assert "our load + first request: 1.50 s (acceptance ≤ 0.5 s)." in text
     assert "batch-1 median: 1.25, each round's own 1.25 (goal ≤ 1, acceptance ≤ 1.5)" in text
-    del record["ratios"]["ours_over_ort_batch1_by_round"]  # a results file written before it was recorded
+    assert summary["batch1_by_words"]["1–3"] == {"requests": 5, "median_ms": {"ours": 6.0, "hf": 18.0, "ort": 4.0},
+                                                 "ours_over_ort": 1.5}
+    assert ("Batch-1 medians by words per request (requests): 1–3 words (5): ours 6.00, ONNX Runtime 4.00 ms, "
+            "1.50 ×; 20+ words (2): ours 12.00, ONNX Runtime 10.00 ms, 1.20 ×.") in text
+    del record["ratios"]["ours_over_ort_batch1_by_round"]  # a results file written before these were recorded
+    del record["batch1_by_words"]
     old = " ".join(rendered_block(tmp_path / "old", docs_renderers.INFERENCE_TAGGER_RESULTS, record,
                                   "inference_tagger").split())
-    assert "batch-1 median: 1.25 (goal ≤ 1, acceptance ≤ 1.5)" in old
+    assert "batch-1 median: 1.25 (goal ≤ 1, acceptance ≤ 1.5)" in old and "by words" not in old
+    rounds = tagger_rounds()
+    del rounds[0][1]["batch1_by_bucket"]  # a worker that did not time them: no buckets in the summary
+    assert "batch1_by_words" not in inference_bench_tagger.summarise(rounds, ["ours", "hf", "ort"])
 
 
 # ---- SQuAD (bench/inference_bench_squad.py) ----

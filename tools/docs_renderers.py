@@ -405,8 +405,18 @@ def inference_tagger(ctx: Context) -> str:
 
     agreements = "; ".join(agreement(pair, a) for pair, a in data["tag_agreement"].items())
     tail = (f"Tags of every word of the {data['compared_inputs']} sentences, system against system: {agreements}. "
-            + inference_ratios(data))
+            + inference_ratios(data) + by_words(data))
     return timings + "\n\n" + paragraph(tail)
+
+
+def by_words(data: dict) -> str:
+    """The tagger's batch 1 by words per request, ours against ONNX Runtime ("" for results without it)."""
+    buckets = data.get("batch1_by_words")
+    if not buckets or not all("ours_over_ort" in b for b in buckets.values()):
+        return ""
+    each = "; ".join(f"{name} words ({b['requests']}): ours {b['median_ms']['ours']:.2f}, ONNX Runtime "
+                     f"{b['median_ms']['ort']:.2f} ms, {b['ours_over_ort']:.2f} ×" for name, b in buckets.items())
+    return f" Batch-1 medians by words per request (requests): {each}."
 
 
 def inference_squad(ctx: Context) -> str:
