@@ -56,6 +56,11 @@ def word_bucket(text: str) -> str:
     return f"{low}+" if high is None else f"{low}–{high}"
 
 
+def bucket_start(name: str) -> int:
+    """The fewest words of `word_bucket`'s bucket `name`: the buckets' order."""
+    return int(name.split("–")[0].rstrip("+"))
+
+
 def ner_task(workdir: str, data_dir: str | None = None, do_train: bool = True):
     """The registry's NER task; its label list is kept in WORKDIR (`tagging_labels.json`) by `prepare`, so the
     workers read the labels, scheme and segment id the export was made with."""
@@ -216,7 +221,7 @@ def by_words(rounds: list[list[dict]], systems) -> dict:
     if not all("batch1_by_bucket" in r for r in runs):
         return {}
     buckets = {}
-    for name, first in runs[0]["batch1_by_bucket"].items():
+    for name, first in sorted(runs[0]["batch1_by_bucket"].items(), key=lambda item: bucket_start(item[0])):
         medians = {system: round(statistics.median(r["batch1_by_bucket"][name]["median_ms"] for r in runs
                                                    if r["system"] == system), 2) for system in systems}
         ratio = {"ours_over_ort": round(medians["ours"] / medians["ort"], 2)} if {"ours", "ort"} <= set(medians) else {}

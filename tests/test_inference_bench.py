@@ -216,6 +216,11 @@ def test_the_tagger_summary_and_its_docs_table(tmp_path):
     old = " ".join(rendered_block(tmp_path / "old", docs_renderers.INFERENCE_TAGGER_RESULTS, record,
                                   "inference_tagger").split())
     assert "batch-1 median: 1.25 (goal ≤ 1, acceptance ≤ 1.5)" in old and "by words" not in old
+    shuffled = tagger_rounds()
+    for r in shuffled[0]:  # a worker lists its buckets as its requests first meet them; the summary in word order
+        r["batch1_by_bucket"] = dict(reversed(r["batch1_by_bucket"].items()))
+    summary = inference_bench_tagger.summarise(shuffled, ["ours", "hf", "ort"])
+    assert list(summary["batch1_by_words"]) == ["1–3", "20+"]
     rounds = tagger_rounds()
     del rounds[0][1]["batch1_by_bucket"]  # a worker that did not time them: no buckets in the summary
     assert "batch1_by_words" not in inference_bench_tagger.summarise(rounds, ["ours", "hf", "ort"])
