@@ -49,16 +49,17 @@ ONNX_FILE = "tagger.onnx"
 WORD_BUCKETS = ((1, 3), (4, 9), (10, 19), (20, None))
 
 
-def word_bucket(text: str) -> str:
-    """The `WORD_BUCKETS` name of `text`'s whitespace words ("1–3", …, "20+"); no word counts in the first."""
-    words = len(text.split())
-    low, high = next((low, high) for low, high in WORD_BUCKETS if high is None or words <= high)
+def bucket_name(low: int, high: int | None) -> str:
     return f"{low}+" if high is None else f"{low}–{high}"
 
 
-def bucket_start(name: str) -> int:
-    """The fewest words of `word_bucket`'s bucket `name`: the buckets' order."""
-    return int(name.split("–")[0].rstrip("+"))
+BUCKET_NAMES = [bucket_name(low, high) for low, high in WORD_BUCKETS]  # in word order
+
+
+def word_bucket(text: str) -> str:
+    """The `WORD_BUCKETS` name of `text`'s whitespace words ("1–3", …, "20+"); no word counts in the first."""
+    words = len(text.split())
+    return bucket_name(*next((low, high) for low, high in WORD_BUCKETS if high is None or words <= high))
 
 
 def ner_task(workdir: str, data_dir: str | None = None, do_train: bool = True):
@@ -221,11 +222,11 @@ def by_words(rounds: list[list[dict]], systems) -> dict:
     if not all("batch1_by_bucket" in r for r in runs):
         return {}
     buckets = {}
-    for name, first in sorted(runs[0]["batch1_by_bucket"].items(), key=lambda item: bucket_start(item[0])):
+    for name in [name for name in BUCKET_NAMES if name in runs[0]["batch1_by_bucket"]]:  # word order
         medians = {system: round(statistics.median(r["batch1_by_bucket"][name]["median_ms"] for r in runs
                                                    if r["system"] == system), 2) for system in systems}
         ratio = {"ours_over_ort": round(medians["ours"] / medians["ort"], 2)} if {"ours", "ort"} <= set(medians) else {}
-        buckets[name] = {"requests": first["requests"], "median_ms": medians, **ratio}
+        buckets[name] = {"requests": runs[0]["batch1_by_bucket"][name]["requests"], "median_ms": medians, **ratio}
     return {"batch1_by_words": buckets}
 
 

@@ -405,11 +405,11 @@ def inference_tagger(ctx: Context) -> str:
 
     agreements = "; ".join(agreement(pair, a) for pair, a in data["tag_agreement"].items())
     tail = (f"Tags of every word of the {data['compared_inputs']} sentences, system against system: {agreements}. "
-            + inference_ratios(data) + by_words(data))
+            + inference_ratios(data) + by_words_sentence(data))
     return timings + "\n\n" + paragraph(tail)
 
 
-def by_words(data: dict) -> str:
+def by_words_sentence(data: dict) -> str:
     """The tagger's batch 1 by words per request, ours against ONNX Runtime ("" for results without it)."""
     buckets = data.get("batch1_by_words")
     if not buckets or not all("ours_over_ort" in b for b in buckets.values()):
