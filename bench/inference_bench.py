@@ -257,9 +257,9 @@ def timed(system: str, load_system, texts: list, requests: int, bucket=None) -> 
     loaded = time.perf_counter()
     run(texts[:1])
     first = time.perf_counter()
+    requested = [texts[i % len(texts)] for i in range(requests)]  # batch 1 cycles through the texts
     single = []
-    for i in range(requests):
-        text = texts[i % len(texts)]
+    for text in requested:
         t = time.perf_counter()
         run([text])
         single.append(time.perf_counter() - t)
@@ -271,7 +271,7 @@ def timed(system: str, load_system, texts: list, requests: int, bucket=None) -> 
                "batch1_p90_ms": 1e3 * float(np.percentile(single, 90)),
                "batch32_sentences_per_s": len(texts) / batch_s}
     if bucket is not None:
-        timings["batch1_by_bucket"] = by_bucket(single, [bucket(texts[i % len(texts)]) for i in range(requests)])
+        timings["batch1_by_bucket"] = by_bucket(single, [bucket(text) for text in requested])
     return timings, outputs
 
 
