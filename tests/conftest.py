@@ -1,4 +1,5 @@
-"""Test set-up: quiet TensorFlow, two logical CPU devices (for MirroredStrategy tests), data paths."""
+"""Test set-up: quiet TensorFlow, one XLA kernel cache per session, XLA kernels compiled unoptimised, two logical
+CPU devices (for MirroredStrategy tests), data paths, the long files scheduled first."""
 
 import collections
 import os
@@ -29,6 +30,29 @@ def share_xla_kernels_in_the_session() -> str | None:
 
 
 XLA_CACHE_CREATED_HERE = share_xla_kernels_in_the_session()
+
+# XLA's flag (XLA_FLAGS) for LLVM's optimisation level of the kernels it compiles; the tests' level.
+XLA_LEVEL_FLAG = "--xla_backend_optimization_level"
+UNOPTIMISED_KERNELS = f"{XLA_LEVEL_FLAG}=0"
+
+
+def compile_kernels_unoptimised(environ=os.environ) -> str:
+    """Before TensorFlow is imported: XLA compiles the session's kernels without LLVM's optimisations (level 0)
+    unless XLA_FLAGS names a level already; inherited, like the cache above, by the xdist workers and the tests'
+    subprocesses. Returns XLA_FLAGS as it then is.
+
+    The tests' models are tiny: their steps run in milliseconds, and compiling their XLA:CPU kernels at XLA's
+    default level took about a seventh of the default suite's time (CHANGELOG). The level changes how fast a kernel
+    runs and its float rounding (fused multiply-adds, vectorised sums), not the function it computes: a test
+    compares runs of one session, or holds results to a tolerance. tests/test_xla_cache.py runs its processes at
+    XLA's default level, the one users compile at."""
+    flags = environ.get("XLA_FLAGS", "")
+    if not any(flag.startswith(XLA_LEVEL_FLAG + "=") for flag in flags.split()):
+        environ["XLA_FLAGS"] = f"{flags} {UNOPTIMISED_KERNELS}".strip()
+    return environ["XLA_FLAGS"]
+
+
+compile_kernels_unoptimised()
 
 import pytest  # noqa: E402
 

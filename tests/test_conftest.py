@@ -1,8 +1,9 @@
-"""tests/conftest.py's scheduling: the long files first, the rest in pytest-xdist's default order."""
+"""tests/conftest.py: the long files first, the rest in pytest-xdist's default order; XLA kernels unoptimised."""
 
+import os
 from pathlib import Path
 
-from conftest import LONG_FILES_FIRST, scheduled_order
+from conftest import LONG_FILES_FIRST, UNOPTIMISED_KERNELS, compile_kernels_unoptimised, scheduled_order
 
 
 def test_the_long_files_scheduled_first_exist():
@@ -18,3 +19,14 @@ def test_long_files_go_first_then_files_of_more_tests_with_each_files_tests_toge
         f"tests/{long_first}::y", f"tests/{long_first}::z", f"tests/{long_second}::x",
         "tests/test_b.py::one", "tests/test_b.py::two", "tests/test_b.py::three",
         "tests/test_a.py::one", "tests/test_c.py::one"]
+
+
+def test_the_session_compiles_xla_kernels_unoptimised_unless_xla_flags_names_a_level():
+    assert UNOPTIMISED_KERNELS == "--xla_backend_optimization_level=0"
+    assert UNOPTIMISED_KERNELS in os.environ["XLA_FLAGS"].split() or "--xla_backend_optimization_level=" in \
+        os.environ["XLA_FLAGS"]  # a level of the user's own
+    for before, after in ((None, UNOPTIMISED_KERNELS), ("", UNOPTIMISED_KERNELS),
+                          ("--xla_cpu_max_isa=AVX2", f"--xla_cpu_max_isa=AVX2 {UNOPTIMISED_KERNELS}"),
+                          ("--xla_backend_optimization_level=2", "--xla_backend_optimization_level=2")):
+        environ = {} if before is None else {"XLA_FLAGS": before}
+        assert compile_kernels_unoptimised(environ) == after == environ["XLA_FLAGS"], before

@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from conftest import UNOPTIMISED_KERNELS
 from electra_tf import runtime
 from electra_tf.convert.export_dir import PRETRAINER_WEIGHTS
 from pretrain_testutil import h5_arrays, write_shards
@@ -84,9 +86,21 @@ def test_the_script_refuses_a_cache_it_cannot_make_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def pretrain(tmp_path, name, data_dir, cache_setting):
-    """A tiny CPU-default run of 2 steps in a process of its own; returns its exported weights."""
+def users_environment() -> dict:
+    """This process's environment as a user's run gets it: no TF_XLA_FLAGS (the suite's session cache), and
+    XLA_FLAGS without the optimisation level the suite compiles its kernels at (conftest), so the run compiles at
+    XLA's default level."""
     env = {k: v for k, v in os.environ.items() if k != runtime.XLA_ENV}
+    flags = [flag for flag in env.pop("XLA_FLAGS", "").split() if flag != UNOPTIMISED_KERNELS]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    return env
+
+
+def pretrain(tmp_path, name, data_dir, cache_setting):
+    """A tiny CPU-default run of 2 steps in a process of its own, compiled as a user's; returns its exported
+    weights."""
+    env = users_environment()
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     model_dir = tmp_path / name
     result = subprocess.run(
@@ -95,7 +109,8 @@ def pretrain(tmp_path, name, data_dir, cache_setting):
          "--train_batch_size=8", "--num_train_steps=2", "--log_steps=1", "--eval_batches=0",
          f"--xla_cache_dir={cache_setting}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    named = "off" if cache_setting == "off" else os.path.join(cache_setting, runtime.xla_cache_key())
+    with mock.patch.dict(os.environ, {"XLA_FLAGS": env.get("XLA_FLAGS", "")}):  # the key names the run's flags
+        named = "off" if cache_setting == "off" else os.path.join(cache_setting, runtime.xla_cache_key())
     assert f"XLA:CPU kernel cache {named}" in result.stderr  # the run's log says which
     assert json.loads((model_dir / "export" / "electra_config.json").read_text())["step"] == 2
     return h5_arrays(model_dir / "export" / PRETRAINER_WEIGHTS)
