@@ -147,16 +147,15 @@ def test_by_bucket_takes_each_groups_median_in_milliseconds():
 def tagger_rounds():
     ours = [["B-PER", "I-PER", "O"], ["O", "B-LOC"], ["O"] * 4]
     hf = [["B-PER", "I-PER", "O"], ["O", "O"], ["O", "O"]]  # sentence 3 cut after two words
-    return [[{**worker_result("ours", 10.0, 100.0, None), "tags": ours, **bucket_timings(ours=(6.0, 12.0))},
-             {**worker_result("hf", 20.0, 80.0, None), "tags": hf, **bucket_timings(hf=(18.0, 22.0))},
-             {**worker_result("ort", 8.0, 120.0, None), "tags": hf, **bucket_timings(ort=(4.0, 10.0))}]]
+    return [[{**worker_result("ours", 10.0, 100.0, None), "tags": ours, **bucket_timings(6.0, 12.0)},
+             {**worker_result("hf", 20.0, 80.0, None), "tags": hf, **bucket_timings(18.0, 22.0)},
+             {**worker_result("ort", 8.0, 120.0, None), "tags": hf, **bucket_timings(4.0, 10.0)}]]
 
 
-def bucket_timings(**medians):
-    """A tagger worker's `batch1_by_bucket` with one system's medians of two buckets."""
-    (short, long), = medians.values()
-    return {"batch1_by_bucket": {"1–3": {"median_ms": short, "requests": 5},
-                                 "20+": {"median_ms": long, "requests": 2}}}
+def bucket_timings(short_ms: float, long_ms: float) -> dict:
+    """A tagger worker's `batch1_by_bucket`: its medians of 1–3-word and 20+-word requests."""
+    return {"batch1_by_bucket": {"1–3": {"median_ms": short_ms, "requests": 5},
+                                 "20+": {"median_ms": long_ms, "requests": 2}}}
 
 
 def test_the_tagger_groups_requests_by_their_words():
