@@ -22,3 +22,11 @@ def test_the_summary_compares_the_medians_and_each_chunk():
     assert list(summary["by_bucket"]) == ["odd", "even"]  # in the given order
     assert summary["by_bucket"]["even"] == {"ours_ms": 3.0, "ort_ms": 1.5, "ours_over_ort": 2.0}  # 2, 4 and 1, 2
     assert summary["by_bucket"]["odd"] == {"ours_ms": 4.0, "ort_ms": 1.5, "ours_over_ort": pytest.approx(2.667)}
+
+
+def test_chunks_of_the_same_requests_count_apart():
+    turns = inference_paired.schedule(requests=4, chunk=2, distinct=2)  # both chunks request inputs 0 and 1
+    timings = [[3.0, 3.0], [1.0, 1.0], [1.0, 1.0], [2.0, 2.0]]  # ort then ours in the second chunk
+    summary = inference_paired.paired_summary(turns, timings)
+    assert summary["chunk_ratios"]["chunks"] == 2
+    assert summary["chunk_ratios"]["range"] == [2.0, 3.0]
