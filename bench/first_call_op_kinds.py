@@ -16,8 +16,9 @@ Two measurements:
   (`TF_ENABLE_ONEDNN_OPTS`), the four cases rotated in each of `--rounds` rounds. (distinct − same) ÷ (kinds − 1)
   is what a kind costs a first call; its difference between on and off, what oneDNN's layout pass adds.
 
-    python -m bench.first_call_op_kinds --rounds=5 --exports=/tmp/s64/bw/serving,/tmp/s64/tw/serving_tagger,\\
-/tmp/s64/qw/serving_squad --out=bench/results/first-call-op-kinds.json
+    python -m bench.first_call_op_kinds --rounds=8 \\
+        --exports=/tmp/inference_bench/serving,/tmp/inference_bench_tagger/serving_tagger,… \\
+        --out=bench/results/first-call-op-kinds.json
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from bench.inference_bench import ROOT, commit, cpu_name, emit
+from bench.inference_bench import ROOT, emit, run_header
 
 # Unary float ops that oneDNN's layout pass leaves to TensorFlow's kernels (it rewrites none of them), so both
 # settings run the same kernels; `same` repeats the first.
@@ -49,10 +50,8 @@ def reachable_functions(graph_def, node_names) -> list:
     seen = {}
     while pending:
         node = pending.pop()
-        for attr in FUNCTION_ATTRS:
-            value = node.attr.get(attr) if attr in node.attr else None
-            if value is None:
-                continue
+        for attr in (a for a in FUNCTION_ATTRS if a in node.attr):  # (`node.attr[a]` would add a missing one)
+            value = node.attr[attr]
             names = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
             for name in names:
                 if name in library and name not in seen:
@@ -145,9 +144,7 @@ def main(argv=None) -> int:
         runs += [spawn(onednn, kinds, args.kinds) for onednn, kinds in order]
         print(f"round {i + 1}: " + ", ".join(f"oneDNN {r['onednn']} {r['kinds']} {r['first_call_ms']:.0f} ms"
                                              for r in runs[-len(CASES):]), flush=True)
-    record = {"command": "python -m bench.first_call_op_kinds " + " ".join(
-                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
-              "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "probe_kinds": args.kinds,
+    record = {**run_header("bench.first_call_op_kinds", argv), "rounds": args.rounds, "probe_kinds": args.kinds,
               "probe": probe_summary(runs, args.kinds), "exports": exports, "runs": runs}
     emit(record, args.out)
     return 0

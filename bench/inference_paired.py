@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from bench.inference_bench import ROOT, commit, cpu_name, emit
+from bench.inference_bench import ROOT, emit, run_header
 
 SYSTEMS = ("ours", "ort")
 WARM_UP = 10
@@ -157,9 +157,7 @@ def main(argv=None) -> int:
             for process in processes.values():
                 process.stdin.close()
                 process.wait()
-    record = {"command": "python -m bench.inference_paired " + " ".join(
-                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
-              "commit": commit(), "machine": cpu_name(), "bench": args.bench, "chunk": args.chunk,
+    record = {**run_header("bench.inference_paired", argv), "bench": args.bench, "chunk": args.chunk,
               "distinct_inputs": len(inputs), "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
               **paired_summary(turns, timings, **buckets)}
     emit(record, args.out)
