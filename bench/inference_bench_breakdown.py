@@ -17,6 +17,11 @@ directory renamed; `--exports` names them, the first is the baseline):
   twice as a classifier (to WORKDIR/attention_few_tokens and WORKDIR/attention_many_tokens), attention always on
   `few_tokens_attention`'s kernels and always on `many_tokens_attention`'s, called in turn on a batch of texts of
   each (batch, tokens) of `--grid`: median ms of each, and their ratio;
+* `ablation`: the tagger bench's weights (`python -m bench.inference_bench_tagger --stage=prepare` in WORKDIR)
+  exported three ways, called in turn on each CoNLL-2003 dev sentence in one process: as served (`served`); every
+  2-D matmul of the trace (the encoder's dense layers, the head) replaced by a broadcast product of its output's shape
+  (`no_matmul`: what the graph around the matmuls costs); no model, the logits zeros (`no_model`: the text pipeline,
+  windows, tags and entities); batch-1 medians overall and by words per request (the tagger bench's buckets);
 * `ops`: per export, TF Serving's way in (the TF1 session loader) with TensorFlow's step stats of
   `--traced` requests of one sentence: time per op type, summed over the executed kernels (oneDNN's rewrites
   named as they run, e.g. `_MklTranspose`; function-call ops left out, their ops counted), and the executed
@@ -28,12 +33,15 @@ directory renamed; `--exports` names them, the first is the baseline):
         --out=bench/results/inference-batch1-breakdown.json
     python -m bench.inference_bench_breakdown --workdir=/tmp/inference_bench --parts attention \\
         --out=bench/results/inference-attention-crossover.json
+    python -m bench.inference_bench_breakdown --workdir=/tmp/inference_bench_tagger --parts ablation \\
+        --requests=600 --out=bench/results/inference-batch1-tagger-ablation.json
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import statistics
@@ -67,8 +75,9 @@ def sentences_sent(sentences, requests: int) -> list:
     return list(sentences[:max(WARMUP, requests)])
 
 
-def interleaved(calls: dict, requests: int, sentences) -> dict:
-    """Batch-1 median / p90 ms and mean CPU ms of each call, the calls rotated on every request."""
+def interleaved(calls: dict, requests: int, sentences, buckets=None) -> dict:
+    """Batch-1 median / p90 ms and mean CPU ms of each call, the calls rotated on every request; with `buckets` (a
+    name per sentence), each bucket's median ms too (`batch1_median_ms_by_bucket`, in the buckets' first order)."""
     names = list(calls)
     wall, cpu = {n: [] for n in names}, {n: [] for n in names}
     for i in range(requests):
@@ -77,9 +86,16 @@ def interleaved(calls: dict, requests: int, sentences) -> dict:
             calls[name]([sentences[i % len(sentences)]])
             cpu[name].append(time.process_time() - started_cpu)
             wall[name].append(time.perf_counter() - started)
-    return {n: {"batch1_median_ms": round(1e3 * statistics.median(wall[n]), 2),
-                "batch1_p90_ms": round(1e3 * float(np.percentile(wall[n], 90)), 2),
-                "batch1_cpu_ms": round(1e3 * statistics.mean(cpu[n]), 2)} for n in names}
+    result = {n: {"batch1_median_ms": round(1e3 * statistics.median(wall[n]), 2),
+                  "batch1_p90_ms": round(1e3 * float(np.percentile(wall[n], 90)), 2),
+                  "batch1_cpu_ms": round(1e3 * statistics.mean(cpu[n]), 2)} for n in names}
+    if buckets is not None:
+        sent = [buckets[i % len(sentences)] for i in range(requests)]
+        for n in names:
+            result[n]["batch1_median_ms_by_bucket"] = {
+                b: round(1e3 * statistics.median(t for t, s in zip(wall[n], sent) if s == b), 2)
+                for b in dict.fromkeys(sent)}
+    return result
 
 
 def signature_call(path: str, output: str = "logits"):
@@ -187,6 +203,48 @@ def attention(workdir: str, grid: list[tuple[int, int]], calls: int) -> list[dic
     return rows
 
 
+def tagger_ablation(workdir: str, sentences, requests: int) -> dict:
+    """The `ablation` part (see the module docstring): per export, `interleaved`'s timings and the batch-1 median of
+    each word bucket."""
+    from unittest import mock
+
+    import tensorflow as tf
+
+    from bench import inference_bench_tagger as tagger_bench
+    from electra_tf.serving import tagging
+    from electra_tf.text.tokenization import WordPieceTokenizer
+
+    model, task = tagger_bench.tagging_model(workdir, tagger_bench.DEFAULT_CONLL_DEV)
+    tagger_bench.set_dense_head(model, os.path.join(workdir, tagger_bench.HEAD_FILE))
+    matmul = tf.matmul
+
+    def broadcast_product(a, b, **options):  # a 2-D product's output shape, without the product
+        return matmul(a, b, **options) if options or a.shape.rank != 2 else a[:, :1] * b[:1, :]
+
+    def zero_logits(served, seq_length):
+        return lambda features, training=False: {"logits": tf.zeros(tf.concat(
+            [tf.shape(features["input_ids"]), [len(task.labels)]], 0))}
+
+    variants = {"served": [], "no_matmul": [mock.patch.object(tf, "matmul", broadcast_product)],
+                "no_model": [mock.patch.object(tagging, "serving_model", zero_logits)]}
+    calls = {}
+    for name, patches in variants.items():
+        path = os.path.join(workdir, f"ablation_{name}")
+        with contextlib.ExitStack() as stack:
+            for patch in patches:
+                stack.enter_context(patch)
+            tagging.export_tagging(model, WordPieceTokenizer(os.path.join(workdir, "ours", "vocab.txt")),
+                                   task.labels, task.scheme, tagger_bench.MAX_SEQ_LENGTH, path,
+                                   segment_id=task.segment_id)
+        calls[name] = signature_call(path, "tags")
+    buckets = [tagger_bench.word_bucket(s) for s in sentences]
+    result = interleaved(warmed(calls, sentences), requests, sentences, buckets)
+    for timings in result.values():  # the buckets in word order
+        by_bucket = timings["batch1_median_ms_by_bucket"]
+        timings["batch1_median_ms_by_bucket"] = {b: by_bucket[b] for b in tagger_bench.BUCKET_NAMES if b in by_bucket}
+    return result
+
+
 def ops(path: str, sentence: str, traced: int, threads) -> dict:
     import tensorflow as tf
     from tensorflow.core.protobuf import config_pb2
@@ -219,7 +277,7 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--exports", help="export directories in WORKDIR, the baseline first (not for attention)")
-    parser.add_argument("--parts", choices=("ab", "parts", "attention", "ops"), nargs="*",
+    parser.add_argument("--parts", choices=("ab", "parts", "attention", "ablation", "ops"), nargs="*",
                         default=["ab", "parts", "ops"])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--traced", type=int, default=10, help="ops: traced requests per export")
@@ -245,7 +303,8 @@ def main(argv=None) -> int:
         parser.error("--exports: export directories in WORKDIR expected for --parts ab, parts or ops")
     if args.head == "tagger" and set(args.parts) != {"ab"}:
         parser.error("--head=tagger: --parts ab only (the other parts read a classifier's logits)")
-    sentences = tagger_sentences(args.conll_dev) if args.head == "tagger" else read_sentences(args.sst2_dev)
+    tagger_input = args.head == "tagger" or "ablation" in args.parts
+    sentences = tagger_sentences(args.conll_dev) if tagger_input else read_sentences(args.sst2_dev)
     record = {"command": "python -m bench.inference_bench_breakdown " + " ".join(
                   a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
               "commit": commit(), "machine": cpu_name(), "threads": args.threads,
@@ -258,6 +317,8 @@ def main(argv=None) -> int:
     if "attention" in args.parts:
         grid = [tuple(int(n) for n in cell.split("x")) for cell in args.grid.split(",")]
         record["attention"] = attention(args.workdir, grid, args.calls)
+    if "ablation" in args.parts:
+        record["ablation"] = tagger_ablation(args.workdir, sentences, args.requests)
     if "ops" in args.parts:
         record["ops"] = {name: ops(os.path.join(args.workdir, name), sentences[0], args.traced, threads)
                          for name in exports}

@@ -76,6 +76,20 @@ def test_the_breakdown_sends_every_request_to_each_call_in_rotated_order():
     assert set(result["a"]) == {"batch1_median_ms", "batch1_p90_ms", "batch1_cpu_ms"}
 
 
+def test_the_breakdown_takes_each_buckets_median_over_the_requests_sent_from_it(monkeypatch):
+    """`interleaved(buckets=…)`: per call, the median wall time of the requests whose sentence is in each bucket."""
+    from bench import inference_bench_breakdown
+
+    now = [0.0]  # the clock `interleaved` reads: a call advances it 1 s for a short sentence, 3 s for a long one
+
+    def call(texts):
+        now[0] += {"short": 1, "long": 3}[texts[0]]
+
+    monkeypatch.setattr(inference_bench_breakdown.time, "perf_counter", lambda: now[0])
+    result = inference_bench_breakdown.interleaved({"a": call}, 5, ["short", "long"], buckets=["few", "many"])
+    assert result["a"]["batch1_median_ms_by_bucket"] == {"few": 1000.0, "many": 3000.0}
+
+
 @pytest.mark.parametrize("requests", [3, 12])
 def test_the_breakdown_knows_every_sentence_its_calls_are_sent(requests):
     """`parts` tokenises beforehand what its "model" call will be sent (`sentences_sent`); the warm-up sends more
