@@ -1,8 +1,8 @@
-"""Where a batch-1 request to our classifier SavedModel goes, and what an export change buys: one process, interleaved.
+"""Where a batch-1 request to our serving SavedModels goes, and what an export change buys: one process, interleaved.
 
-Not a test. Three parts, all on the SST-2 dev sentences, from the exports in WORKDIR (`python -m
-bench.inference_bench --stage=prepare`, then an export per variant: `--stage=export_ours` at each commit, the
-directory renamed; `--exports` names them, the first is the baseline):
+Not a test. Five parts (`--parts`), on the SST-2 dev sentences unless said otherwise, from the exports in WORKDIR
+(`python -m bench.inference_bench --stage=prepare`, then an export per variant: `--stage=export_ours` at each commit,
+the directory renamed; `--exports` names them, the first is the baseline):
 
 * `ab`: every export loaded in ONE process and called in turn on each request (the order rotated), so load on the
   machine hits them alike: batch 1 (median, p90 and CPU ms per request over `--requests` sentences) and batch 32
@@ -221,7 +221,7 @@ def tagger_ablation(workdir: str, sentences, requests: int) -> dict:
     def broadcast_product(a, b, **options):  # a 2-D product's output shape, without the product
         return matmul(a, b, **options) if options or a.shape.rank != 2 else a[:, :1] * b[:1, :]
 
-    def zero_logits(served, seq_length):
+    def zero_logits(model, seq_length):  # in place of `serving_model(model, seq_length)`
         return lambda features, training=False: {"logits": tf.zeros(tf.concat(
             [tf.shape(features["input_ids"]), [len(task.labels)]], 0))}
 
