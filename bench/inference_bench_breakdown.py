@@ -50,8 +50,8 @@ import time
 
 import numpy as np
 
-from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, commit, cpu_name,
-                                   emit, prepared_classifier, read_sentences)
+from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, by_bucket, commit,
+                                   cpu_name, emit, prepared_classifier, read_sentences)
 
 
 # Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
@@ -92,9 +92,8 @@ def interleaved(calls: dict, requests: int, sentences, buckets=None) -> dict:
     if buckets is not None:
         sent = [buckets[i % len(sentences)] for i in range(requests)]
         for n in names:
-            result[n]["batch1_median_ms_by_bucket"] = {
-                b: round(1e3 * statistics.median(t for t, s in zip(wall[n], sent) if s == b), 2)
-                for b in dict.fromkeys(sent)}
+            result[n]["batch1_median_ms_by_bucket"] = {b: round(group["median_ms"], 2)
+                                                       for b, group in by_bucket(wall[n], sent).items()}
     return result
 
 
@@ -212,10 +211,8 @@ def tagger_ablation(workdir: str, sentences, requests: int) -> dict:
 
     from bench import inference_bench_tagger as tagger_bench
     from electra_tf.serving import tagging
-    from electra_tf.text.tokenization import WordPieceTokenizer
 
-    model, task = tagger_bench.tagging_model(workdir, tagger_bench.DEFAULT_CONLL_DEV)
-    tagger_bench.set_dense_head(model, os.path.join(workdir, tagger_bench.HEAD_FILE))
+    model, task = tagger_bench.served_tagger(workdir, tagger_bench.DEFAULT_CONLL_DEV)
     matmul = tf.matmul
 
     def broadcast_product(a, b, **options):  # a 2-D product's output shape, without the product
@@ -233,15 +230,13 @@ def tagger_ablation(workdir: str, sentences, requests: int) -> dict:
         with contextlib.ExitStack() as stack:
             for patch in patches:
                 stack.enter_context(patch)
-            tagging.export_tagging(model, WordPieceTokenizer(os.path.join(workdir, "ours", "vocab.txt")),
-                                   task.labels, task.scheme, tagger_bench.MAX_SEQ_LENGTH, path,
-                                   segment_id=task.segment_id)
+            tagger_bench.export_tagger(model, task, os.path.join(workdir, "ours", "vocab.txt"), path)
         calls[name] = signature_call(path, "tags")
     buckets = [tagger_bench.word_bucket(s) for s in sentences]
     result = interleaved(warmed(calls, sentences), requests, sentences, buckets)
     for timings in result.values():  # the buckets in word order
-        by_bucket = timings["batch1_median_ms_by_bucket"]
-        timings["batch1_median_ms_by_bucket"] = {b: by_bucket[b] for b in tagger_bench.BUCKET_NAMES if b in by_bucket}
+        medians = timings["batch1_median_ms_by_bucket"]
+        timings["batch1_median_ms_by_bucket"] = {b: medians[b] for b in tagger_bench.BUCKET_NAMES if b in medians}
     return result
 
 

@@ -108,15 +108,26 @@ def tagging_model(workdir: str, conll_dev: str):
     return FinetuningModel(encoder, task.build_head(config)).build_all(MAX_SEQ_LENGTH), task
 
 
-def export_ours(workdir: str, vocab_file: str, conll_dev: str) -> None:
-    """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
+def served_tagger(workdir: str, conll_dev: str):
+    """Our tagger on the prepared encoder with the prepared head (the weights every system serves), and its task."""
+    model, task = tagging_model(workdir, conll_dev)
+    set_dense_head(model, os.path.join(workdir, HEAD_FILE))
+    return model, task
+
+
+def export_tagger(model, task, vocab_file: str, path: str) -> None:
+    """`model`'s serving SavedModel at `path`, as the bench serves it."""
     from electra_tf.serving.tagging import export_tagging
     from electra_tf.text.tokenization import WordPieceTokenizer
 
-    model, task = tagging_model(workdir, conll_dev)
-    set_dense_head(model, os.path.join(workdir, HEAD_FILE))
-    export_tagging(model, WordPieceTokenizer(vocab_file), task.labels, task.scheme, MAX_SEQ_LENGTH,
-                   os.path.join(workdir, SERVING_DIR), segment_id=task.segment_id)
+    export_tagging(model, WordPieceTokenizer(vocab_file), task.labels, task.scheme, MAX_SEQ_LENGTH, path,
+                   segment_id=task.segment_id)
+
+
+def export_ours(workdir: str, vocab_file: str, conll_dev: str) -> None:
+    """Our serving SavedModel of the prepared weights (`--stage=export_ours` redoes it after a serving change)."""
+    model, task = served_tagger(workdir, conll_dev)
+    export_tagger(model, task, vocab_file, os.path.join(workdir, SERVING_DIR))
 
 
 def hf_tagger(workdir: str, num_labels: int):

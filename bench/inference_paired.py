@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from bench.inference_bench import ROOT, emit, run_header
+from bench.inference_bench import ROOT, by_bucket, emit, run_header
 
 SYSTEMS = ("ours", "ort")
 WARM_UP = 10
@@ -94,14 +94,13 @@ def paired_summary(turns: list[tuple[str, list[int]]], timings: list[list[float]
                                "quartiles": [round(float(quartiles[0]), 3), round(float(quartiles[2]), 3)],
                                "range": [round(min(chunk_ratios), 3), round(max(chunk_ratios), 3)]}
     if bucket_of is not None:
-        buckets = {}
-        for (system, indices), ts in zip(turns, timings):
-            for i, t in zip(indices, ts):
-                buckets.setdefault(bucket_of(i), {}).setdefault(system, []).append(t)
-        summary["by_bucket"] = {name: {**{f"{s}_ms": round(statistics.median(v[s]), 3) for s in SYSTEMS},
-                                       "ours_over_ort": round(statistics.median(v["ours"]) /
-                                                              statistics.median(v["ort"]), 3)}
-                                for name, v in sorted(buckets.items(), key=lambda item: bucket_order(item[0]))}
+        groups = {s: by_bucket([t / 1e3 for t in by_system[s]],  # by_bucket takes seconds
+                               [bucket_of(i) for (system, indices) in turns if system == s for i in indices])
+                  for s in SYSTEMS}
+        summary["by_bucket"] = {name: {**{f"{s}_ms": round(groups[s][name]["median_ms"], 3) for s in SYSTEMS},
+                                       "ours_over_ort": round(groups["ours"][name]["median_ms"] /
+                                                              groups["ort"][name]["median_ms"], 3)}
+                                for name in sorted(groups["ours"], key=bucket_order)}
     return summary
 
 
