@@ -50,8 +50,8 @@ import time
 
 import numpy as np
 
-from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, by_bucket, commit,
-                                   cpu_name, emit, prepared_classifier, read_sentences)
+from bench.inference_bench import (BATCH, DEFAULT_SST2, DEFAULT_VOCAB, MAX_SEQ_LENGTH, NUM_LABELS, by_bucket, emit,
+                                   prepared_classifier, read_sentences, run_header)
 
 
 # Ops that call a function (a pruned export's signature calls its pruned graph): the step stats list the function's
@@ -300,9 +300,7 @@ def main(argv=None) -> int:
         parser.error("--head=tagger: --parts ab only (the other parts read a classifier's logits)")
     tagger_input = args.head == "tagger" or "ablation" in args.parts
     sentences = tagger_sentences(args.conll_dev) if tagger_input else read_sentences(args.sst2_dev)
-    record = {"command": "python -m bench.inference_bench_breakdown " + " ".join(
-                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
-              "commit": commit(), "machine": cpu_name(), "threads": args.threads,
+    record = {**run_header("bench.inference_bench_breakdown", argv), "threads": args.threads,
               "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default (on)"),
               "load_average_1min_at_start": round(os.getloadavg()[0], 2)}
     if "ab" in args.parts:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from bench.inference_bench import ROOT, commit, cpu_name, emit
+from bench.inference_bench import ROOT, emit, run_header
 
 SETTINGS = ("on", "off")
 SENTENCE = "it 's a charming and often affecting journey ."
@@ -105,9 +105,8 @@ def main(argv=None) -> int:
     summary = {f"{export}, grappler {grappler}": {
         key: round(statistics.median(r[key] for r in runs if (r["export"], r["grappler"]) == (export, grappler)), 3)
         for key in keys} for export, grappler in cases}
-    record = {"command": "python -m bench.inference_bench_first_request " + " ".join(
-                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
-              "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "medians": summary, "runs": runs}
+    record = {**run_header("bench.inference_bench_first_request", argv), "rounds": args.rounds, "medians": summary,
+              "runs": runs}
     emit(record, args.out)
     return 0
 

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from bench.inference_bench import commit, cpu_name, emit
+from bench.inference_bench import emit, run_header
 
 SHAPES = [(256, 256)] * 4 + [(256, 1024), (1024, 256)]
 LAYERS = 12
@@ -136,9 +136,7 @@ def main(argv=None) -> int:
             for name, run in order:
                 runs[f"{name}, {rows} rows"].append(median_ms(run, x, args.calls))
         print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]} ms" for k, v in runs.items()), flush=True)
-    record = {"command": "python -m bench.matmul_chain_bench " + " ".join(
-                  a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")),
-              "commit": commit(), "machine": cpu_name(), "rounds": args.rounds, "calls": args.calls,
+    record = {**run_header("bench.matmul_chain_bench", argv), "rounds": args.rounds, "calls": args.calls,
               "median_ms": {k: statistics.median(v) for k, v in runs.items()}, "runs_ms": runs}
     emit(record, args.out)
     return 0
