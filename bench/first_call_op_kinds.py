@@ -39,25 +39,6 @@ PROBE_OPS = ("Abs", "Neg", "Exp", "Sin", "Cos", "Sqrt", "Square", "Log1p", "Expm
              "Reciprocal", "Rsqrt", "Erf", "Erfc", "Atan", "Asinh", "Rint", "Lgamma", "Digamma", "Tan", "Sinh",
              "Cosh", "Atanh", "Acosh", "Asin", "Acos", "Log")
 CASES = tuple((onednn, kinds) for onednn in ("on", "off") for kinds in ("same", "distinct"))
-FUNCTION_ATTRS = ("f", "then_branch", "else_branch", "body", "cond", "branches")
-
-
-def reachable_functions(graph_def, node_names) -> list:
-    """The library functions the nodes `node_names` of `graph_def` call, directly or through others."""
-    library = {f.signature.name: f for f in graph_def.library.function}
-    nodes = {n.name: n for n in graph_def.node}
-    pending = [nodes[name] for name in node_names]
-    seen = {}
-    while pending:
-        node = pending.pop()
-        for attr in (a for a in FUNCTION_ATTRS if a in node.attr):  # (`node.attr[a]` would add a missing one)
-            value = node.attr[attr]
-            names = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
-            for name in names:
-                if name in library and name not in seen:
-                    seen[name] = library[name]
-                    pending += list(library[name].node_def)
-    return list(seen.values())
 
 
 def op_kind_pairs(export_dir: str, signature: str = "serving_default") -> set:
@@ -65,13 +46,17 @@ def op_kind_pairs(export_dir: str, signature: str = "serving_default") -> set:
     `export_dir` runs."""
     from tensorflow.core.protobuf import saved_model_pb2
 
+    from electra_tf.serving.compact import functions_called
+
     model = saved_model_pb2.SavedModel()
     with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
         model.ParseFromString(f.read())
     meta_graph = model.meta_graphs[0]
     outputs = {t.name.split(":")[0] for t in meta_graph.signature_def[signature].outputs.values()}
-    return {(node.op, node.attr["T"].type) for function in reachable_functions(meta_graph.graph_def, outputs)
-            for node in function.node_def if "T" in node.attr and node.attr["T"].WhichOneof("value") == "type"}
+    library = {f.signature.name: f for f in meta_graph.graph_def.library.function}
+    called = functions_called([node for node in meta_graph.graph_def.node if node.name in outputs], library)
+    return {(node.op, node.attr["T"].type) for name in called for node in library[name].node_def
+            if "T" in node.attr and node.attr["T"].WhichOneof("value") == "type"}
 
 
 def op_kinds(export_dir: str, signature: str = "serving_default") -> dict:

@@ -322,7 +322,7 @@ def without_assertion_guards(graph_def):
             kept.CopyFrom(node)
             del kept.input[:]
             kept.input.extend(i for i in node.input if not (i.startswith("^") and i[1:] in removed))
-    used = _functions_called(pruned.node, functions)
+    used = functions_called(pruned.node, functions)
     pruned.library.function.extend(f for f in graph_def.library.function if f.signature.name in used)
     pruned.library.gradient.extend(g for g in graph_def.library.gradient if g.function_name in used)
     return pruned
@@ -336,8 +336,9 @@ def _function_refs(node):
         yield from attr.list.func
 
 
-def _functions_called(nodes, functions) -> set:
-    """The names of the library functions `nodes` call, directly or through other functions."""
+def functions_called(nodes, functions) -> set:
+    """The names of the library functions `nodes` call, directly or through other functions (`functions`: the
+    library's `FunctionDef`s by name)."""
     called, pending = set(), list(nodes)
     while pending:
         for ref in _function_refs(pending.pop()):
